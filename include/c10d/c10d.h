@@ -1,0 +1,10 @@
+// The whole public API of c10d in one include.
+#pragma once
+
+#include "c10d/errors.h"
+#include "c10d/process_group.h"
+#include "c10d/rendezvous.h"
+#include "c10d/store.h"
+#include "c10d/tensor.h"
+#include "c10d/types.h"
+#include "c10d/work.h"

@@ -1,0 +1,80 @@
+// ProcessGroup: the collectives every backend implements.
+//
+// Contract (DESIGN.md): every rank issues the collectives of one group in the same order. Each
+// call checks its inputs on the caller's thread (throwing InvalidArgument at once), then queues
+// the op on the group's worker thread and returns a Work at once. Ops run in issue order; each
+// gets the next sequence number of its group, and (group id, sequence) tags its bytes on the
+// wire. Inputs and outputs must stay alive and untouched until the Work completes. Lazy tensors
+// are materialized before the op is queued.
+//
+// Tensors are handles, so the vectors below are taken by value: the op writes into the shared
+// storage, and Work::result() hands the outputs back.
+//
+// Thread-safety: a group may be used from several threads, but the order of issue is then the
+// callers' business (it must match across ranks). Lifetime: destroying a group aborts its
+// pending ops with an Error and joins its threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "c10d/tensor.h"
+#include "c10d/types.h"
+#include "c10d/work.h"
+
+namespace c10d {
+
+class ProcessGroup {
+ public:
+  ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
+  virtual ~ProcessGroup() = default;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  virtual std::string backend_name() const = 0;
+
+  // Every tensor in `tensors` is reduced element-wise across ranks, in place.
+  virtual std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors,
+                                           const AllreduceOptions& opts = {}) = 0;
+  // Root's tensors are copied into every other rank's tensors, in place.
+  virtual std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors,
+                                          const BroadcastOptions& opts = {}) = 0;
+  // The reduction lands in root's tensor; other ranks' tensors are left unspecified.
+  virtual std::shared_ptr<Work> reduce(Tensor tensor, const ReduceOptions& opts = {}) = 0;
+  // outputs[r] receives rank r's input; every output matches the input's shape and dtype.
+  virtual std::shared_ptr<Work> all_gather(std::vector<Tensor> outputs, Tensor input,
+                                           const AllgatherOptions& opts = {}) = 0;
+  // output (size * input.numel() elements) receives the inputs concatenated in rank order.
+  virtual std::shared_ptr<Work> all_gather_into_tensor(Tensor output, Tensor input,
+                                                       const AllgatherOptions& opts = {}) = 0;
+  // output receives the reduction across ranks of every rank's inputs[this rank].
+  virtual std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs,
+                                               const ReduceScatterOptions& opts = {}) = 0;
+  // input holds size equal blocks; output receives the reduction of block `rank`.
+  virtual std::shared_ptr<Work> reduce_scatter_tensor(Tensor output, Tensor input,
+                                                      const ReduceScatterOptions& opts = {}) = 0;
+  // Rows of input are split by opts.input_split_sizes (equal when empty) and block r goes to
+  // rank r; output receives block `rank` of every rank in rank order (opts.output_split_sizes).
+  virtual std::shared_ptr<Work> all_to_all(Tensor output, Tensor input,
+                                           const AllToAllOptions& opts = {}) = 0;
+  // On root, outputs[r] receives rank r's input; elsewhere outputs must be empty.
+  virtual std::shared_ptr<Work> gather(std::vector<Tensor> outputs, Tensor input,
+                                       const GatherOptions& opts = {}) = 0;
+  // On root, inputs[r] is sent to rank r; every rank receives into output.
+  virtual std::shared_ptr<Work> scatter(Tensor output, std::vector<Tensor> inputs,
+                                        const ScatterOptions& opts = {}) = 0;
+  virtual std::shared_ptr<Work> barrier(const BarrierOptions& opts = {}) = 0;
+  virtual std::shared_ptr<Work> send(std::vector<Tensor> tensors, int dst_rank,
+                                     const SendRecvOptions& opts = {}) = 0;
+  virtual std::shared_ptr<Work> recv(std::vector<Tensor> tensors, int src_rank,
+                                     const SendRecvOptions& opts = {}) = 0;
+
+ private:
+  int rank_;
+  int size_;
+};
+
+}  // namespace c10d

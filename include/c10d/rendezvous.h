@@ -1,0 +1,37 @@
+// Rendezvous: turns an init method URL into a store plus this process's rank and world size.
+//
+//   tcp://host:port[?rank=R&world_size=N]   rank 0 hosts the TCP store server on host:port
+//                                           (port 0: an ephemeral port) and every rank connects.
+//   env://                                  the same, from MASTER_ADDR, MASTER_PORT, RANK and
+//                                           WORLD_SIZE (or mpirun's OMPI_COMM_WORLD_RANK/_SIZE).
+//   file:///path[?rank=R&world_size=N]      a FileStore at /path.
+//
+// Rank and world size come from, in order: the arguments (when >= 0), the URL's query, the
+// environment (RANK/WORLD_SIZE, then OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE). When a server
+// already listens at the address (the launcher's, or `c10d-store serve`), set
+// C10D_STORE_EXTERNAL=1 (or ?external=1) and rank 0 connects instead of hosting.
+// C10D_STORE_TOKEN, when set, is the store's shared secret.
+//
+// Errors: InvalidArgument naming the missing or malformed piece (the variable, the URL);
+// TimeoutError / StoreError from the store itself.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "c10d/store.h"
+#include "c10d/types.h"
+
+namespace c10d {
+
+struct RendezvousResult {
+  std::shared_ptr<Store> store;
+  int rank = -1;
+  int world_size = -1;
+};
+
+RendezvousResult rendezvous(std::string_view init_method, int rank = -1, int world_size = -1,
+                            Milliseconds timeout = kDefaultTimeout);
+
+}  // namespace c10d

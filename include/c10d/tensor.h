@@ -1,0 +1,141 @@
+// Tensor: a handle to an n-dimensional array of one dtype.
+//
+// A Tensor is cheap to copy: copies share one TensorImpl (shape, dtype, storage), as torch
+// tensors do. Storage is dense and contiguous, either owned (allocated by the library) or
+// borrowed from the user by from_blob(), in which case the user keeps the memory alive for the
+// tensor's whole life and no copy is ever made.
+//
+// The lazy core (src/lazy) extends a tensor with a pending value: an impl may hold a
+// PendingValue instead of storage until something reads it. data() and the collectives call
+// materialize() first, so code below the lazy layer only ever sees dense storage.
+//
+// Thread-safety: distinct tensors may be used from any thread. One tensor's data may be read
+// concurrently; writes must be ordered by the caller (collectives write only their outputs).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "c10d/types.h"
+
+namespace c10d {
+
+class TensorImpl;
+[[noreturn]] void throw_element_size_mismatch(std::size_t host_size, DType dtype);
+
+// Hook for the lazy core: a value that is computed on demand and written into the impl.
+class PendingValue {
+ public:
+  virtual ~PendingValue() = default;
+  // Computes the value and gives `impl` its storage. Called at most once per impl.
+  virtual void materialize(TensorImpl& impl) = 0;
+};
+
+// Dense bytes with an owner. Either allocated here (aligned to 64 bytes) or borrowed.
+class Storage {
+ public:
+  // Allocates nbytes of zeroed, 64-byte aligned memory.
+  explicit Storage(std::size_t nbytes);
+  // Borrows user memory; `deleter` (may be empty) runs when the last handle goes away.
+  Storage(void* data, std::size_t nbytes, std::function<void(void*)> deleter);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  std::size_t nbytes() const { return nbytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t nbytes_ = 0;
+  std::function<void(void*)> deleter_;
+};
+
+class TensorImpl {
+ public:
+  // A view of `storage` starting `offset_bytes` in.
+  TensorImpl(DType dtype, std::vector<std::int64_t> shape, std::shared_ptr<Storage> storage,
+             std::size_t offset_bytes = 0);
+  TensorImpl(DType dtype, std::vector<std::int64_t> shape, std::shared_ptr<PendingValue> pending);
+
+  DType dtype() const { return dtype_; }
+  const std::vector<std::int64_t>& shape() const { return shape_; }
+  std::int64_t numel() const { return numel_; }
+  bool is_pending() const { return pending_ != nullptr; }
+  // Runs the pending value, if any; afterwards storage() is set.
+  void materialize();
+  const std::shared_ptr<Storage>& storage();
+  void set_storage(std::shared_ptr<Storage> storage);
+  const std::shared_ptr<PendingValue>& pending() const { return pending_; }
+  std::size_t offset_bytes() const { return offset_bytes_; }
+
+ private:
+  DType dtype_;
+  std::vector<std::int64_t> shape_;
+  std::int64_t numel_;
+  std::shared_ptr<Storage> storage_;
+  std::size_t offset_bytes_ = 0;
+  std::shared_ptr<PendingValue> pending_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // an undefined tensor; defined() is false
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // Allocates zeroed storage.
+  static Tensor empty(std::vector<std::int64_t> shape, DType dtype);
+  static Tensor zeros(std::vector<std::int64_t> shape, DType dtype) { return empty(shape, dtype); }
+  // Wraps user memory without copying; see the class comment for the lifetime rule.
+  static Tensor from_blob(void* data, std::vector<std::int64_t> shape, DType dtype,
+                          std::function<void(void*)> deleter = {});
+  // Copies a vector into a new 1-D tensor (test and example convenience).
+  template <typename T>
+  static Tensor from_vector(const std::vector<T>& values, DType dtype);
+
+  bool defined() const { return impl_ != nullptr; }
+  DType dtype() const;
+  const std::vector<std::int64_t>& shape() const;
+  std::int64_t numel() const;
+  std::int64_t dim() const { return static_cast<std::int64_t>(shape().size()); }
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * element_size(dtype()); }
+  std::string to_string() const;  // "float32[4, 8]"
+
+  // Materializes a pending value, then returns the dense bytes.
+  void* raw_data() const;
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(raw_data());
+  }
+  std::span<std::uint8_t> bytes() const {
+    return {static_cast<std::uint8_t*>(raw_data()), nbytes()};
+  }
+
+  // A deep copy with its own storage.
+  Tensor clone() const;
+  // Same storage, different shape of the same numel.
+  Tensor view(std::vector<std::int64_t> shape) const;
+  // Rows [begin, end) of the first dimension, sharing storage (a contiguous range).
+  Tensor narrow_rows(std::int64_t begin, std::int64_t end) const;
+
+  const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+template <typename T>
+Tensor Tensor::from_vector(const std::vector<T>& values, DType dtype) {
+  if (sizeof(T) != element_size(dtype)) throw_element_size_mismatch(sizeof(T), dtype);
+  Tensor t = empty({static_cast<std::int64_t>(values.size())}, dtype);
+  T* out = t.data<T>();
+  for (std::size_t i = 0; i < values.size(); ++i) out[i] = values[i];
+  return t;
+}
+
+}  // namespace c10d

@@ -1,0 +1,97 @@
+// Work and Future: the handles an asynchronous operation returns.
+//
+// A Future is completed exactly once, with a list of tensors or with an exception. Callbacks
+// added with add_callback() or then() run on the thread that completes it (or at once on the
+// caller's thread when it is already complete), so they must be short and must not block.
+//
+// A Work is what a collective returns: its Future plus the op's name and sequence number. Every
+// wait takes a deadline; waiting past it throws TimeoutError naming the op. wait() rethrows the
+// op's error.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "c10d/tensor.h"
+#include "c10d/types.h"
+
+namespace c10d {
+
+class Future : public std::enable_shared_from_this<Future> {
+ public:
+  using Callback = std::function<void(Future&)>;
+
+  Future() = default;
+  Future(const Future&) = delete;
+  Future& operator=(const Future&) = delete;
+
+  // Completes with a value or an error. Completing twice throws InvalidArgument.
+  void mark_completed(std::vector<Tensor> value = {});
+  void set_error(std::exception_ptr error);
+
+  bool completed() const;
+  bool has_error() const;
+  std::exception_ptr exception() const;
+
+  // Blocks until completed or the deadline; returns false on timeout. Does not rethrow.
+  bool wait_for(Milliseconds timeout) const;
+  // Blocks until completed, then rethrows the error if any. TimeoutError past the deadline.
+  void wait(Milliseconds timeout = kDefaultTimeout) const;
+  // The value; rethrows the error. Throws InvalidArgument when not yet completed.
+  const std::vector<Tensor>& value() const;
+
+  void add_callback(Callback callback);
+  // A new future completed with fn(this) once this one completes; an error in this future, or
+  // one thrown by fn, completes the new future with that error.
+  std::shared_ptr<Future> then(std::function<std::vector<Tensor>(Future&)> fn);
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool completed_ = false;                  // GUARDED_BY(mu_)
+  std::vector<Tensor> value_;               // GUARDED_BY(mu_); immutable once completed
+  std::exception_ptr error_;                // GUARDED_BY(mu_); immutable once completed
+  std::vector<Callback> callbacks_;         // GUARDED_BY(mu_)
+};
+
+class Work {
+ public:
+  Work(std::string op_name, std::uint64_t sequence);
+  virtual ~Work() = default;
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  const std::string& op_name() const { return op_name_; }
+  std::uint64_t sequence() const { return sequence_; }
+
+  bool is_completed() const { return future_->completed(); }
+  // True when completed without an error.
+  bool is_success() const { return future_->completed() && !future_->has_error(); }
+  std::exception_ptr exception() const { return future_->exception(); }
+  // Waits for the op and rethrows its error. Throws TimeoutError after `timeout`, naming the op;
+  // the op itself goes on (its own deadline ends it).
+  void wait(Milliseconds timeout = kDefaultTimeout);
+  // The op's outputs (for in-place ops, its inputs). Rethrows the op's error.
+  std::vector<Tensor> result() const { return future_->value(); }
+  std::shared_ptr<Future> future() const { return future_; }
+
+  // For backends: complete the op.
+  void finish(std::vector<Tensor> outputs = {}) { future_->mark_completed(std::move(outputs)); }
+  void finish_with_error(std::exception_ptr error) { future_->set_error(std::move(error)); }
+
+ private:
+  std::string op_name_;
+  std::uint64_t sequence_;
+  std::shared_ptr<Future> future_ = std::make_shared<Future>();
+};
+
+}  // namespace c10d

@@ -1,0 +1,166 @@
+#include "c10d/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "core/check.h"
+
+namespace c10d {
+namespace {
+
+constexpr std::size_t kAlignment = 64;
+
+std::int64_t checked_numel(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    C10D_CHECK(d >= 0, "negative dimension {} in shape", d);
+    C10D_CHECK(d == 0 || n <= INT64_MAX / d, "shape overflows int64 elements");
+    n *= d;
+  }
+  return n;
+}
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+}  // namespace
+
+void throw_element_size_mismatch(std::size_t host_size, DType dtype) {
+  C10D_THROW(InvalidArgument, "host type of {} bytes does not match dtype {} of {} bytes",
+             host_size, dtype_name(dtype), element_size(dtype));
+}
+
+Storage::Storage(std::size_t nbytes) : nbytes_(nbytes) {
+  // Round up so aligned_alloc's size rule holds; zero-length storage still gets a pointer.
+  const std::size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  data_ = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  if (data_ == nullptr) throw std::bad_alloc();
+  std::memset(data_, 0, nbytes);
+  deleter_ = [](void* p) { std::free(p); };
+}
+
+Storage::Storage(void* data, std::size_t nbytes, std::function<void(void*)> deleter)
+    : data_(data), nbytes_(nbytes), deleter_(std::move(deleter)) {}
+
+Storage::~Storage() {
+  if (deleter_) deleter_(data_);
+}
+
+TensorImpl::TensorImpl(DType dtype, std::vector<std::int64_t> shape,
+                       std::shared_ptr<Storage> storage, std::size_t offset_bytes)
+    : dtype_(dtype),
+      shape_(std::move(shape)),
+      numel_(checked_numel(shape_)),
+      storage_(std::move(storage)),
+      offset_bytes_(offset_bytes) {
+  C10D_CHECK(storage_ != nullptr, "tensor storage is null");
+  const std::size_t need = offset_bytes_ + static_cast<std::size_t>(numel_) * element_size(dtype_);
+  C10D_CHECK(need <= storage_->nbytes(), "tensor {}{} needs {} bytes but its storage holds {}",
+             dtype_name(dtype_), shape_string(shape_), need, storage_->nbytes());
+}
+
+TensorImpl::TensorImpl(DType dtype, std::vector<std::int64_t> shape,
+                       std::shared_ptr<PendingValue> pending)
+    : dtype_(dtype),
+      shape_(std::move(shape)),
+      numel_(checked_numel(shape_)),
+      pending_(std::move(pending)) {
+  C10D_CHECK(pending_ != nullptr, "pending value is null");
+}
+
+void TensorImpl::materialize() {
+  if (pending_) {
+    auto pending = std::move(pending_);
+    pending_.reset();
+    pending->materialize(*this);
+    C10D_CHECK(storage_ != nullptr, "a pending value left tensor {}{} without storage",
+               dtype_name(dtype_), shape_string(shape_));
+  }
+}
+
+const std::shared_ptr<Storage>& TensorImpl::storage() {
+  materialize();
+  return storage_;
+}
+
+void TensorImpl::set_storage(std::shared_ptr<Storage> storage) {
+  C10D_CHECK(storage != nullptr &&
+                 storage->nbytes() >= static_cast<std::size_t>(numel_) * element_size(dtype_),
+             "storage too small for tensor {}{}", dtype_name(dtype_), shape_string(shape_));
+  storage_ = std::move(storage);
+  offset_bytes_ = 0;
+}
+
+Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype) {
+  const std::int64_t n = checked_numel(shape);
+  auto storage = std::make_shared<Storage>(static_cast<std::size_t>(n) * element_size(dtype));
+  return Tensor(std::make_shared<TensorImpl>(dtype, std::move(shape), std::move(storage)));
+}
+
+Tensor Tensor::from_blob(void* data, std::vector<std::int64_t> shape, DType dtype,
+                         std::function<void(void*)> deleter) {
+  const std::int64_t n = checked_numel(shape);
+  C10D_CHECK(data != nullptr || n == 0, "from_blob: null data for {} elements", n);
+  auto storage = std::make_shared<Storage>(data, static_cast<std::size_t>(n) * element_size(dtype),
+                                           std::move(deleter));
+  return Tensor(std::make_shared<TensorImpl>(dtype, std::move(shape), std::move(storage)));
+}
+
+DType Tensor::dtype() const {
+  C10D_CHECK(impl_, "dtype() of an undefined tensor");
+  return impl_->dtype();
+}
+
+const std::vector<std::int64_t>& Tensor::shape() const {
+  C10D_CHECK(impl_, "shape() of an undefined tensor");
+  return impl_->shape();
+}
+
+std::int64_t Tensor::numel() const {
+  C10D_CHECK(impl_, "numel() of an undefined tensor");
+  return impl_->numel();
+}
+
+std::string Tensor::to_string() const {
+  if (!impl_) return "undefined";
+  return fmt::format("{}{}", dtype_name(dtype()), shape_string(shape()));
+}
+
+void* Tensor::raw_data() const {
+  C10D_CHECK(impl_, "data of an undefined tensor");
+  const auto& storage = impl_->storage();
+  return static_cast<std::uint8_t*>(storage->data()) + impl_->offset_bytes();
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape(), dtype());
+  if (nbytes() > 0) std::memcpy(out.raw_data(), raw_data(), nbytes());
+  return out;
+}
+
+Tensor Tensor::view(std::vector<std::int64_t> new_shape) const {
+  C10D_CHECK(checked_numel(new_shape) == numel(), "view {} of tensor {}: element counts differ",
+             shape_string(new_shape), to_string());
+  impl_->materialize();
+  return Tensor(std::make_shared<TensorImpl>(dtype(), std::move(new_shape), impl_->storage(),
+                                             impl_->offset_bytes()));
+}
+
+Tensor Tensor::narrow_rows(std::int64_t begin, std::int64_t end) const {
+  C10D_CHECK(dim() >= 1, "narrow_rows of a 0-d tensor {}", to_string());
+  const std::int64_t rows = shape()[0];
+  C10D_CHECK(0 <= begin && begin <= end && end <= rows, "rows [{}, {}) out of range for {}", begin,
+             end, to_string());
+  const std::int64_t row_elems = rows == 0 ? 0 : numel() / rows;
+  std::vector<std::int64_t> new_shape = shape();
+  new_shape[0] = end - begin;
+  impl_->materialize();
+  const std::size_t offset =
+      impl_->offset_bytes() + static_cast<std::size_t>(begin * row_elems) * element_size(dtype());
+  return Tensor(
+      std::make_shared<TensorImpl>(dtype(), std::move(new_shape), impl_->storage(), offset));
+}
+
+}  // namespace c10d

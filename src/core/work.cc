@@ -1,0 +1,109 @@
+#include "c10d/work.h"
+
+#include "core/check.h"
+
+namespace c10d {
+
+void Future::mark_completed(std::vector<Tensor> value) {
+  std::vector<Callback> callbacks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    C10D_CHECK(!completed_, "future completed twice");
+    completed_ = true;
+    value_ = std::move(value);
+    callbacks.swap(callbacks_);
+  }
+  cv_.notify_all();
+  for (auto& cb : callbacks) cb(*this);
+}
+
+void Future::set_error(std::exception_ptr error) {
+  C10D_CHECK(error != nullptr, "set_error with a null exception");
+  std::vector<Callback> callbacks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    C10D_CHECK(!completed_, "future completed twice");
+    completed_ = true;
+    error_ = std::move(error);
+    callbacks.swap(callbacks_);
+  }
+  cv_.notify_all();
+  for (auto& cb : callbacks) cb(*this);
+}
+
+bool Future::completed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return completed_;
+}
+
+bool Future::has_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_ != nullptr;
+}
+
+std::exception_ptr Future::exception() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+bool Future::wait_for(Milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return completed_; });
+}
+
+void Future::wait(Milliseconds timeout) const {
+  if (!wait_for(timeout)) {
+    C10D_THROW(TimeoutError, "future not completed within {} ms", timeout.count());
+  }
+  if (auto err = exception()) std::rethrow_exception(err);
+}
+
+const std::vector<Tensor>& Future::value() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  C10D_CHECK(completed_, "value() of a future that has not completed");
+  if (error_) std::rethrow_exception(error_);
+  return value_;
+}
+
+void Future::add_callback(Callback callback) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!completed_) {
+      callbacks_.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback(*this);
+}
+
+std::shared_ptr<Future> Future::then(std::function<std::vector<Tensor>(Future&)> fn) {
+  auto next = std::make_shared<Future>();
+  add_callback([next, fn = std::move(fn)](Future& self) {
+    if (auto err = self.exception()) {
+      next->set_error(err);
+      return;
+    }
+    std::vector<Tensor> out;
+    try {
+      out = fn(self);
+    } catch (...) {
+      next->set_error(std::current_exception());
+      return;
+    }
+    next->mark_completed(std::move(out));
+  });
+  return next;
+}
+
+Work::Work(std::string op_name, std::uint64_t sequence)
+    : op_name_(std::move(op_name)), sequence_(sequence) {}
+
+void Work::wait(Milliseconds timeout) {
+  if (!future_->wait_for(timeout)) {
+    C10D_THROW(TimeoutError, "{} (sequence {}) did not complete within {} ms", op_name_, sequence_,
+               timeout.count());
+  }
+  if (auto err = future_->exception()) std::rethrow_exception(err);
+}
+
+}  // namespace c10d
