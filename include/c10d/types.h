@@ -51,7 +51,7 @@ enum class ReduceOp : std::uint8_t {
   kPremulSum = 8,
 };
 
-std::string_view reduce_op_name(ReduceOp op);  // "sum", "avg", "prod", ...
+std::string_view reduce_op_name(ReduceOp op);     // "sum", "avg", "prod", ...
 ReduceOp parse_reduce_op(std::string_view name);  // throws InvalidArgument
 
 // A reduction with its operator and, for PREMUL_SUM, the factor each input is scaled by.

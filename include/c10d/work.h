@@ -57,10 +57,10 @@ class Future : public std::enable_shared_from_this<Future> {
  private:
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  bool completed_ = false;                  // GUARDED_BY(mu_)
-  std::vector<Tensor> value_;               // GUARDED_BY(mu_); immutable once completed
-  std::exception_ptr error_;                // GUARDED_BY(mu_); immutable once completed
-  std::vector<Callback> callbacks_;         // GUARDED_BY(mu_)
+  bool completed_ = false;           // GUARDED_BY(mu_)
+  std::vector<Tensor> value_;        // GUARDED_BY(mu_); immutable once completed
+  std::exception_ptr error_;         // GUARDED_BY(mu_); immutable once completed
+  std::vector<Callback> callbacks_;  // GUARDED_BY(mu_)
 };
 
 class Work {

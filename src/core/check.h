@@ -19,7 +19,7 @@ std::string with_location(const char* file, int line, const std::string& message
   throw ErrorType(::c10d::core::with_location(__FILE__, __LINE__, ::fmt::format(__VA_ARGS__)))
 
 // Throws InvalidArgument unless `cond` holds: C10D_CHECK(n >= 0, "count {} is negative", n).
-#define C10D_CHECK(cond, ...)                          \
-  do {                                                 \
+#define C10D_CHECK(cond, ...)                                      \
+  do {                                                             \
     if (!(cond)) C10D_THROW(::c10d::InvalidArgument, __VA_ARGS__); \
   } while (0)

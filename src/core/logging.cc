@@ -50,10 +50,9 @@ LogLevel parse_log_level(std::string_view name) {
 
 void log_line(LogLevel level, std::string_view message) {
   static constexpr const char* kNames[] = {"TRACE", "DEBUG", "INFO", "WARN", "ERROR", "OFF"};
-  const double t =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - kStart).count();
-  std::string line = fmt::format("[c10d {} {:.3f} pid {}] {}\n", kNames[static_cast<int>(level)],
-                                 t, ::getpid(), message);
+  const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - kStart).count();
+  std::string line = fmt::format("[c10d {} {:.3f} pid {}] {}\n", kNames[static_cast<int>(level)], t,
+                                 ::getpid(), message);
   // One write per line keeps lines from different threads whole.
   ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;

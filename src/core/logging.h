@@ -12,15 +12,15 @@ namespace c10d::core {
 enum class LogLevel { kTrace = 0, kDebug, kInfo, kWarn, kError, kOff };
 
 LogLevel log_level();
-void set_log_level(LogLevel level);  // overrides the environment (tests, tools)
+void set_log_level(LogLevel level);               // overrides the environment (tests, tools)
 LogLevel parse_log_level(std::string_view name);  // throws InvalidArgument
 void log_line(LogLevel level, std::string_view message);
 
 }  // namespace c10d::core
 
-#define C10D_LOG(level, ...)                                                    \
-  do {                                                                          \
-    if (::c10d::core::LogLevel::level >= ::c10d::core::log_level())             \
+#define C10D_LOG(level, ...)                                                             \
+  do {                                                                                   \
+    if (::c10d::core::LogLevel::level >= ::c10d::core::log_level())                      \
       ::c10d::core::log_line(::c10d::core::LogLevel::level, ::fmt::format(__VA_ARGS__)); \
   } while (0)
 #define C10D_LOG_DEBUG(...) C10D_LOG(kDebug, __VA_ARGS__)

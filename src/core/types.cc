@@ -70,7 +70,8 @@ ReduceOp parse_reduce_op(std::string_view name) {
   }
   if (name == "product") return ReduceOp::kProduct;
   C10D_THROW(InvalidArgument,
-             "unknown reduce op '{}' (sum, avg, prod, min, max, band, bor, bxor, premul_sum)", name);
+             "unknown reduce op '{}' (sum, avg, prod, min, max, band, bor, bxor, premul_sum)",
+             name);
 }
 
 }  // namespace c10d

@@ -38,7 +38,7 @@ struct ServerStats {
   std::uint64_t connections_open = 0;
   std::uint64_t connections_rejected = 0;  // closed for bad input, limits or auth
   std::uint64_t requests = 0;
-  std::uint64_t waits_held = 0;            // right now
+  std::uint64_t waits_held = 0;  // right now
   std::uint64_t keys = 0;
 };
 

@@ -84,7 +84,7 @@ enum class Status : std::uint8_t {
   kNotInteger = 7,
 };
 
-std::string_view kind_name(Kind kind);      // "SET", "GET", ...
+std::string_view kind_name(Kind kind);  // "SET", "GET", ...
 std::string_view status_name(Status status);
 
 struct Header {
@@ -97,17 +97,17 @@ struct Header {
 
 enum class DecodeCode : std::uint8_t {
   kOk,
-  kShort,           // not enough bytes yet
+  kShort,  // not enough bytes yet
   kBadMagic,
-  kBadVersion,      // value = the peer's version
-  kBadKind,         // value = the kind byte
-  kFrameTooLarge,   // value = the claimed body length
-  kKeyTooLarge,     // value = the claimed key length
-  kValueTooLarge,   // value = the claimed value length
-  kTooManyKeys,     // value = the claimed count
-  kTruncated,       // a length runs past the end of the body
-  kTrailingBytes,   // value = bytes left over
-  kBadStatus,       // value = the status byte
+  kBadVersion,     // value = the peer's version
+  kBadKind,        // value = the kind byte
+  kFrameTooLarge,  // value = the claimed body length
+  kKeyTooLarge,    // value = the claimed key length
+  kValueTooLarge,  // value = the claimed value length
+  kTooManyKeys,    // value = the claimed count
+  kTruncated,      // a length runs past the end of the body
+  kTrailingBytes,  // value = bytes left over
+  kBadStatus,      // value = the status byte
 };
 
 struct DecodeStatus {
@@ -139,9 +139,9 @@ class Reader {
   bool u64(std::uint64_t& v);
   bool i64(std::int64_t& v);
   bool fixed(std::size_t n, std::span<const std::uint8_t>& v);
-  bool key(std::string_view& v);                       // checks max_key_bytes
-  bool value(std::span<const std::uint8_t>& v);        // checks max_value_bytes
-  bool count(std::uint32_t& n);                        // checks max_keys_per_op
+  bool key(std::string_view& v);                 // checks max_key_bytes
+  bool value(std::span<const std::uint8_t>& v);  // checks max_value_bytes
+  bool count(std::uint32_t& n);                  // checks max_keys_per_op
   // kTrailingBytes unless everything was read.
   DecodeStatus finish();
   DecodeStatus status() const { return status_; }

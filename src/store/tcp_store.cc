@@ -1,0 +1,567 @@
+// TCPStore: the client of the TCP store server (frames in wire.h).
+//
+// One blocking socket, used by one call at a time under mu_. Deadlines: connect polls a
+// non-blocking socket; reads and writes block with SO_RCVTIMEO/SO_SNDTIMEO (two syscalls per
+// round trip on the hot path, instead of four with poll) and re-check the deadline when woken.
+// Any failure in the middle of a call closes the socket, so a half-read answer can never be
+// taken for the next one; the next call connects again.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <utility>
+
+#include "c10d/store.h"
+#include "core/check.h"
+#include "core/logging.h"
+#include "store/tcp_store_server.h"
+#include "store/wire.h"
+
+namespace c10d {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using store::wire::Kind;
+using store::wire::Status;
+
+// Extra time a client gives the server beyond a wait's own timeout before it calls the server
+// unresponsive: the server answers a wait that times out itself.
+constexpr Milliseconds kServerGrace{5000};
+
+std::string keys_text(std::span<const std::string> keys) {
+  return fmt::format("[{}]", fmt::join(keys, ", "));
+}
+
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    reset();
+    fd_ = std::exchange(o.fd_, -1);
+    return *this;
+  }
+  ~Fd() { reset(); }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+Milliseconds remaining(Clock::time_point deadline) {
+  return std::max(Milliseconds(0),
+                  std::chrono::duration_cast<Milliseconds>(deadline - Clock::now()));
+}
+
+}  // namespace
+
+struct TCPStore::Impl {
+  TCPStoreOptions options;
+  std::string address;
+  std::mutex mu;
+  Fd fd;                                 // GUARDED_BY(mu)
+  Milliseconds socket_timeout{-1};       // GUARDED_BY(mu): what SO_RCVTIMEO is set to
+  Bytes out;                             // GUARDED_BY(mu)
+  Bytes in;                              // GUARDED_BY(mu)
+  std::size_t in_begin = 0, in_end = 0;  // GUARDED_BY(mu)
+
+  // A decoded response: status, and the body after the status byte.
+  struct Response {
+    std::span<const std::uint8_t> payload;
+  };
+
+  [[noreturn]] void fail(const char* what, const std::string& context) {
+    const int err = errno;
+    fd.reset();
+    C10D_THROW(StoreError, "store {}: {} during {}: {}", address, what, context,
+               std::strerror(err));
+  }
+
+  // Tries every address of host:port once. Returns an error text on failure.
+  std::string try_connect(Clock::time_point deadline) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const std::string port = std::to_string(options.port);
+    int rc = ::getaddrinfo(options.host.c_str(), port.c_str(), &hints, &found);
+    if (rc != 0) return fmt::format("cannot resolve '{}': {}", options.host, gai_strerror(rc));
+    std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, ::freeaddrinfo);
+    std::string last = "no addresses";
+    for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+      Fd s(
+          ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+      if (!s.valid()) {
+        last = std::strerror(errno);
+        continue;
+      }
+      if (::connect(s.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+        if (errno != EINPROGRESS) {
+          last = std::strerror(errno);
+          continue;
+        }
+        pollfd p{s.get(), POLLOUT, 0};
+        int ready = ::poll(&p, 1, static_cast<int>(remaining(deadline).count()));
+        int err = 0;
+        socklen_t len = sizeof(err);
+        if (ready <= 0) {
+          last = ready == 0 ? "connect timed out" : std::strerror(errno);
+          continue;
+        }
+        ::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err != 0) {
+          last = std::strerror(err);
+          continue;
+        }
+      }
+      int flags = ::fcntl(s.get(), F_GETFL);
+      ::fcntl(s.get(), F_SETFL, flags & ~O_NONBLOCK);
+      int one = 1;
+      ::setsockopt(s.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      fd = std::move(s);
+      socket_timeout = Milliseconds(-1);
+      in_begin = in_end = 0;
+      return {};
+    }
+    return last;
+  }
+
+  // Connects (with exponential backoff while the server is not up yet) and shakes hands.
+  void connect(Clock::time_point deadline) {
+    Milliseconds backoff{10};
+    const auto start = Clock::now();
+    for (;;) {
+      std::string err = try_connect(deadline);
+      if (err.empty()) break;
+      if (Clock::now() >= deadline) {
+        C10D_THROW(TimeoutError, "store {}: could not connect within {} ms: {}", address,
+                   std::chrono::duration_cast<Milliseconds>(Clock::now() - start).count(), err);
+      }
+      C10D_LOG_DEBUG("store {}: connect failed ({}), retrying in {} ms", address, err,
+                     backoff.count());
+      std::this_thread::sleep_for(std::min(backoff, remaining(deadline)));
+      backoff = std::min(backoff * 2, Milliseconds(1000));
+    }
+    handshake(deadline);
+  }
+
+  void handshake(Clock::time_point deadline) {
+    out.clear();
+    std::size_t start = store::wire::begin_frame(out, static_cast<std::uint8_t>(Kind::kHello));
+    store::wire::put_u16(out, store::wire::kVersion);
+    store::wire::end_frame(out, start);
+    Response r = round_trip(Kind::kHello, deadline, "HELLO");
+    store::wire::Reader reader(r.payload, options.limits);
+    std::uint8_t auth_required = 0;
+    std::span<const std::uint8_t> nonce_bytes;
+    reader.u8(auth_required);
+    reader.fixed(store::wire::kNonceBytes, nonce_bytes);
+    if (!reader.finish().ok()) {
+      fd.reset();
+      C10D_THROW(StoreError, "store {}: malformed HELLO answer", address);
+    }
+    if (!auth_required) return;
+    if (options.token.empty()) {
+      fd.reset();
+      C10D_THROW(StoreError,
+                 "store {} requires authentication: set C10D_STORE_TOKEN (or "
+                 "TCPStoreOptions::token) to its shared secret",
+                 address);
+    }
+    store::wire::Nonce nonce;
+    std::copy(nonce_bytes.begin(), nonce_bytes.end(), nonce.begin());
+    const auto mac = store::wire::auth_mac(options.token, nonce);
+    out.clear();
+    start = store::wire::begin_frame(out, static_cast<std::uint8_t>(Kind::kAuth));
+    out.insert(out.end(), mac.begin(), mac.end());
+    store::wire::end_frame(out, start);
+    round_trip(Kind::kAuth, deadline, "AUTH");
+  }
+
+  void set_socket_timeout(Milliseconds t) {
+    // Rounded up to whole 100 ms so a steady stream of calls does not re-set it every time.
+    t = std::max(Milliseconds(100), (t + Milliseconds(99)) / 100 * 100);
+    if (t == socket_timeout) return;
+    timeval tv{};
+    tv.tv_sec = t.count() / 1000;
+    tv.tv_usec = (t.count() % 1000) * 1000;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    socket_timeout = t;
+  }
+
+  [[noreturn]] void timed_out(Clock::time_point start, const std::string& context) {
+    fd.reset();
+    C10D_THROW(TimeoutError, "store {}: no answer to {} within {} ms", address, context,
+               std::chrono::duration_cast<Milliseconds>(Clock::now() - start).count());
+  }
+
+  // Reads until `need` unread bytes are buffered.
+  void fill(std::size_t need, Clock::time_point start, Clock::time_point deadline,
+            const std::string& context) {
+    if (in_begin + need > in.size()) {
+      std::memmove(in.data(), in.data() + in_begin, in_end - in_begin);
+      in_end -= in_begin;
+      in_begin = 0;
+      if (need > in.size()) in.resize(std::max(need, in.size() * 2));
+    }
+    while (in_end - in_begin < need) {
+      if (Clock::now() >= deadline) timed_out(start, context);
+      ssize_t n = ::recv(fd.get(), in.data() + in_end, in.size() - in_end, 0);
+      if (n > 0) {
+        in_end += static_cast<std::size_t>(n);
+      } else if (n == 0) {
+        fd.reset();
+        C10D_THROW(StoreError, "store {}: the server closed the connection during {}", address,
+                   context);
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        continue;  // SO_RCVTIMEO slice over; the deadline check above decides
+      } else if (errno != EINTR) {
+        fail("receive failed", context);
+      }
+    }
+  }
+
+  // Sends `out` as one request and reads its response. Throws on any error status.
+  Response round_trip(Kind kind, Clock::time_point deadline, const std::string& context) {
+    const auto start = Clock::now();
+    set_socket_timeout(remaining(deadline));
+    std::size_t sent = 0;
+    while (sent < out.size()) {
+      ssize_t n = ::send(fd.get(), out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+      if (n >= 0) {
+        sent += static_cast<std::size_t>(n);
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (Clock::now() >= deadline) timed_out(start, context);
+      } else if (errno != EINTR) {
+        fail("send failed", context);
+      }
+    }
+    if (in.size() < 4096) in.resize(4096);
+    fill(store::wire::kHeaderBytes, start, deadline, context);
+    store::wire::Header h;
+    auto hs = store::wire::decode_header({in.data() + in_begin, in_end - in_begin}, true,
+                                         options.limits, h);
+    if (!hs.ok()) {
+      fd.reset();
+      C10D_THROW(StoreError, "store {}: bad answer to {}: {}", address, context,
+                 store::wire::describe(hs, options.limits));
+    }
+    const std::size_t frame = store::wire::kHeaderBytes + static_cast<std::size_t>(h.body_bytes);
+    fill(frame, start, deadline, context);
+    std::span<const std::uint8_t> body(in.data() + in_begin + store::wire::kHeaderBytes,
+                                       h.body_bytes);
+    in_begin += frame;
+    if (in_begin == in_end) in_begin = in_end = 0;
+    if (body.empty()) {
+      fd.reset();
+      C10D_THROW(StoreError, "store {}: empty answer to {}", address, context);
+    }
+    const auto status = static_cast<Status>(body[0]);
+    if (status == Status::kOk && h.version == store::wire::kVersion &&
+        h.kind == (static_cast<std::uint8_t>(kind) | store::wire::kResponseBit)) {
+      return {body.subspan(1)};
+    }
+    throw_status(status, h, context, error_text(body.subspan(1)));
+  }
+
+  static std::string_view error_text(std::span<const std::uint8_t> rest) {
+    if (rest.size() < 4) return {};
+    std::uint32_t n = store::wire::get_u32(rest.data());
+    if (n > rest.size() - 4) return {};
+    return {reinterpret_cast<const char*>(rest.data() + 4), n};
+  }
+
+  [[noreturn]] void throw_status(Status status, const store::wire::Header& h,
+                                 const std::string& context, std::string_view message) {
+    switch (status) {
+      case Status::kTimeout:
+        C10D_THROW(TimeoutError, "store {}: {} timed out: {}", address, context, message);
+      case Status::kNotInteger:
+        C10D_THROW(InvalidArgument, "store {}: {}: {}", address, context, message);
+      case Status::kLimitExceeded:
+        fd.reset();  // the server closes the connection after a broken limit
+        C10D_THROW(InvalidArgument, "store {}: {} refused: {}", address, context, message);
+      case Status::kVersionMismatch:
+        fd.reset();
+        C10D_THROW(StoreError,
+                   "store {}: protocol version mismatch: this client speaks version {}, the "
+                   "server speaks version {} ({})",
+                   address, store::wire::kVersion, h.version, message);
+      case Status::kOk:
+        fd.reset();
+        C10D_THROW(StoreError, "store {}: answer to {} does not match the request (kind {:#x})",
+                   address, context, h.kind);
+      default:
+        fd.reset();
+        C10D_THROW(StoreError, "store {}: {} failed: {}: {}", address, context,
+                   store::wire::status_name(status), message);
+    }
+  }
+
+  // One request: connect when needed, send the frame built in `out` by `build`, read the answer.
+  template <typename Build>
+  Response call(Kind kind, Milliseconds timeout, const Build& build,
+                const std::function<std::string()>& context) {
+    const auto deadline = Clock::now() + timeout;
+    if (!fd.valid()) connect(deadline);
+    out.clear();
+    const std::size_t start = store::wire::begin_frame(out, static_cast<std::uint8_t>(kind));
+    build(out);
+    store::wire::end_frame(out, start);
+    return round_trip(kind, deadline, context());
+  }
+
+  void check_key(std::string_view key) const {
+    C10D_CHECK(key.size() <= options.limits.max_key_bytes,
+               "store {}: key of {} bytes exceeds the limit of {}", address, key.size(),
+               options.limits.max_key_bytes);
+  }
+  void check_value(std::span<const std::uint8_t> value) const {
+    C10D_CHECK(value.size() <= options.limits.max_value_bytes,
+               "store {}: value of {} bytes exceeds the limit of {}", address, value.size(),
+               options.limits.max_value_bytes);
+  }
+  void check_keys(std::span<const std::string> keys) const {
+    C10D_CHECK(keys.size() <= options.limits.max_keys_per_op,
+               "store {}: {} keys in one call exceed the limit of {}", address, keys.size(),
+               options.limits.max_keys_per_op);
+    for (const auto& k : keys) check_key(k);
+  }
+};
+
+namespace {
+
+std::string resolve_token(const TCPStoreOptions& options) {
+  if (!options.token.empty()) return options.token;
+  const char* env = std::getenv("C10D_STORE_TOKEN");
+  return env ? std::string(env) : std::string();
+}
+
+std::string format_address(const std::string& host, std::uint16_t port) {
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
+                                             : fmt::format("{}:{}", host, port);
+}
+
+std::string quoted(std::string_view key) { return fmt::format("'{}'", key); }
+
+}  // namespace
+
+TCPStore::TCPStore(TCPStoreOptions options) : Store(options.timeout) {
+  options.token = resolve_token(options);
+  if (options.is_server) {
+    store::ServerOptions server_options;
+    server_options.host = options.host;
+    server_options.port = options.port;
+    server_options.token = options.token;
+    server_options.limits = options.limits;
+    server_ = std::make_unique<TCPStoreServer>(std::move(server_options));
+    options.port = server_->port();
+  }
+  impl_ = std::make_unique<Impl>();
+  impl_->address = format_address(options.host, options.port);
+  impl_->options = std::move(options);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->connect(Clock::now() + impl_->options.timeout);
+}
+
+TCPStore::~TCPStore() {
+  impl_.reset();    // close our connection first
+  server_.reset();  // then stop the hosted server, if any
+}
+
+const std::string& TCPStore::host() const { return impl_->options.host; }
+std::uint16_t TCPStore::port() const { return impl_->options.port; }
+std::string TCPStore::address() const { return impl_->address; }
+
+void TCPStore::set(std::string_view key, std::span<const std::uint8_t> value) {
+  impl_->check_key(key);
+  impl_->check_value(value);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->call(
+      Kind::kSet, timeout(),
+      [&](Bytes& out) {
+        store::wire::put_string(out, key);
+        store::wire::put_bytes(out, value);
+      },
+      [&] { return "SET of key " + quoted(key); });
+}
+
+Bytes TCPStore::get(std::string_view key) {
+  impl_->check_key(key);
+  const Milliseconds t = timeout();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto r = impl_->call(
+      Kind::kGet, t + kServerGrace,
+      [&](Bytes& out) {
+        store::wire::put_u64(out, static_cast<std::uint64_t>(t.count()));
+        store::wire::put_string(out, key);
+      },
+      [&] { return "GET of key " + quoted(key); });
+  store::wire::Reader reader(r.payload, impl_->options.limits);
+  std::span<const std::uint8_t> value;
+  reader.value(value);
+  C10D_CHECK(reader.finish().ok(), "store {}: malformed GET answer", impl_->address);
+  return Bytes(value.begin(), value.end());
+}
+
+std::int64_t TCPStore::add(std::string_view key, std::int64_t delta) {
+  impl_->check_key(key);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto r = impl_->call(
+      Kind::kAdd, timeout(),
+      [&](Bytes& out) {
+        store::wire::put_string(out, key);
+        store::wire::put_u64(out, static_cast<std::uint64_t>(delta));
+      },
+      [&] { return "ADD to key " + quoted(key); });
+  store::wire::Reader reader(r.payload, impl_->options.limits);
+  std::int64_t sum = 0;
+  reader.i64(sum);
+  C10D_CHECK(reader.finish().ok(), "store {}: malformed ADD answer", impl_->address);
+  return sum;
+}
+
+Bytes TCPStore::compare_set(std::string_view key, std::span<const std::uint8_t> expected,
+                            std::span<const std::uint8_t> desired) {
+  impl_->check_key(key);
+  impl_->check_value(expected);
+  impl_->check_value(desired);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto r = impl_->call(
+      Kind::kCompareSet, timeout(),
+      [&](Bytes& out) {
+        store::wire::put_string(out, key);
+        store::wire::put_bytes(out, expected);
+        store::wire::put_bytes(out, desired);
+      },
+      [&] { return "COMPARE_SET of key " + quoted(key); });
+  store::wire::Reader reader(r.payload, impl_->options.limits);
+  std::span<const std::uint8_t> value;
+  reader.value(value);
+  C10D_CHECK(reader.finish().ok(), "store {}: malformed COMPARE_SET answer", impl_->address);
+  return Bytes(value.begin(), value.end());
+}
+
+bool TCPStore::check(std::span<const std::string> keys) {
+  impl_->check_keys(keys);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto r = impl_->call(
+      Kind::kCheck, timeout(),
+      [&](Bytes& out) {
+        store::wire::put_u32(out, static_cast<std::uint32_t>(keys.size()));
+        for (const auto& k : keys) store::wire::put_string(out, k);
+      },
+      [&] { return "CHECK of keys " + keys_text(keys); });
+  return !r.payload.empty() && r.payload[0] != 0;
+}
+
+void TCPStore::wait(std::span<const std::string> keys, Milliseconds wait_timeout) {
+  impl_->check_keys(keys);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->call(
+      Kind::kWait, wait_timeout + kServerGrace,
+      [&](Bytes& out) {
+        store::wire::put_u64(out, static_cast<std::uint64_t>(wait_timeout.count()));
+        store::wire::put_u32(out, static_cast<std::uint32_t>(keys.size()));
+        for (const auto& k : keys) store::wire::put_string(out, k);
+      },
+      [&] { return "WAIT for keys " + keys_text(keys); });
+}
+
+bool TCPStore::delete_key(std::string_view key) {
+  impl_->check_key(key);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto r = impl_->call(
+      Kind::kDelete, timeout(), [&](Bytes& out) { store::wire::put_string(out, key); },
+      [&] { return "DELETE of key " + quoted(key); });
+  return !r.payload.empty() && r.payload[0] != 0;
+}
+
+std::int64_t TCPStore::num_keys() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto r = impl_->call(
+      Kind::kNumKeys, timeout(), [](Bytes&) {}, [] { return std::string("NUM_KEYS"); });
+  store::wire::Reader reader(r.payload, impl_->options.limits);
+  std::int64_t n = 0;
+  reader.i64(n);
+  C10D_CHECK(reader.finish().ok(), "store {}: malformed NUM_KEYS answer", impl_->address);
+  return n;
+}
+
+void TCPStore::append(std::string_view key, std::span<const std::uint8_t> value) {
+  impl_->check_key(key);
+  impl_->check_value(value);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->call(
+      Kind::kAppend, timeout(),
+      [&](Bytes& out) {
+        store::wire::put_string(out, key);
+        store::wire::put_bytes(out, value);
+      },
+      [&] { return "APPEND to key " + quoted(key); });
+}
+
+std::vector<Bytes> TCPStore::multi_get(std::span<const std::string> keys) {
+  impl_->check_keys(keys);
+  const Milliseconds t = timeout();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto r = impl_->call(
+      Kind::kMultiGet, t + kServerGrace,
+      [&](Bytes& out) {
+        store::wire::put_u64(out, static_cast<std::uint64_t>(t.count()));
+        store::wire::put_u32(out, static_cast<std::uint32_t>(keys.size()));
+        for (const auto& k : keys) store::wire::put_string(out, k);
+      },
+      [&] { return "MULTI_GET of keys " + keys_text(keys); });
+  store::wire::Reader reader(r.payload, impl_->options.limits);
+  std::uint32_t n = 0;
+  reader.count(n);
+  std::vector<Bytes> values;
+  values.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::span<const std::uint8_t> v;
+    if (!reader.value(v)) break;
+    values.emplace_back(v.begin(), v.end());
+  }
+  C10D_CHECK(reader.finish().ok() && values.size() == keys.size(),
+             "store {}: malformed MULTI_GET answer", impl_->address);
+  return values;
+}
+
+void TCPStore::multi_set(std::span<const std::string> keys, std::span<const Bytes> values) {
+  C10D_CHECK(keys.size() == values.size(), "multi_set: {} keys but {} values", keys.size(),
+             values.size());
+  impl_->check_keys(keys);
+  for (const auto& v : values) impl_->check_value(v);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->call(
+      Kind::kMultiSet, timeout(),
+      [&](Bytes& out) {
+        store::wire::put_u32(out, static_cast<std::uint32_t>(keys.size()));
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          store::wire::put_string(out, keys[i]);
+          store::wire::put_bytes(out, values[i]);
+        }
+      },
+      [&] { return "MULTI_SET of keys " + keys_text(keys); });
+}
+
+}  // namespace c10d
