@@ -401,6 +401,21 @@ struct TCPStoreServer::Impl {
       const std::size_t frame = store::wire::kHeaderBytes + static_cast<std::size_t>(h.body_bytes);
       if (end - begin < frame) co_await fill(frame);
       const Kind kind = static_cast<Kind>(h.kind);
+      // Before the handshake is done only its own frame is read; anything else is refused
+      // without decoding its body.
+      if (phase == Phase::kHello && kind != Kind::kHello) {
+        store::wire::encode_error(out, kind, Status::kBadRequest,
+                                  "the first request on a connection must be HELLO");
+        reject(conn, fmt::format("{} before HELLO", store::wire::kind_name(kind)));
+        break;
+      }
+      if (phase == Phase::kAuth && kind != Kind::kAuth) {
+        store::wire::encode_error(out, kind, Status::kAuthRequired,
+                                  "this store requires authentication: set C10D_STORE_TOKEN "
+                                  "(or the token option) to the store's shared secret");
+        reject(conn, fmt::format("{} without authentication", store::wire::kind_name(kind)));
+        break;
+      }
       auto ds = store::wire::decode_request(
           kind, {in.data() + begin + store::wire::kHeaderBytes, h.body_bytes}, limits, req);
       requests.fetch_add(1, std::memory_order_relaxed);
@@ -417,12 +432,6 @@ struct TCPStoreServer::Impl {
       }
       bool keep = true;
       if (phase == Phase::kHello) {
-        if (kind != Kind::kHello) {
-          store::wire::encode_error(out, kind, Status::kBadRequest,
-                                    "the first request on a connection must be HELLO");
-          reject(conn, fmt::format("{} before HELLO", store::wire::kind_name(kind)));
-          break;
-        }
         const bool auth = !options.token.empty();
         if (auth) nonce = store::wire::random_nonce();
         std::size_t start = begin_ok(out, kind);
@@ -431,15 +440,7 @@ struct TCPStoreServer::Impl {
         store::wire::end_frame(out, start);
         phase = auth ? Phase::kAuth : Phase::kReady;
       } else if (phase == Phase::kAuth) {
-        if (kind != Kind::kAuth) {
-          store::wire::encode_error(out, kind, Status::kAuthRequired,
-                                    "this store requires authentication: set C10D_STORE_TOKEN "
-                                    "(or the token option) to the store's shared secret");
-          reject(conn, fmt::format("{} without authentication", store::wire::kind_name(kind)));
-          break;
-        }
-        const auto expected = store::wire::auth_mac(options.token, nonce);
-        if (!store::wire::mac_equal(req.mac, expected)) {
+        if (!store::wire::mac_equal(req.mac, store::wire::auth_mac(options.token, nonce))) {
           store::wire::encode_error(out, kind, Status::kAuthFailed,
                                     "authentication failed: the client's token does not match "
                                     "the store's");

@@ -21,8 +21,8 @@ TEST(TensorTest, FromBlobSharesUserMemoryAndRunsDeleter) {
   std::vector<float> buffer = {1, 2, 3, 4};
   bool deleted = false;
   {
-    Tensor t = Tensor::from_blob(buffer.data(), {2, 2}, DType::kFloat32,
-                                 [&](void*) { deleted = true; });
+    Tensor t =
+        Tensor::from_blob(buffer.data(), {2, 2}, DType::kFloat32, [&](void*) { deleted = true; });
     EXPECT_EQ(t.data<float>(), buffer.data());
     t.data<float>()[3] = 40;
     Tensor copy = t;  // a handle, not a copy of the data

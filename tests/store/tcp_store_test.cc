@@ -1,0 +1,319 @@
+// TCPStore and its server: concurrency, deadlines, authentication, versions, shutdown.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <future>
+#include <thread>
+
+#include "c10d/errors.h"
+#include "c10d/store.h"
+#include "raw_client.h"
+#include "store/tcp_store_server.h"
+#include "store/wire.h"
+
+namespace c10d {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RawClient;
+
+class TCPStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ::unsetenv("C10D_STORE_TOKEN"); }
+
+  static std::unique_ptr<TCPStoreServer> serve(std::string token = {}, StoreLimits limits = {}) {
+    store::ServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.token = std::move(token);
+    o.limits = limits;
+    return std::make_unique<TCPStoreServer>(o);
+  }
+
+  static TCPStoreOptions client_options(std::uint16_t port, Milliseconds timeout = 10s) {
+    TCPStoreOptions o;
+    o.host = "127.0.0.1";
+    o.port = port;
+    o.timeout = timeout;
+    return o;
+  }
+
+  template <typename E>
+  static std::string message_of(const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const E& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "expected exception not thrown";
+    return {};
+  }
+};
+
+TEST_F(TCPStoreTest, SixtyFourClientThreadsShareOneServer) {
+  auto server = serve();
+  constexpr int kThreads = 64, kAdds = 50;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        TCPStore store(client_options(server->port()));
+        store.set("value/" + std::to_string(t), std::to_string(t * 7));
+        for (int i = 0; i < kAdds; ++i) store.add("counter", 1);
+        // Every thread reads a neighbour's value, waiting for it if need be.
+        const int peer = (t + 1) % kThreads;
+        if (store.get_string("value/" + std::to_string(peer)) != std::to_string(peer * 7)) {
+          ++failures;
+        }
+        store.add("done", 1);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures, 0);
+  TCPStore check(client_options(server->port()));
+  EXPECT_EQ(check.add("counter", 0), kThreads * kAdds);
+  EXPECT_EQ(check.add("done", 0), kThreads);
+  EXPECT_EQ(check.num_keys(), kThreads + 2);
+  EXPECT_EQ(server->stats().connections_rejected, 0u);
+}
+
+TEST_F(TCPStoreTest, OneClientSharedByThreadsSerializesCalls) {
+  TCPStore store({.host = "127.0.0.1", .port = 0, .is_server = true, .timeout = 10s});
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) store.add("n", 2);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(store.add("n", 0), 8 * 200 * 2);
+  EXPECT_EQ(store.get_string("n"), "3200");
+}
+
+TEST_F(TCPStoreTest, WaitTimeoutNamesAddressKeysAndDuration) {
+  auto server = serve();
+  TCPStore store(client_options(server->port()));
+  store.set("present", std::string_view("1"));
+  const auto start = std::chrono::steady_clock::now();
+  std::string msg = message_of<TimeoutError>([&] {
+    std::vector<std::string> keys = {"present", "missing/a", "missing/b"};
+    store.wait(keys, 150ms);
+  });
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, 140ms);
+  EXPECT_LT(waited, 3s);
+  EXPECT_NE(msg.find("127.0.0.1:" + std::to_string(server->port())), std::string::npos) << msg;
+  // The server's part names only the keys still missing.
+  EXPECT_NE(msg.find("keys [missing/a, missing/b] were not set"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("150 ms"), std::string::npos) << msg;
+  // The connection is still good after a server-side timeout.
+  EXPECT_EQ(store.get_string("present"), "1");
+}
+
+TEST_F(TCPStoreTest, WaitIsReleasedBySetFromAnotherClient) {
+  auto server = serve();
+  TCPStore waiter(client_options(server->port()));
+  TCPStore setter(client_options(server->port()));
+  auto done = std::async(std::launch::async, [&] {
+    std::vector<std::string> keys = {"a", "b"};
+    waiter.wait(keys, 10s);
+    return waiter.get_string("b");
+  });
+  std::this_thread::sleep_for(50ms);
+  setter.set("a", std::string_view("x"));
+  EXPECT_EQ(done.wait_for(100ms), std::future_status::timeout);  // still needs b
+  EXPECT_EQ(server->stats().waits_held, 1u);
+  setter.set("b", std::string_view("y"));
+  ASSERT_EQ(done.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(done.get(), "y");
+}
+
+TEST_F(TCPStoreTest, ClientRetriesUntilTheServerStarts) {
+  // Learn a free port from a server on port 0, stop it, and start the client first.
+  std::uint16_t port;
+  {
+    auto probe = serve();
+    port = probe->port();
+  }
+  auto client = std::async(std::launch::async, [&] {
+    TCPStore store(client_options(port, 10s));
+    return store.get_string("hello");
+  });
+  std::this_thread::sleep_for(300ms);
+  store::ServerOptions o;
+  o.port = port;
+  TCPStoreServer server(o);
+  TCPStore setter(client_options(port));
+  setter.set("hello", std::string_view("world"));
+  ASSERT_EQ(client.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(client.get(), "world");
+}
+
+TEST_F(TCPStoreTest, ConnectTimeoutNamesTheAddress) {
+  std::uint16_t port;
+  {
+    auto probe = serve();
+    port = probe->port();
+  }
+  std::string msg = message_of<TimeoutError>([&] { TCPStore store(client_options(port, 300ms)); });
+  EXPECT_NE(msg.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("could not connect"), std::string::npos) << msg;
+}
+
+TEST_F(TCPStoreTest, ServerShutdownFailsAWaitingClientWithStoreError) {
+  auto server = serve();
+  TCPStore store(client_options(server->port(), 60s));
+  auto waiting = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      store.get("never-set");
+    } catch (const StoreError& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("wrong exception type: ") + e.what();
+    }
+    return "no exception";
+  });
+  std::this_thread::sleep_for(100ms);
+  const auto start = std::chrono::steady_clock::now();
+  server->stop();
+  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  std::string msg = waiting.get();
+  EXPECT_NE(msg.find("closed the connection"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("never-set"), std::string::npos) << msg;
+}
+
+TEST_F(TCPStoreTest, TokenIsRequiredWhenTheServerHasOne) {
+  auto server = serve("s3cret");
+  std::string msg = message_of<StoreError>([&] { TCPStore store(client_options(server->port())); });
+  EXPECT_NE(msg.find("requires authentication"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("C10D_STORE_TOKEN"), std::string::npos) << msg;
+
+  auto wrong = client_options(server->port());
+  wrong.token = "guess";
+  msg = message_of<StoreError>([&] { TCPStore store(wrong); });
+  EXPECT_NE(msg.find("authentication failed"), std::string::npos) << msg;
+
+  // A raw client that skips AUTH is refused before any command is served.
+  RawClient raw(server->port());
+  raw.send(RawClient::hello());
+  auto hello = raw.read_answer(2s);
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(hello->body.at(0), 1);  // auth required
+  Bytes get;
+  auto start =
+      store::wire::begin_frame(get, static_cast<std::uint8_t>(store::wire::Kind::kNumKeys));
+  store::wire::end_frame(get, start);
+  raw.send(get);
+  auto refused = raw.read_answer(2s);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, store::wire::Status::kAuthRequired);
+  EXPECT_TRUE(raw.closed_by_server(2s));
+
+  auto right = client_options(server->port());
+  right.token = "s3cret";
+  TCPStore store(right);
+  store.set("k", std::string_view("v"));
+  EXPECT_EQ(store.get_string("k"), "v");
+
+  ::setenv("C10D_STORE_TOKEN", "s3cret", 1);  // the environment supplies the token too
+  TCPStore from_env(client_options(server->port()));
+  EXPECT_EQ(from_env.get_string("k"), "v");
+  ::unsetenv("C10D_STORE_TOKEN");
+}
+
+TEST_F(TCPStoreTest, OtherProtocolVersionGetsAnErrorStatingBothVersions) {
+  auto server = serve();
+  RawClient raw(server->port());
+  raw.send(RawClient::hello(7));
+  auto answer = raw.read_answer(2s);
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, store::wire::Status::kVersionMismatch);
+  EXPECT_NE(answer->message().find("client speaks version 7"), std::string::npos)
+      << answer->message();
+  EXPECT_NE(answer->message().find("server speaks version 1"), std::string::npos)
+      << answer->message();
+  EXPECT_TRUE(raw.closed_by_server(2s));
+}
+
+TEST_F(TCPStoreTest, ServerLimitRefusesTheRequestAndTheClientReconnects) {
+  StoreLimits small;
+  small.max_value_bytes = 1024;
+  auto server = serve({}, small);
+  TCPStore store(client_options(server->port()));
+  std::string big(2000, 'x');
+  std::string msg = message_of<InvalidArgument>([&] { store.set("big", big); });
+  EXPECT_NE(msg.find("2000 bytes exceeds the limit of 1024"), std::string::npos) << msg;
+  store.set("small", std::string_view("ok"));  // a fresh connection
+  EXPECT_EQ(store.get_string("small"), "ok");
+  EXPECT_EQ(server->stats().connections_rejected, 1u);
+}
+
+TEST_F(TCPStoreTest, ClientChecksLimitsBeforeSending) {
+  auto server = serve();
+  TCPStore store(client_options(server->port()));
+  std::string msg = message_of<InvalidArgument>(
+      [&] { store.set(std::string(9000, 'k'), std::string_view("v")); });
+  EXPECT_NE(msg.find("key of 9000 bytes exceeds the limit of 8192"), std::string::npos) << msg;
+  EXPECT_EQ(server->stats().requests, 1u);  // only the HELLO
+}
+
+TEST_F(TCPStoreTest, LargeValuesAndMultiOpsRoundTrip) {
+  auto server = serve();
+  TCPStore store(client_options(server->port()));
+  Bytes big(16u << 20);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::uint8_t>(i * 131);
+  store.set("big", big);
+  EXPECT_EQ(store.get("big"), big);
+  std::vector<std::string> keys;
+  std::vector<Bytes> values;
+  for (int i = 0; i < 1000; ++i) {
+    keys.push_back("k" + std::to_string(i));
+    values.push_back(Bytes(static_cast<std::size_t>(i % 17), static_cast<std::uint8_t>(i)));
+  }
+  store.multi_set(keys, values);
+  EXPECT_EQ(store.multi_get(keys), values);
+}
+
+TEST_F(TCPStoreTest, PipelinedRequestsAreAnsweredInOrder) {
+  auto server = serve();
+  RawClient raw(server->port());
+  Bytes batch = RawClient::hello();
+  for (int i = 1; i <= 3; ++i) {
+    auto start =
+        store::wire::begin_frame(batch, static_cast<std::uint8_t>(store::wire::Kind::kAdd));
+    store::wire::put_string(batch, "n");
+    store::wire::put_u64(batch, static_cast<std::uint64_t>(i));
+    store::wire::end_frame(batch, start);
+  }
+  raw.send(batch);
+  ASSERT_TRUE(raw.read_answer(2s));
+  for (std::int64_t expected : {1, 3, 6}) {
+    auto a = raw.read_answer(2s);
+    ASSERT_TRUE(a);
+    ASSERT_EQ(a->status, store::wire::Status::kOk);
+    EXPECT_EQ(static_cast<std::int64_t>(store::wire::get_u64(a->body.data())), expected);
+  }
+}
+
+TEST_F(TCPStoreTest, HostedServerOnIPv6LoopbackWhenAvailable) {
+  std::unique_ptr<TCPStore> store;
+  try {
+    store = std::make_unique<TCPStore>(
+        TCPStoreOptions{.host = "::1", .port = 0, .is_server = true, .timeout = 5s});
+  } catch (const NetworkError& e) {
+    GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
+  }
+  EXPECT_EQ(store->address(), "[::1]:" + std::to_string(store->port()));
+  store->set("six", std::string_view("yes"));
+  EXPECT_EQ(store->get_string("six"), "yes");
+}
+
+}  // namespace
+}  // namespace c10d
