@@ -172,9 +172,16 @@ class TCPStoreServer;
 
 // Client of the TCP store server (src/store/tcp_store_server.h, or `c10d-store serve`). Connects
 // with retry and exponential backoff until the timeout, so the server may start later. One
-// connection, one request at a time (calls from several threads are serialized). A server that
-// goes away fails the pending call with a StoreError naming the address; the next call
-// reconnects.
+// connection; calls from several threads are serialized. A server that goes away fails the
+// pending call with a StoreError naming the address; the next call reconnects.
+//
+// set() returns once its request is sent, without waiting for the acknowledgement (as PyTorch's
+// TCPStore, at half the round trips of a synchronous set). The server applies one client's
+// requests in order, so every later call through this store, and every get/wait of the key by
+// anyone, sees the value. A set that fails is reported by the next call on this store, whose
+// error names the set; that call itself did not run. The destructor collects outstanding
+// acknowledgements (logging a failure). Code that must know a set has landed before telling
+// another process by some other channel should follow it with any call, e.g. check().
 class TCPStore : public Store {
  public:
   explicit TCPStore(TCPStoreOptions options);

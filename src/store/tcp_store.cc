@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <thread>
 #include <utility>
@@ -39,8 +41,19 @@ using store::wire::Status;
 // unresponsive: the server answers a wait that times out itself.
 constexpr Milliseconds kServerGrace{5000};
 
+// How long a client polls for an answer before it blocks in recv (see fill()). A blocked
+// thread woken by the answer costs tens of microseconds on virtual machines; most answers from
+// a busy server come sooner than this.
+constexpr std::chrono::microseconds kSpin{50};
+
+// Requests sent without waiting for their answer before the client reads the answers anyway.
+constexpr std::size_t kMaxPending = 64;
+
+// "[a, b, c]"; long lists are cut after a few keys so messages stay readable.
 std::string keys_text(std::span<const std::string> keys) {
-  return fmt::format("[{}]", fmt::join(keys, ", "));
+  constexpr std::size_t kShown = 8;
+  if (keys.size() <= kShown) return fmt::format("[{}]", fmt::join(keys, ", "));
+  return fmt::format("[{}, ... {} keys in all]", fmt::join(keys.first(kShown), ", "), keys.size());
 }
 
 class Fd {
@@ -81,6 +94,11 @@ struct TCPStore::Impl {
   Bytes out;                             // GUARDED_BY(mu)
   Bytes in;                              // GUARDED_BY(mu)
   std::size_t in_begin = 0, in_end = 0;  // GUARDED_BY(mu)
+  struct Pending {
+    Kind kind;
+    std::string context;
+  };
+  std::deque<Pending> pending;  // GUARDED_BY(mu): sent, answer not read yet
 
   // A decoded response: status, and the body after the status byte.
   struct Response {
@@ -89,7 +107,7 @@ struct TCPStore::Impl {
 
   [[noreturn]] void fail(const char* what, const std::string& context) {
     const int err = errno;
-    fd.reset();
+    drop();
     C10D_THROW(StoreError, "store {}: {} during {}: {}", address, what, context,
                std::strerror(err));
   }
@@ -174,12 +192,12 @@ struct TCPStore::Impl {
     reader.u8(auth_required);
     reader.fixed(store::wire::kNonceBytes, nonce_bytes);
     if (!reader.finish().ok()) {
-      fd.reset();
+      drop();
       C10D_THROW(StoreError, "store {}: malformed HELLO answer", address);
     }
     if (!auth_required) return;
     if (options.token.empty()) {
-      fd.reset();
+      drop();
       C10D_THROW(StoreError,
                  "store {} requires authentication: set C10D_STORE_TOKEN (or "
                  "TCPStoreOptions::token) to its shared secret",
@@ -195,9 +213,13 @@ struct TCPStore::Impl {
     round_trip(Kind::kAuth, deadline, "AUTH");
   }
 
+  // SO_RCVTIMEO/SO_SNDTIMEO bound each blocking syscall; the deadline loop around them decides
+  // when a call has timed out. Slices are capped at kSlice so that calls with different
+  // timeouts (GET carries the grace, SET does not) share one setting instead of paying a
+  // setsockopt each; only a call with less than kSlice left sets a shorter one.
   void set_socket_timeout(Milliseconds t) {
-    // Rounded up to whole 100 ms so a steady stream of calls does not re-set it every time.
-    t = std::max(Milliseconds(100), (t + Milliseconds(99)) / 100 * 100);
+    constexpr Milliseconds kSlice{1000};
+    t = std::clamp((t + Milliseconds(9)) / 10 * 10, Milliseconds(10), kSlice);
     if (t == socket_timeout) return;
     timeval tv{};
     tv.tv_sec = t.count() / 1000;
@@ -208,7 +230,7 @@ struct TCPStore::Impl {
   }
 
   [[noreturn]] void timed_out(Clock::time_point start, const std::string& context) {
-    fd.reset();
+    drop();
     C10D_THROW(TimeoutError, "store {}: no answer to {} within {} ms", address, context,
                std::chrono::duration_cast<Milliseconds>(Clock::now() - start).count());
   }
@@ -222,13 +244,23 @@ struct TCPStore::Impl {
       in_begin = 0;
       if (need > in.size()) in.resize(std::max(need, in.size() * 2));
     }
+    const auto spin_until = Clock::now() + kSpin;
     while (in_end - in_begin < need) {
-      if (Clock::now() >= deadline) timed_out(start, context);
-      ssize_t n = ::recv(fd.get(), in.data() + in_end, in.size() - in_end, 0);
+      const auto now = Clock::now();
+      if (now >= deadline) timed_out(start, context);
+      // Adaptive wait: poll without sleeping for a short while, yielding the core between
+      // polls so that ranks outnumbering cores still take turns; then block in recv.
+      const bool spinning = now < spin_until;
+      ssize_t n =
+          ::recv(fd.get(), in.data() + in_end, in.size() - in_end, spinning ? MSG_DONTWAIT : 0);
+      if (n < 0 && spinning && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        sched_yield();
+        continue;
+      }
       if (n > 0) {
         in_end += static_cast<std::size_t>(n);
       } else if (n == 0) {
-        fd.reset();
+        drop();
         C10D_THROW(StoreError, "store {}: the server closed the connection during {}", address,
                    context);
       } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -239,9 +271,8 @@ struct TCPStore::Impl {
     }
   }
 
-  // Sends `out` as one request and reads its response. Throws on any error status.
-  Response round_trip(Kind kind, Clock::time_point deadline, const std::string& context) {
-    const auto start = Clock::now();
+  // Sends `out`, one or more request frames.
+  void send_out(Clock::time_point start, Clock::time_point deadline, const std::string& context) {
     set_socket_timeout(remaining(deadline));
     std::size_t sent = 0;
     while (sent < out.size()) {
@@ -254,13 +285,18 @@ struct TCPStore::Impl {
         fail("send failed", context);
       }
     }
+  }
+
+  // Reads the next answer, which must be to a request of `kind`. Throws on an error status.
+  Response read_answer(Kind kind, Clock::time_point start, Clock::time_point deadline,
+                       const std::string& context) {
     if (in.size() < 4096) in.resize(4096);
     fill(store::wire::kHeaderBytes, start, deadline, context);
     store::wire::Header h;
     auto hs = store::wire::decode_header({in.data() + in_begin, in_end - in_begin}, true,
                                          options.limits, h);
     if (!hs.ok()) {
-      fd.reset();
+      drop();
       C10D_THROW(StoreError, "store {}: bad answer to {}: {}", address, context,
                  store::wire::describe(hs, options.limits));
     }
@@ -271,7 +307,7 @@ struct TCPStore::Impl {
     in_begin += frame;
     if (in_begin == in_end) in_begin = in_end = 0;
     if (body.empty()) {
-      fd.reset();
+      drop();
       C10D_THROW(StoreError, "store {}: empty answer to {}", address, context);
     }
     const auto status = static_cast<Status>(body[0]);
@@ -280,6 +316,31 @@ struct TCPStore::Impl {
       return {body.subspan(1)};
     }
     throw_status(status, h, context, error_text(body.subspan(1)));
+  }
+
+  Response round_trip(Kind kind, Clock::time_point deadline, const std::string& context) {
+    const auto start = Clock::now();
+    send_out(start, deadline, context);
+    return read_answer(kind, start, deadline, context);
+  }
+
+  // Reads the answers of requests sent without waiting for them, oldest first. The server
+  // closes the connection after a failed request, so when one failed, nothing sent after it
+  // ran; its error is thrown here, naming it.
+  void drain(Clock::time_point start, Clock::time_point deadline) {
+    while (!pending.empty()) {
+      // Taken out first: an error answer drops the connection, and with it `pending`.
+      const Pending p = std::move(pending.front());
+      pending.pop_front();
+      read_answer(p.kind, start, deadline, p.context);
+    }
+  }
+
+  // Forgets the connection: the next call connects again.
+  void drop() {
+    fd.reset();
+    pending.clear();
+    in_begin = in_end = 0;
   }
 
   static std::string_view error_text(std::span<const std::uint8_t> rest) {
@@ -297,36 +358,66 @@ struct TCPStore::Impl {
       case Status::kNotInteger:
         C10D_THROW(InvalidArgument, "store {}: {}: {}", address, context, message);
       case Status::kLimitExceeded:
-        fd.reset();  // the server closes the connection after a broken limit
+        drop();  // the server closes the connection after a broken limit
         C10D_THROW(InvalidArgument, "store {}: {} refused: {}", address, context, message);
       case Status::kVersionMismatch:
-        fd.reset();
+        drop();
         C10D_THROW(StoreError,
                    "store {}: protocol version mismatch: this client speaks version {}, the "
                    "server speaks version {} ({})",
                    address, store::wire::kVersion, h.version, message);
       case Status::kOk:
-        fd.reset();
+        drop();
         C10D_THROW(StoreError, "store {}: answer to {} does not match the request (kind {:#x})",
                    address, context, h.kind);
       default:
-        fd.reset();
+        drop();
         C10D_THROW(StoreError, "store {}: {} failed: {}: {}", address, context,
                    store::wire::status_name(status), message);
     }
   }
 
-  // One request: connect when needed, send the frame built in `out` by `build`, read the answer.
+  // One request: connect when needed, send the frame that `build` writes, read the answers to
+  // requests still pending, then this one's.
   template <typename Build>
-  Response call(Kind kind, Milliseconds timeout, const Build& build,
-                const std::function<std::string()>& context) {
-    const auto deadline = Clock::now() + timeout;
+  Response call(Kind kind, Milliseconds timeout, const Build& build, const std::string& context) {
+    const auto start = Clock::now();
+    const auto deadline = start + timeout;
+    build_frame(kind, build, deadline);
+    send_out(start, deadline, context);
+    drain(start, deadline);
+    return read_answer(kind, start, deadline, context);
+  }
+
+  // A request whose answer is only an acknowledgement (SET): send it and return; the answer is
+  // read before the next call's, which reports a failure.
+  template <typename Build>
+  void call_async(Kind kind, Milliseconds timeout, const Build& build, std::string context) {
+    const auto start = Clock::now();
+    const auto deadline = start + timeout;
+    build_frame(kind, build, deadline);
+    send_out(start, deadline, context);
+    pending.push_back({kind, std::move(context)});
+    if (pending.size() >= kMaxPending) drain(start, deadline);
+  }
+
+  template <typename Build>
+  void build_frame(Kind kind, const Build& build, Clock::time_point deadline) {
     if (!fd.valid()) connect(deadline);
     out.clear();
     const std::size_t start = store::wire::begin_frame(out, static_cast<std::uint8_t>(kind));
     build(out);
     store::wire::end_frame(out, start);
-    return round_trip(kind, deadline, context());
+  }
+
+  ~Impl() {
+    if (!fd.valid() || pending.empty()) return;
+    try {
+      const auto start = Clock::now();
+      drain(start, start + std::min(options.timeout, Milliseconds(5000)));
+    } catch (const std::exception& e) {
+      C10D_LOG_WARN("{}", e.what());
+    }
   }
 
   void check_key(std::string_view key) const {
@@ -395,13 +486,13 @@ void TCPStore::set(std::string_view key, std::span<const std::uint8_t> value) {
   impl_->check_key(key);
   impl_->check_value(value);
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->call(
+  impl_->call_async(
       Kind::kSet, timeout(),
       [&](Bytes& out) {
         store::wire::put_string(out, key);
         store::wire::put_bytes(out, value);
       },
-      [&] { return "SET of key " + quoted(key); });
+      "SET of key " + quoted(key));
 }
 
 Bytes TCPStore::get(std::string_view key) {
@@ -414,7 +505,7 @@ Bytes TCPStore::get(std::string_view key) {
         store::wire::put_u64(out, static_cast<std::uint64_t>(t.count()));
         store::wire::put_string(out, key);
       },
-      [&] { return "GET of key " + quoted(key); });
+      "GET of key " + quoted(key));
   store::wire::Reader reader(r.payload, impl_->options.limits);
   std::span<const std::uint8_t> value;
   reader.value(value);
@@ -431,7 +522,7 @@ std::int64_t TCPStore::add(std::string_view key, std::int64_t delta) {
         store::wire::put_string(out, key);
         store::wire::put_u64(out, static_cast<std::uint64_t>(delta));
       },
-      [&] { return "ADD to key " + quoted(key); });
+      "ADD to key " + quoted(key));
   store::wire::Reader reader(r.payload, impl_->options.limits);
   std::int64_t sum = 0;
   reader.i64(sum);
@@ -452,7 +543,7 @@ Bytes TCPStore::compare_set(std::string_view key, std::span<const std::uint8_t> 
         store::wire::put_bytes(out, expected);
         store::wire::put_bytes(out, desired);
       },
-      [&] { return "COMPARE_SET of key " + quoted(key); });
+      "COMPARE_SET of key " + quoted(key));
   store::wire::Reader reader(r.payload, impl_->options.limits);
   std::span<const std::uint8_t> value;
   reader.value(value);
@@ -469,7 +560,7 @@ bool TCPStore::check(std::span<const std::string> keys) {
         store::wire::put_u32(out, static_cast<std::uint32_t>(keys.size()));
         for (const auto& k : keys) store::wire::put_string(out, k);
       },
-      [&] { return "CHECK of keys " + keys_text(keys); });
+      "CHECK of keys " + keys_text(keys));
   return !r.payload.empty() && r.payload[0] != 0;
 }
 
@@ -483,7 +574,7 @@ void TCPStore::wait(std::span<const std::string> keys, Milliseconds wait_timeout
         store::wire::put_u32(out, static_cast<std::uint32_t>(keys.size()));
         for (const auto& k : keys) store::wire::put_string(out, k);
       },
-      [&] { return "WAIT for keys " + keys_text(keys); });
+      "WAIT for keys " + keys_text(keys));
 }
 
 bool TCPStore::delete_key(std::string_view key) {
@@ -491,14 +582,14 @@ bool TCPStore::delete_key(std::string_view key) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto r = impl_->call(
       Kind::kDelete, timeout(), [&](Bytes& out) { store::wire::put_string(out, key); },
-      [&] { return "DELETE of key " + quoted(key); });
+      "DELETE of key " + quoted(key));
   return !r.payload.empty() && r.payload[0] != 0;
 }
 
 std::int64_t TCPStore::num_keys() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto r = impl_->call(
-      Kind::kNumKeys, timeout(), [](Bytes&) {}, [] { return std::string("NUM_KEYS"); });
+      Kind::kNumKeys, timeout(), [](Bytes&) {}, "NUM_KEYS");
   store::wire::Reader reader(r.payload, impl_->options.limits);
   std::int64_t n = 0;
   reader.i64(n);
@@ -516,7 +607,7 @@ void TCPStore::append(std::string_view key, std::span<const std::uint8_t> value)
         store::wire::put_string(out, key);
         store::wire::put_bytes(out, value);
       },
-      [&] { return "APPEND to key " + quoted(key); });
+      "APPEND to key " + quoted(key));
 }
 
 std::vector<Bytes> TCPStore::multi_get(std::span<const std::string> keys) {
@@ -530,7 +621,7 @@ std::vector<Bytes> TCPStore::multi_get(std::span<const std::string> keys) {
         store::wire::put_u32(out, static_cast<std::uint32_t>(keys.size()));
         for (const auto& k : keys) store::wire::put_string(out, k);
       },
-      [&] { return "MULTI_GET of keys " + keys_text(keys); });
+      "MULTI_GET of keys " + keys_text(keys));
   store::wire::Reader reader(r.payload, impl_->options.limits);
   std::uint32_t n = 0;
   reader.count(n);
@@ -561,7 +652,7 @@ void TCPStore::multi_set(std::span<const std::string> keys, std::span<const Byte
           store::wire::put_bytes(out, values[i]);
         }
       },
-      [&] { return "MULTI_SET of keys " + keys_text(keys); });
+      "MULTI_SET of keys " + keys_text(keys));
 }
 
 }  // namespace c10d

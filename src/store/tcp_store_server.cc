@@ -338,6 +338,7 @@ struct TCPStoreServer::Impl {
   awaitable<void> serve(tcp::socket socket) {
     Connection conn(std::move(socket));
     error_code ec;
+    conn.socket.non_blocking(true, ec);
     auto ep = conn.socket.remote_endpoint(ec);
     conn.peer = ec ? std::string("?") : fmt::format("{}:{}", ep.address().to_string(), ep.port());
     connections.insert(&conn);
@@ -371,8 +372,13 @@ struct TCPStoreServer::Impl {
         if (need > in.size()) in.resize(need);  // need is bounded by the frame limit
       }
       while (end - begin < need) {
-        std::size_t n = co_await conn.socket.async_read_some(
-            asio::buffer(in.data() + end, in.size() - end), use_awaitable);
+        // Wait for readability, then read without blocking: Asio's async_read_some would first
+        // try a speculative recv that, on a request/response connection, almost always fails.
+        co_await conn.socket.async_wait(tcp::socket::wait_read, use_awaitable);
+        error_code ec;
+        std::size_t n = conn.socket.read_some(asio::buffer(in.data() + end, in.size() - end), ec);
+        if (ec == asio::error::would_block || ec == asio::error::try_again) continue;
+        if (ec) throw boost::system::system_error(ec);
         end += n;
       }
     };

@@ -242,17 +242,41 @@ TEST_F(TCPStoreTest, OtherProtocolVersionGetsAnErrorStatingBothVersions) {
   EXPECT_TRUE(raw.closed_by_server(2s));
 }
 
-TEST_F(TCPStoreTest, ServerLimitRefusesTheRequestAndTheClientReconnects) {
+TEST_F(TCPStoreTest, FailedSetIsReportedByTheNextCallWhichDoesNotRun) {
   StoreLimits small;
   small.max_value_bytes = 1024;
   auto server = serve({}, small);
   TCPStore store(client_options(server->port()));
-  std::string big(2000, 'x');
-  std::string msg = message_of<InvalidArgument>([&] { store.set("big", big); });
+  store.set("big", std::string(2000, 'x'));  // sent; the server's refusal comes back later
+  std::string msg = message_of<InvalidArgument>([&] { store.add("after", 1); });
+  EXPECT_NE(msg.find("SET of key 'big'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("2000 bytes exceeds the limit of 1024"), std::string::npos) << msg;
-  store.set("small", std::string_view("ok"));  // a fresh connection
+  // The server closed that connection: the ADD never ran. The next call reconnects.
+  EXPECT_EQ(store.add("after", 0), 0);
+  store.set("small", std::string_view("ok"));
   EXPECT_EQ(store.get_string("small"), "ok");
   EXPECT_EQ(server->stats().connections_rejected, 1u);
+}
+
+TEST_F(TCPStoreTest, SetIsVisibleToOtherClientsOnceAnyLaterCallReturns) {
+  auto server = serve();
+  TCPStore writer(client_options(server->port()));
+  TCPStore reader(client_options(server->port()));
+  for (int i = 0; i < 200; ++i) {
+    writer.set("k", std::to_string(i));
+    writer.num_keys();  // any call collects the set's acknowledgement
+    ASSERT_EQ(reader.get_string("k"), std::to_string(i));
+  }
+}
+
+TEST_F(TCPStoreTest, DestructorCollectsOutstandingSets) {
+  auto server = serve();
+  {
+    TCPStore writer(client_options(server->port()));
+    for (int i = 0; i < 100; ++i) writer.set("w" + std::to_string(i), std::string_view("v"));
+  }
+  TCPStore reader(client_options(server->port()));
+  EXPECT_EQ(reader.num_keys(), 100);
 }
 
 TEST_F(TCPStoreTest, ClientChecksLimitsBeforeSending) {

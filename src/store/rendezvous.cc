@@ -1,0 +1,273 @@
+// c10d::rendezvous(): parses an init method URL (tcp://, env://, file://), works out this
+// process's rank and world size, and opens the store the ranks meet in.
+//
+// The value parsers (integers, booleans) return a value or the words of the error; the URL-level
+// helpers add the context (which URL piece, which variable) and throw InvalidArgument. Every
+// check runs before anything touches the network or the file system.
+#include "c10d/rendezvous.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/check.h"
+#include "core/logging.h"
+
+namespace c10d {
+namespace {
+
+// A parsed value or the reason there is none; helpers return this instead of throwing so that
+// the caller decides what context to add to the message.
+template <typename T>
+struct Parsed {
+  std::optional<T> value;
+  std::string error;  // set when !value
+
+  static Parsed ok(T v) { return Parsed{std::move(v), {}}; }
+  static Parsed fail(std::string why) { return Parsed{std::nullopt, std::move(why)}; }
+};
+
+// A decimal integer in [lo, hi]: digits only (an optional '-'), nothing else around them.
+Parsed<long long> parse_integer(std::string_view text, long long lo, long long hi) {
+  if (text.empty()) return Parsed<long long>::fail("is empty");
+  long long value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec == std::errc::result_out_of_range) {
+    return Parsed<long long>::fail(fmt::format("'{}' is out of range", text));
+  }
+  if (ec != std::errc() || ptr != end) {
+    return Parsed<long long>::fail(fmt::format("'{}' is not an integer", text));
+  }
+  if (value < lo || value > hi) {
+    return Parsed<long long>::fail(fmt::format("{} is out of range [{}, {}]", value, lo, hi));
+  }
+  return Parsed<long long>::ok(value);
+}
+
+Parsed<bool> parse_flag(std::string_view text) {
+  if (text == "1" || text == "true" || text == "yes" || text == "on") return Parsed<bool>::ok(true);
+  if (text.empty() || text == "0" || text == "false" || text == "no" || text == "off") {
+    return Parsed<bool>::ok(false);
+  }
+  return Parsed<bool>::fail(fmt::format("'{}' is not a boolean (1/0, true/false)", text));
+}
+
+// The variable's value, or nullopt when it is not set.
+std::optional<std::string> env_var(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+// The pieces of an init method URL: scheme "://" body ["?" query].
+struct InitUrl {
+  std::string text;  // the whole URL, for messages
+  std::string scheme;
+  std::string body;
+  std::optional<int> rank;
+  std::optional<int> world_size;
+  std::optional<bool> external;
+};
+
+constexpr int kMaxWorldSize = std::numeric_limits<int>::max();
+
+InitUrl parse_url(std::string_view text) {
+  InitUrl url;
+  url.text = std::string(text);
+  const std::size_t sep = text.find("://");
+  C10D_CHECK(sep != std::string_view::npos && sep > 0,
+             "init method '{}' has no scheme (expected tcp://host:port, env:// or file:///path)",
+             text);
+  url.scheme = std::string(text.substr(0, sep));
+  std::string_view rest = text.substr(sep + 3);
+  const std::size_t question = rest.find('?');
+  url.body = std::string(rest.substr(0, question));
+  if (question == std::string_view::npos) return url;
+
+  std::string_view query = rest.substr(question + 1);
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    std::string_view item = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (item.empty()) continue;  // "?a=1&&b=2" and a trailing '&' are harmless
+    const std::size_t eq = item.find('=');
+    C10D_CHECK(eq != std::string_view::npos,
+               "init method '{}': query parameter '{}' has no value (expected name=value)", text,
+               item);
+    std::string_view name = item.substr(0, eq);
+    std::string_view value = item.substr(eq + 1);
+    if (name == "rank" || name == "world_size") {
+      auto& slot = name == "rank" ? url.rank : url.world_size;
+      C10D_CHECK(!slot, "init method '{}': query parameter '{}' given twice", text, name);
+      auto parsed = parse_integer(value, 0, kMaxWorldSize);
+      C10D_CHECK(parsed.value, "init method '{}': query parameter {}: {}", text, name,
+                 parsed.error);
+      slot = static_cast<int>(*parsed.value);
+    } else if (name == "external") {
+      C10D_CHECK(!url.external, "init method '{}': query parameter 'external' given twice", text);
+      auto parsed = parse_flag(value);
+      C10D_CHECK(parsed.value, "init method '{}': query parameter external: {}", text,
+                 parsed.error);
+      url.external = *parsed.value;
+    } else {
+      C10D_THROW(InvalidArgument,
+                 "init method '{}': unknown query parameter '{}' (known: rank, world_size, "
+                 "external)",
+                 text, name);
+    }
+  }
+  return url;
+}
+
+// "host:port" or "[v6-literal]:port". `where` names the source in messages.
+std::pair<std::string, std::uint16_t> parse_host_port(std::string_view hp, std::string_view where) {
+  std::string_view host;
+  std::string_view port_text;
+  bool has_port = false;
+  if (!hp.empty() && hp.front() == '[') {
+    const std::size_t close = hp.find(']');
+    C10D_CHECK(close != std::string_view::npos, "{}: IPv6 host '{}' has no closing ']'", where, hp);
+    host = hp.substr(1, close - 1);
+    std::string_view after = hp.substr(close + 1);
+    if (!after.empty()) {
+      C10D_CHECK(after.front() == ':', "{}: expected ':port' after ']' but found '{}'", where,
+                 after);
+      has_port = true;
+      port_text = after.substr(1);
+    }
+  } else {
+    const std::size_t colon = hp.find(':');
+    C10D_CHECK(colon == std::string_view::npos || hp.find(':', colon + 1) == std::string_view::npos,
+               "{}: IPv6 hosts go in brackets, as tcp://[::1]:29500", where);
+    host = hp.substr(0, colon);
+    if (colon != std::string_view::npos) {
+      has_port = true;
+      port_text = hp.substr(colon + 1);
+    }
+  }
+  C10D_CHECK(!host.empty(), "{}: missing host (expected tcp://host:port)", where);
+  C10D_CHECK(has_port, "{}: missing port (expected tcp://host:port)", where);
+  auto port = parse_integer(port_text, 0, 65535);
+  C10D_CHECK(port.value, "{}: port {}", where, port.error);
+  return {std::string(host), static_cast<std::uint16_t>(*port.value)};
+}
+
+// One of rank/world_size, from the first source that has it: the argument, the URL's query, the
+// primary variable, then mpirun's variable.
+int resolve_count(std::string_view what, int argument, std::optional<int> from_query,
+                  const char* primary_env, const char* mpi_env, std::string_view url) {
+  if (argument >= 0) return argument;
+  if (from_query) return *from_query;
+  for (const char* name : {primary_env, mpi_env}) {
+    auto value = env_var(name);
+    if (!value) continue;
+    auto parsed = parse_integer(*value, 0, kMaxWorldSize);
+    C10D_CHECK(parsed.value, "{} for init method '{}': {} {}", what, url, name, parsed.error);
+    return static_cast<int>(*parsed.value);
+  }
+  C10D_THROW(InvalidArgument,
+             "init method '{}' needs {}: pass it, add ?{}=, or set {} (or {}) (not set)", url, what,
+             what, primary_env, mpi_env);
+}
+
+bool resolve_external(const InitUrl& url) {
+  if (url.external) return *url.external;
+  auto value = env_var("C10D_STORE_EXTERNAL");
+  if (!value) return false;
+  auto parsed = parse_flag(*value);
+  C10D_CHECK(parsed.value, "C10D_STORE_EXTERNAL {}", parsed.error);
+  return *parsed.value;
+}
+
+std::string bracket_if_v6(const std::string& host) {
+  return host.find(':') == std::string::npos ? host : "[" + host + "]";
+}
+
+// tcp:// and env:// meet at a TCP store: rank 0 hosts it unless told a server already runs.
+std::shared_ptr<Store> open_tcp_store(const std::string& host, std::uint16_t port, int rank,
+                                      bool external, Milliseconds timeout, std::string_view url) {
+  const bool hosts = rank == 0 && !external;
+  // Port 0 asks the hosting rank for an ephemeral port; a connecting rank cannot know it.
+  C10D_CHECK(hosts || port != 0,
+             "init method '{}': port 0 only works for rank 0 hosting the store; rank {} needs the "
+             "server's real port{}",
+             url, rank, external ? " (external server)" : "");
+  C10D_LOG_INFO("rendezvous: rank {} {} the store at {}:{} ({})", rank,
+                hosts ? "hosts" : "connects to", bracket_if_v6(host), port, url);
+  TCPStoreOptions options;
+  options.host = host;
+  options.port = port;
+  options.is_server = hosts;
+  options.timeout = timeout;
+  return std::make_shared<TCPStore>(std::move(options));
+}
+
+}  // namespace
+
+RendezvousResult rendezvous(std::string_view init_method, int rank, int world_size,
+                            Milliseconds timeout) {
+  C10D_CHECK(timeout.count() > 0, "rendezvous timeout must be positive, got {} ms",
+             timeout.count());
+  const InitUrl url = parse_url(init_method);
+  C10D_CHECK(url.scheme == "tcp" || url.scheme == "env" || url.scheme == "file",
+             "unsupported init method scheme '{}' in '{}' (expected tcp://, env:// or file://)",
+             url.scheme, init_method);
+
+  // The address comes first so that a malformed URL is reported before a missing rank.
+  std::string host;
+  std::uint16_t port = 0;
+  if (url.scheme == "tcp") {
+    std::tie(host, port) = parse_host_port(url.body, fmt::format("init method '{}'", init_method));
+  } else if (url.scheme == "env") {
+    C10D_CHECK(url.body.empty(),
+               "init method '{}': env:// takes no address ('{}'); set MASTER_ADDR and MASTER_PORT",
+               init_method, url.body);
+    auto addr = env_var("MASTER_ADDR");
+    C10D_CHECK(addr, "env:// needs MASTER_ADDR (not set)");
+    host = *addr;
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    C10D_CHECK(!host.empty(), "env:// needs MASTER_ADDR (set but empty)");
+    auto port_text = env_var("MASTER_PORT");
+    C10D_CHECK(port_text, "env:// needs MASTER_PORT (not set)");
+    auto parsed = parse_integer(*port_text, 0, 65535);
+    C10D_CHECK(parsed.value, "env:// MASTER_PORT {}", parsed.error);
+    port = static_cast<std::uint16_t>(*parsed.value);
+  } else {
+    C10D_CHECK(!url.body.empty(), "init method '{}': file:// needs a path, as file:///tmp/store",
+               init_method);
+    C10D_CHECK(url.body.front() == '/',
+               "init method '{}': file:// path '{}' must be absolute (file:///path, three "
+               "slashes)",
+               init_method, url.body);
+  }
+
+  RendezvousResult result;
+  result.rank = resolve_count("rank", rank, url.rank, "RANK", "OMPI_COMM_WORLD_RANK", init_method);
+  result.world_size = resolve_count("world_size", world_size, url.world_size, "WORLD_SIZE",
+                                    "OMPI_COMM_WORLD_SIZE", init_method);
+  C10D_CHECK(result.world_size >= 1, "world_size {} must be at least 1 (init method '{}')",
+             result.world_size, init_method);
+  C10D_CHECK(result.rank < result.world_size, "rank {} out of range for world_size {}", result.rank,
+             result.world_size);
+
+  if (url.scheme == "file") {
+    C10D_CHECK(!url.external, "init method '{}': ?external applies to tcp:// only", init_method);
+    C10D_LOG_INFO("rendezvous: rank {} of {} opens the file store {}", result.rank,
+                  result.world_size, url.body);
+    result.store = std::make_shared<FileStore>(url.body, timeout);
+  } else {
+    result.store =
+        open_tcp_store(host, port, result.rank, resolve_external(url), timeout, init_method);
+  }
+  return result;
+}
+
+}  // namespace c10d

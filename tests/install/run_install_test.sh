@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Install test: installs the build into a scratch prefix, then configures, builds and runs a
+# small user project (consumer/) against it with find_package(c10d) and c10d::c10d.
+#
+# Usage: run_install_test.sh <c10d build dir> <consumer source dir>
+set -euo pipefail
+
+if (($# != 2)); then
+  echo "usage: $0 <c10d build dir> <consumer source dir>" >&2
+  exit 2
+fi
+build_dir=$1
+consumer_dir=$2
+
+tmp_dir=$(mktemp -d "${TMPDIR:-/tmp}/c10d-install-test.XXXXXX")
+trap 'rm -rf "$tmp_dir"' EXIT
+prefix="$tmp_dir/prefix"
+
+echo "install-test: installing $build_dir into $prefix"
+cmake --install "$build_dir" --prefix "$prefix" >/dev/null
+
+# A sanitized libc10d needs a sanitized executable (the runtime must load first).
+sanitize=$(sed -n 's/^C10D_SANITIZE:STRING=//p' "$build_dir/CMakeCache.txt")
+generator=$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$build_dir/CMakeCache.txt")
+args=(-S "$consumer_dir" -B "$tmp_dir/build" "-DCMAKE_PREFIX_PATH=$prefix"
+      -DCMAKE_BUILD_TYPE=Release)
+if [[ -n "$generator" ]]; then
+  args+=(-G "$generator")
+fi
+if [[ -n "$sanitize" ]]; then
+  args+=("-DCMAKE_CXX_FLAGS=-fsanitize=$sanitize" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=$sanitize")
+fi
+
+echo "install-test: configuring and building the consumer"
+cmake "${args[@]}"
+cmake --build "$tmp_dir/build"
+
+libdir=$(find "$prefix" -name 'libc10d.so*' -printf '%h\n' -quit)
+if [[ -z "$libdir" ]]; then
+  echo "install-test: no libc10d.so under $prefix" >&2
+  exit 1
+fi
+
+echo "install-test: running the consumer"
+output=$(LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp_dir/build/consumer")
+echo "$output"
+if [[ "$output" != OK* ]]; then
+  echo "install-test: the consumer did not print OK" >&2
+  exit 1
+fi
+echo "install-test: passed"

@@ -1,0 +1,306 @@
+// c10d::rendezvous: URL parsing and validation for tcp://, env:// and file:// (every error
+// names the piece that is wrong), where rank and world size come from, and small worlds of
+// threads that meet through each init method.
+#include "c10d/rendezvous.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "c10d/errors.h"
+#include "c10d/store.h"
+#include "store/tcp_store_server.h"
+
+namespace c10d {
+namespace {
+
+constexpr Milliseconds kTimeout{10'000};
+
+// Every variable rendezvous reads. The fixture clears them all and restores them afterwards,
+// so a test sees only what it sets.
+const char* const kRendezvousVars[] = {
+    "MASTER_ADDR",         "MASTER_PORT",          "RANK",
+    "WORLD_SIZE",          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+    "C10D_STORE_EXTERNAL", "C10D_STORE_TOKEN"};
+
+class RendezvousTest : public ::testing::Test {
+ protected:
+  RendezvousTest() {
+    for (const char* name : kRendezvousVars) {
+      const char* value = std::getenv(name);
+      saved_[name] = value ? std::optional<std::string>(value) : std::nullopt;
+      ::unsetenv(name);
+    }
+  }
+  ~RendezvousTest() override {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        ::setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        ::unsetenv(name.c_str());
+      }
+    }
+  }
+
+  static void set_env(const char* name, const std::string& value) {
+    ::setenv(name, value.c_str(), 1);
+  }
+
+  // The message of the InvalidArgument that rendezvous throws (fails the test when none is).
+  static std::string invalid_argument(std::string_view init_method, int rank = -1,
+                                      int world_size = -1, Milliseconds timeout = kTimeout) {
+    try {
+      rendezvous(init_method, rank, world_size, timeout);
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << init_method << ": expected InvalidArgument, got " << e.what();
+      return {};
+    }
+    ADD_FAILURE() << init_method << ": expected InvalidArgument, but it succeeded";
+    return {};
+  }
+
+  // Asserts that the error for `init_method` mentions every one of `pieces`.
+  static void expect_error_names(std::string_view init_method,
+                                 const std::vector<std::string>& pieces, int rank = -1,
+                                 int world_size = -1) {
+    const std::string message = invalid_argument(init_method, rank, world_size);
+    for (const std::string& piece : pieces) {
+      EXPECT_NE(message.find(piece), std::string::npos)
+          << init_method << ": '" << piece << "' not in: " << message;
+    }
+  }
+
+  static std::string temp_path(const std::string& name) {
+    return (std::filesystem::temp_directory_path() /
+            ("c10d_rendezvous_test_" + std::to_string(::getpid()) + "_" + name))
+        .string();
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+// Every store from a rendezvous is used the same way: a key written by one rank is read by all.
+void expect_round_trip(Store& store, const std::string& key, const std::string& value) {
+  store.set(key, std::string_view(value));
+  EXPECT_EQ(store.get_string(key), value);
+}
+
+TEST_F(RendezvousTest, UnknownOrMissingSchemeIsNamed) {
+  expect_error_names("udp://127.0.0.1:1", {"unsupported init method scheme 'udp'"}, 0, 1);
+  expect_error_names("127.0.0.1:29500", {"no scheme", "127.0.0.1:29500"}, 0, 1);
+  expect_error_names("", {"no scheme"}, 0, 1);
+}
+
+TEST_F(RendezvousTest, TcpAddressErrorsNameTheBadPiece) {
+  expect_error_names("tcp://:29500", {"missing host"}, 0, 1);
+  expect_error_names("tcp://127.0.0.1", {"missing port"}, 0, 1);
+  expect_error_names("tcp://127.0.0.1:", {"port", "empty"}, 0, 1);
+  expect_error_names("tcp://127.0.0.1:http", {"port", "'http'"}, 0, 1);
+  expect_error_names("tcp://127.0.0.1:70000", {"port", "70000", "out of range"}, 0, 1);
+  expect_error_names("tcp://127.0.0.1:-1", {"port", "-1"}, 0, 1);
+  expect_error_names("tcp://::1:29500", {"brackets"}, 0, 1);
+  expect_error_names("tcp://[::1:29500", {"closing ']'"}, 0, 1);
+  expect_error_names("tcp://[::1]29500", {"':port'"}, 0, 1);
+  expect_error_names("tcp://[::1]", {"missing port"}, 0, 1);
+}
+
+TEST_F(RendezvousTest, QueryErrorsNameTheParameter) {
+  expect_error_names("tcp://127.0.0.1:1?rank=one&world_size=2", {"rank", "'one'"});
+  expect_error_names("tcp://127.0.0.1:1?rank=0&world_size=", {"world_size", "empty"});
+  expect_error_names("tcp://127.0.0.1:1?rank", {"'rank'", "no value"});
+  expect_error_names("tcp://127.0.0.1:1?rank=0&rank=1", {"'rank'", "twice"});
+  expect_error_names("tcp://127.0.0.1:1?rank=0&world_size=1&colour=red", {"'colour'"});
+  expect_error_names("tcp://127.0.0.1:1?rank=0&world_size=1&external=maybe",
+                     {"external", "'maybe'"});
+}
+
+TEST_F(RendezvousTest, RankAndWorldSizeAreValidated) {
+  expect_error_names("tcp://127.0.0.1:1?rank=5&world_size=4",
+                     {"rank 5 out of range for world_size 4"});
+  expect_error_names("tcp://127.0.0.1:1?rank=0&world_size=0", {"world_size 0"});
+  expect_error_names("tcp://127.0.0.1:1?world_size=2", {"needs rank", "RANK"});
+  expect_error_names("tcp://127.0.0.1:1?rank=0", {"needs world_size", "WORLD_SIZE"});
+  expect_error_names("tcp://127.0.0.1:1", {"rank 3 out of range for world_size 2"}, 3, 2);
+  // A connecting rank cannot know the port an ephemeral server got.
+  expect_error_names("tcp://127.0.0.1:0?rank=1&world_size=2", {"port 0", "rank 1"});
+  expect_error_names("tcp://127.0.0.1:0?rank=0&world_size=2&external=1", {"port 0", "external"});
+  const std::string message = invalid_argument("tcp://127.0.0.1:1", 0, 1, Milliseconds(0));
+  EXPECT_NE(message.find("timeout"), std::string::npos) << message;
+}
+
+TEST_F(RendezvousTest, EnvErrorsNameTheVariable) {
+  expect_error_names("env://", {"env:// needs MASTER_ADDR (not set)"});
+  set_env("MASTER_ADDR", "127.0.0.1");
+  expect_error_names("env://", {"env:// needs MASTER_PORT (not set)"});
+  set_env("MASTER_PORT", "port");
+  expect_error_names("env://", {"MASTER_PORT", "'port'"});
+  set_env("MASTER_PORT", "65536");
+  expect_error_names("env://", {"MASTER_PORT", "65536"});
+  set_env("MASTER_PORT", "1");
+  expect_error_names("env://", {"needs rank", "RANK", "OMPI_COMM_WORLD_RANK"});
+  set_env("RANK", "zero");
+  expect_error_names("env://", {"RANK", "'zero'"});
+  set_env("RANK", "0");
+  expect_error_names("env://", {"needs world_size", "WORLD_SIZE"});
+  set_env("WORLD_SIZE", "4x");
+  expect_error_names("env://", {"WORLD_SIZE", "'4x'"});
+  set_env("WORLD_SIZE", "4");
+  set_env("RANK", "4");
+  expect_error_names("env://", {"rank 4 out of range for world_size 4"});
+  set_env("RANK", "1");
+  set_env("C10D_STORE_EXTERNAL", "perhaps");
+  expect_error_names("env://", {"C10D_STORE_EXTERNAL", "'perhaps'"});
+  expect_error_names("env://127.0.0.1:1", {"env:// takes no address"});
+  set_env("MASTER_ADDR", "");
+  expect_error_names("env://", {"MASTER_ADDR", "empty"});
+}
+
+TEST_F(RendezvousTest, FileErrorsNameThePath) {
+  expect_error_names("file://", {"file:// needs a path"}, 0, 1);
+  expect_error_names("file://?rank=0&world_size=1", {"file:// needs a path"});
+  expect_error_names("file://relative/store", {"'relative/store'", "absolute"}, 0, 1);
+  expect_error_names("file:///tmp/x?rank=2&world_size=2", {"rank 2 out of range for world_size 2"});
+  expect_error_names("file:///tmp/x?rank=0&world_size=1&external=1", {"external"});
+}
+
+TEST_F(RendezvousTest, TcpRankZeroHostsOnAnEphemeralPort) {
+  RendezvousResult rv = rendezvous("tcp://127.0.0.1:0?rank=0&world_size=1", -1, -1, kTimeout);
+  EXPECT_EQ(rv.rank, 0);
+  EXPECT_EQ(rv.world_size, 1);
+  auto* tcp = dynamic_cast<TCPStore*>(rv.store.get());
+  ASSERT_NE(tcp, nullptr);
+  EXPECT_NE(tcp->port(), 0);
+  expect_round_trip(*rv.store, "k", "v");
+}
+
+TEST_F(RendezvousTest, TcpTwoRanksInThreadsMeetAtRankZerosPort) {
+  RendezvousResult rank0 = rendezvous("tcp://127.0.0.1:0?rank=0&world_size=2", -1, -1, kTimeout);
+  const std::uint16_t port = dynamic_cast<TCPStore&>(*rank0.store).port();
+  auto rank1 = std::async(std::launch::async, [port] {
+    RendezvousResult rv = rendezvous("tcp://127.0.0.1:" + std::to_string(port), 1, 2, kTimeout);
+    rv.store->set("from/1", std::string_view("one"));
+    return rv.store->get_string("from/0") + "," + std::to_string(rv.rank) + "/" +
+           std::to_string(rv.world_size);
+  });
+  rank0.store->set("from/0", std::string_view("zero"));
+  EXPECT_EQ(rank0.store->get_string("from/1"), "one");
+  EXPECT_EQ(rank1.get(), "zero,1/2");
+}
+
+TEST_F(RendezvousTest, IPv6LiteralHostInBrackets) {
+  // Only where this machine has an IPv6 loopback.
+  const int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 loopback{};
+  loopback.sin6_family = AF_INET6;
+  loopback.sin6_addr = in6addr_loopback;
+  const bool has_v6 =
+      fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&loopback), sizeof(loopback)) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!has_v6) GTEST_SKIP() << "no IPv6 loopback";
+  RendezvousResult rv = rendezvous("tcp://[::1]:0?rank=0&world_size=1", -1, -1, kTimeout);
+  auto& tcp = dynamic_cast<TCPStore&>(*rv.store);
+  EXPECT_EQ(tcp.host(), "::1");
+  expect_round_trip(*rv.store, "v6", "yes");
+}
+
+TEST_F(RendezvousTest, ExternalRankZeroConnectsToARunningServer) {
+  TCPStoreServer server(store::ServerOptions{});
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(server.port());
+  RendezvousResult rv = rendezvous(url + "?rank=0&world_size=2&external=1", -1, -1, kTimeout);
+  rv.store->set("seen", std::string_view("by the server"));
+  // The key lives in the external server: a second client reads it there.
+  TCPStoreOptions options;
+  options.port = server.port();
+  options.timeout = kTimeout;
+  TCPStore other(options);
+  EXPECT_EQ(other.get_string("seen"), "by the server");
+
+  set_env("C10D_STORE_EXTERNAL", "1");
+  RendezvousResult from_env = rendezvous(url, 0, 2, kTimeout);
+  EXPECT_EQ(from_env.store->get_string("seen"), "by the server");
+}
+
+TEST_F(RendezvousTest, EnvReadsMasterAddrPortRankAndWorldSize) {
+  set_env("MASTER_ADDR", "127.0.0.1");
+  set_env("MASTER_PORT", "0");
+  set_env("RANK", "0");
+  set_env("WORLD_SIZE", "1");
+  RendezvousResult rv = rendezvous("env://", -1, -1, kTimeout);
+  EXPECT_EQ(rv.rank, 0);
+  EXPECT_EQ(rv.world_size, 1);
+  expect_round_trip(*rv.store, "env", "ok");
+}
+
+TEST_F(RendezvousTest, EnvFallsBackToMpirunVariables) {
+  set_env("MASTER_ADDR", "127.0.0.1");
+  set_env("MASTER_PORT", "0");
+  set_env("OMPI_COMM_WORLD_RANK", "0");
+  set_env("OMPI_COMM_WORLD_SIZE", "1");
+  RendezvousResult rv = rendezvous("env://", -1, -1, kTimeout);
+  EXPECT_EQ(rv.rank, 0);
+  EXPECT_EQ(rv.world_size, 1);
+  expect_round_trip(*rv.store, "mpi", "ok");
+}
+
+TEST_F(RendezvousTest, RankSourcesTakePrecedenceInOrder) {
+  TCPStoreServer server(store::ServerOptions{});
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(server.port());
+  set_env("C10D_STORE_EXTERNAL", "1");
+  set_env("OMPI_COMM_WORLD_RANK", "1");
+  set_env("OMPI_COMM_WORLD_SIZE", "8");
+  RendezvousResult rv = rendezvous(url, -1, -1, kTimeout);
+  EXPECT_EQ(rv.rank, 1);  // mpirun's variables, when nothing else says
+  EXPECT_EQ(rv.world_size, 8);
+  set_env("RANK", "2");
+  set_env("WORLD_SIZE", "7");
+  rv = rendezvous(url, -1, -1, kTimeout);
+  EXPECT_EQ(rv.rank, 2);  // RANK/WORLD_SIZE over mpirun's
+  EXPECT_EQ(rv.world_size, 7);
+  rv = rendezvous(url + "?rank=3&world_size=6", -1, -1, kTimeout);
+  EXPECT_EQ(rv.rank, 3);  // the URL's query over the environment
+  EXPECT_EQ(rv.world_size, 6);
+  rv = rendezvous(url + "?rank=3&world_size=6", 4, 5, kTimeout);
+  EXPECT_EQ(rv.rank, 4);  // the arguments over everything
+  EXPECT_EQ(rv.world_size, 5);
+}
+
+TEST_F(RendezvousTest, FileWorldOfThreeThreadsMeets) {
+  const std::string path = temp_path("file_world");
+  std::filesystem::remove(path);
+  constexpr int kWorld = 3;
+  std::vector<std::future<std::string>> ranks;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ranks.push_back(std::async(std::launch::async, [&path, rank] {
+      RendezvousResult rv = rendezvous("file://" + path + "?rank=" + std::to_string(rank) +
+                                           "&world_size=" + std::to_string(kWorld),
+                                       -1, -1, kTimeout);
+      EXPECT_TRUE(dynamic_cast<FileStore*>(rv.store.get()) != nullptr);
+      rv.store->set("rank/" + std::to_string(rv.rank), std::string_view(std::to_string(rv.rank)));
+      std::vector<std::string> keys;
+      for (int r = 0; r < rv.world_size; ++r) keys.push_back("rank/" + std::to_string(r));
+      rv.store->wait(keys, kTimeout);
+      std::string seen;
+      for (const Bytes& value : rv.store->multi_get(keys))
+        seen += std::string(value.begin(), value.end());
+      return seen;
+    }));
+  }
+  for (auto& rank : ranks) EXPECT_EQ(rank.get(), "012");
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace c10d

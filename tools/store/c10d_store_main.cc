@@ -1,0 +1,362 @@
+// c10d-store: the TCP store server as a standalone program (`serve`), and an operator's client
+// for any running store (`get`, `set`, `add`, `wait`, `check`, `delete`, `keys`).
+//
+// Exit codes: 0 success; 1 the store failed (the error's what() on stderr); 2 bad usage (a
+// one-line error naming the flag or argument, then the usage, on stderr).
+//
+// `serve` blocks SIGINT and SIGTERM before the server thread starts, so the signals reach only
+// the sigwait in main and the server is stopped from one place, cleanly.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "c10d/errors.h"
+#include "c10d/store.h"
+#include "core/logging.h"
+#include "store/tcp_store_server.h"
+
+namespace {
+
+constexpr int kExitStoreError = 1;
+constexpr int kExitUsage = 2;
+// An operator's call should fail fast when the server is not there, not after 30 minutes.
+constexpr long long kDefaultClientTimeoutMs = 30'000;
+
+constexpr std::string_view kUsage = R"(usage:
+  c10d-store serve --port P [--host H] [--port-file F] [--token T]
+                   [--max-key-bytes N] [--max-value-bytes N] [--max-keys-per-op N]
+                   [--max-frame-bytes N] [--log-level L]
+      Serve a TCP store on H:P (H defaults to 127.0.0.1; P 0 picks a free port) until
+      SIGINT or SIGTERM. --port-file F receives the bound port (written atomically).
+      The token defaults to $C10D_STORE_TOKEN.
+  c10d-store get    --addr HOST:PORT [common flags] KEY          print the value
+  c10d-store set    --addr HOST:PORT [common flags] KEY VALUE
+  c10d-store add    --addr HOST:PORT [common flags] KEY DELTA    print the new value
+  c10d-store wait   --addr HOST:PORT [common flags] KEY...       until every key exists
+  c10d-store check  --addr HOST:PORT [common flags] KEY...       print true or false
+  c10d-store delete --addr HOST:PORT [common flags] KEY          print whether it existed
+  c10d-store keys   --addr HOST:PORT [common flags]              print the number of keys
+      common flags: --timeout-ms N (default 30000) --token T (default $C10D_STORE_TOKEN)
+                    --log-level L (trace, debug, info, warn, error, off)
+      HOST may be an IPv6 literal in brackets: --addr [::1]:29500
+  c10d-store --help
+exit status: 0 ok, 1 store error, 2 usage error
+)";
+
+// Bad command line: reported with the usage and exit status 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Command {
+  std::string name;
+  std::size_t min_args;
+  std::size_t max_args;
+  std::string_view arg_names;  // for "needs ..." messages
+};
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> kCommands = {
+      {"serve", 0, 0, ""},
+      {"get", 1, 1, "KEY"},
+      {"set", 2, 2, "KEY VALUE"},
+      {"add", 2, 2, "KEY DELTA"},
+      {"wait", 1, SIZE_MAX, "KEY..."},
+      {"check", 1, SIZE_MAX, "KEY..."},
+      {"delete", 1, 1, "KEY"},
+      {"keys", 0, 0, ""},
+  };
+  return kCommands;
+}
+
+const std::set<std::string>& flags_of(const std::string& command) {
+  static const std::set<std::string> kServe = {"host",
+                                               "port",
+                                               "port-file",
+                                               "token",
+                                               "max-key-bytes",
+                                               "max-value-bytes",
+                                               "max-keys-per-op",
+                                               "max-frame-bytes",
+                                               "log-level"};
+  static const std::set<std::string> kClient = {"addr", "timeout-ms", "token", "log-level"};
+  return command == "serve" ? kServe : kClient;
+}
+
+struct Args {
+  const Command* command = nullptr;
+  std::map<std::string, std::string> flags;
+  std::vector<std::string> positional;
+
+  const std::string* flag(const std::string& name) const {
+    auto it = flags.find(name);
+    return it == flags.end() ? nullptr : &it->second;
+  }
+};
+
+bool wants_help(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "--help" || arg == "-h" || (i == 1 && arg == "help")) return true;
+  }
+  return false;
+}
+
+// "--name value", "--name=value", and "--" ending the flags (for keys that start with "--").
+Args parse_args(int argc, char** argv) {
+  if (argc < 2) throw UsageError("missing subcommand");
+  Args args;
+  const std::string name = argv[1];
+  for (const Command& command : commands()) {
+    if (command.name == name) args.command = &command;
+  }
+  if (args.command == nullptr) throw UsageError("unknown subcommand '" + name + "'");
+  const std::set<std::string>& allowed = flags_of(name);
+  bool flags_done = false;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (flags_done || arg.size() < 2 || arg.compare(0, 2, "--") != 0) {
+      args.positional.push_back(std::move(arg));
+      continue;
+    }
+    if (arg == "--") {
+      flags_done = true;
+      continue;
+    }
+    std::string flag = arg.substr(2);
+    std::string value;
+    const std::size_t eq = flag.find('=');
+    if (!allowed.contains(flag.substr(0, eq))) {
+      throw UsageError("unknown flag '--" + flag.substr(0, eq) + "' for '" + name + "'");
+    }
+    if (eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag.resize(eq);
+    } else {
+      if (i + 1 >= argc) throw UsageError("flag --" + flag + " needs a value");
+      value = argv[++i];
+    }
+    if (!args.flags.emplace(flag, value).second) {
+      throw UsageError("flag --" + flag + " given twice");
+    }
+  }
+  const Command& command = *args.command;
+  if (args.positional.size() < command.min_args) {
+    throw UsageError(name + " needs " + std::string(command.arg_names));
+  }
+  if (args.positional.size() > command.max_args) {
+    throw UsageError(
+        name + " takes " +
+        (command.max_args == 0 ? std::string("no arguments") : std::string(command.arg_names)) +
+        ", got extra '" + args.positional[command.max_args] + "'");
+  }
+  return args;
+}
+
+// An integer in [lo, hi]; `what` names the flag or argument in the error.
+long long parse_integer(const std::string& text, long long lo, long long hi,
+                        const std::string& what) {
+  long long value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) {
+    throw UsageError(what + " '" + text + "' is not an integer");
+  }
+  if (value < lo || value > hi) {
+    throw UsageError(what + " " + text + " is out of range [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "]");
+  }
+  return value;
+}
+
+std::size_t parse_size(const Args& args, const std::string& flag, std::size_t fallback) {
+  const std::string* text = args.flag(flag);
+  if (text == nullptr) return fallback;
+  return static_cast<std::size_t>(parse_integer(*text, 1, 1LL << 40, "--" + flag));
+}
+
+// "host:port" or "[v6]:port".
+std::pair<std::string, std::uint16_t> parse_addr(const std::string& addr) {
+  std::string host;
+  std::string port;
+  if (!addr.empty() && addr.front() == '[') {
+    const std::size_t close = addr.find("]:");
+    if (close == std::string::npos) throw UsageError("--addr '" + addr + "' is not [HOST]:PORT");
+    host = addr.substr(1, close - 1);
+    port = addr.substr(close + 2);
+  } else {
+    const std::size_t colon = addr.rfind(':');
+    if (colon == std::string::npos || addr.find(':') != colon) {
+      throw UsageError("--addr '" + addr + "' is not HOST:PORT (IPv6 hosts go in brackets)");
+    }
+    host = addr.substr(0, colon);
+    port = addr.substr(colon + 1);
+  }
+  if (host.empty()) throw UsageError("--addr '" + addr + "' has no host");
+  return {host, static_cast<std::uint16_t>(parse_integer(port, 1, 65535, "--addr port"))};
+}
+
+void apply_log_level(const Args& args) {
+  const std::string* level = args.flag("log-level");
+  if (level == nullptr) return;
+  try {
+    c10d::core::set_log_level(c10d::core::parse_log_level(*level));
+  } catch (const c10d::InvalidArgument&) {
+    throw UsageError("--log-level '" + *level +
+                     "' is not one of trace, debug, info, warn, "
+                     "error, off");
+  }
+}
+
+std::string token_of(const Args& args) {
+  if (const std::string* token = args.flag("token")) return *token;
+  const char* env = std::getenv("C10D_STORE_TOKEN");
+  return env == nullptr ? std::string() : std::string(env);
+}
+
+std::string host_port(const std::string& host, std::uint16_t port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+// Writes F.tmp and renames it over F, so a reader sees either no file or the whole port.
+void write_port_file(const std::filesystem::path& path, std::uint16_t port) {
+  std::filesystem::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << '\n';
+    out.close();
+    if (!out) throw c10d::Error("cannot write port file " + tmp.string());
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    throw c10d::Error("cannot rename " + tmp.string() + " to " + path.string() + ": " +
+                      ec.message());
+  }
+}
+
+int serve(const Args& args) {
+  const std::string* port_text = args.flag("port");
+  if (port_text == nullptr) throw UsageError("serve needs --port P (0 picks a free port)");
+  c10d::store::ServerOptions options;
+  options.port = static_cast<std::uint16_t>(parse_integer(*port_text, 0, 65535, "--port"));
+  if (const std::string* host = args.flag("host")) options.host = *host;
+  options.token = token_of(args);
+  options.limits.max_key_bytes = parse_size(args, "max-key-bytes", options.limits.max_key_bytes);
+  options.limits.max_value_bytes =
+      parse_size(args, "max-value-bytes", options.limits.max_value_bytes);
+  options.limits.max_keys_per_op =
+      parse_size(args, "max-keys-per-op", options.limits.max_keys_per_op);
+  options.limits.max_frame_bytes =
+      parse_size(args, "max-frame-bytes", options.limits.max_frame_bytes);
+  const std::string* port_file = args.flag("port-file");
+  if (port_file != nullptr && port_file->empty()) throw UsageError("--port-file is empty");
+
+  // Blocked before the server thread exists, so that thread inherits the mask and only the
+  // sigwait below ever takes these signals.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  if (int rc = pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr); rc != 0) {
+    throw c10d::Error("pthread_sigmask failed: " + std::to_string(rc));
+  }
+
+  c10d::TCPStoreServer server(options);
+  if (port_file != nullptr) write_port_file(*port_file, server.port());
+  std::cout << "c10d-store: serving on " << host_port(server.host(), server.port()) << std::endl;
+
+  // No deadline on purpose: serving until told to stop is this command's job.
+  int signal_number = 0;
+  while (sigwait(&stop_signals, &signal_number) != 0) {
+  }
+  C10D_LOG_INFO("c10d-store: {} received, stopping", strsignal(signal_number));
+  server.stop();
+  if (port_file != nullptr) {
+    std::error_code ignored;
+    std::filesystem::remove(*port_file, ignored);  // a stale port would mislead the next reader
+  }
+  std::cout << "c10d-store: stopped on " << strsignal(signal_number) << std::endl;
+  return 0;
+}
+
+int run_client(const Args& args) {
+  const std::string* addr = args.flag("addr");
+  const std::string& name = args.command->name;
+  if (addr == nullptr) throw UsageError(name + " needs --addr HOST:PORT");
+  c10d::TCPStoreOptions options;
+  std::tie(options.host, options.port) = parse_addr(*addr);
+  long long timeout_ms = kDefaultClientTimeoutMs;
+  if (const std::string* text = args.flag("timeout-ms")) {
+    timeout_ms = parse_integer(*text, 1, 1LL << 40, "--timeout-ms");
+  }
+  options.timeout = c10d::Milliseconds(timeout_ms);
+  options.token = token_of(args);
+  const std::vector<std::string>& pos = args.positional;
+  // Parse every argument before connecting, so usage errors never wait on the network.
+  long long delta = name == "add" ? parse_integer(pos[1], LLONG_MIN, LLONG_MAX, "DELTA") : 0;
+
+  c10d::TCPStore store(options);
+  if (name == "get") {
+    c10d::Bytes value = store.get(pos[0]);
+    std::cout.write(reinterpret_cast<const char*>(value.data()),
+                    static_cast<std::streamsize>(value.size()));
+    std::cout << '\n';
+  } else if (name == "set") {
+    store.set(pos[0], std::string_view(pos[1]));
+  } else if (name == "add") {
+    std::cout << store.add(pos[0], delta) << '\n';
+  } else if (name == "wait") {
+    store.wait(pos, options.timeout);
+  } else if (name == "check") {
+    std::cout << (store.check(pos) ? "true" : "false") << '\n';
+  } else if (name == "delete") {
+    std::cout << (store.delete_key(pos[0]) ? "true" : "false") << '\n';
+  } else if (name == "keys") {
+    std::cout << store.num_keys() << '\n';
+  }
+  std::cout.flush();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (wants_help(argc, argv)) {
+    std::cout << kUsage;
+    return 0;
+  }
+  try {
+    Args args = parse_args(argc, argv);
+    apply_log_level(args);
+    return args.command->name == "serve" ? serve(args) : run_client(args);
+  } catch (const UsageError& e) {
+    std::cerr << "c10d-store: " << e.what() << "\n\n" << kUsage;
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "c10d-store: " << e.what() << '\n';
+    return kExitStoreError;
+  }
+}
