@@ -166,6 +166,9 @@ struct TCPStoreOptions {
   // with a token serves only clients that prove they know it (HMAC-SHA256 of a nonce).
   std::string token;
   StoreLimits limits{};  // enforced by a hosted server
+  // On the server's host, switch to the Unix socket the server announces after the TCP
+  // handshake (faster: it skips the TCP/IP stack). Off: TCP only.
+  bool use_local_socket = true;
 };
 
 class TCPStoreServer;
@@ -175,13 +178,14 @@ class TCPStoreServer;
 // connection; calls from several threads are serialized. A server that goes away fails the
 // pending call with a StoreError naming the address; the next call reconnects.
 //
-// set() returns once its request is sent, without waiting for the acknowledgement (as PyTorch's
-// TCPStore, at half the round trips of a synchronous set). The server applies one client's
-// requests in order, so every later call through this store, and every get/wait of the key by
-// anyone, sees the value. A set that fails is reported by the next call on this store, whose
-// error names the set; that call itself did not run. The destructor collects outstanding
-// acknowledgements (logging a failure). Code that must know a set has landed before telling
-// another process by some other channel should follow it with any call, e.g. check().
+// set() returns once its request is sent: the server answers a set only when it fails (as
+// PyTorch's TCPStore, whose sets get no answer at all). The client checks every request against
+// the server's limits, learned when it connects, so a set it sends does not fail for a limit.
+// The server applies one client's requests in order, so every later call through this store,
+// and every get/wait of the key by anyone, sees the value; a set that failed anyway is reported
+// by the next call, whose error names it (that call itself did not run). Code that must know a
+// set has landed before telling another process by some other channel can follow it with any
+// call, e.g. check().
 class TCPStore : public Store {
  public:
   explicit TCPStore(TCPStoreOptions options);

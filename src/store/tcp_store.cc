@@ -13,13 +13,14 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <thread>
 #include <utility>
@@ -45,9 +46,6 @@ constexpr Milliseconds kServerGrace{5000};
 // thread woken by the answer costs tens of microseconds on virtual machines; most answers from
 // a busy server come sooner than this.
 constexpr std::chrono::microseconds kSpin{50};
-
-// Requests sent without waiting for their answer before the client reads the answers anyway.
-constexpr std::size_t kMaxPending = 64;
 
 // "[a, b, c]"; long lists are cut after a few keys so messages stay readable.
 std::string keys_text(std::span<const std::string> keys) {
@@ -94,11 +92,9 @@ struct TCPStore::Impl {
   Bytes out;                             // GUARDED_BY(mu)
   Bytes in;                              // GUARDED_BY(mu)
   std::size_t in_begin = 0, in_end = 0;  // GUARDED_BY(mu)
-  struct Pending {
-    Kind kind;
-    std::string context;
-  };
-  std::deque<Pending> pending;  // GUARDED_BY(mu): sent, answer not read yet
+  // The limits of the server, from its HELLO answer, combined with ours: what the client checks
+  // before sending, so that no request it sends fails for a limit.
+  StoreLimits limits;  // GUARDED_BY(mu) once connected; set by connect()
 
   // A decoded response: status, and the body after the status byte.
   struct Response {
@@ -177,10 +173,12 @@ struct TCPStore::Impl {
       std::this_thread::sleep_for(std::min(backoff, remaining(deadline)));
       backoff = std::min(backoff * 2, Milliseconds(1000));
     }
-    handshake(deadline);
+    switch_to_local(handshake(deadline), deadline);
   }
 
-  void handshake(Clock::time_point deadline) {
+  // HELLO, then AUTH when the server asks for it. Returns the name of the server's local socket
+  // (empty when it has none).
+  std::string handshake(Clock::time_point deadline) {
     out.clear();
     std::size_t start = store::wire::begin_frame(out, static_cast<std::uint8_t>(Kind::kHello));
     store::wire::put_u16(out, store::wire::kVersion);
@@ -189,13 +187,26 @@ struct TCPStore::Impl {
     store::wire::Reader reader(r.payload, options.limits);
     std::uint8_t auth_required = 0;
     std::span<const std::uint8_t> nonce_bytes;
+    std::string_view local_name;
+    std::uint64_t key_bytes = 0, value_bytes = 0, keys_per_op = 0, frame_bytes = 0;
     reader.u8(auth_required);
     reader.fixed(store::wire::kNonceBytes, nonce_bytes);
+    reader.u64(key_bytes);
+    reader.u64(value_bytes);
+    reader.u64(keys_per_op);
+    reader.u64(frame_bytes);
+    reader.key(local_name);
     if (!reader.finish().ok()) {
       drop();
       C10D_THROW(StoreError, "store {}: malformed HELLO answer", address);
     }
-    if (!auth_required) return;
+    std::string local(local_name);
+    limits = options.limits;
+    limits.max_key_bytes = std::min<std::uint64_t>(limits.max_key_bytes, key_bytes);
+    limits.max_value_bytes = std::min<std::uint64_t>(limits.max_value_bytes, value_bytes);
+    limits.max_keys_per_op = std::min<std::uint64_t>(limits.max_keys_per_op, keys_per_op);
+    limits.max_frame_bytes = std::min<std::uint64_t>(limits.max_frame_bytes, frame_bytes);
+    if (!auth_required) return local;
     if (options.token.empty()) {
       drop();
       C10D_THROW(StoreError,
@@ -211,6 +222,35 @@ struct TCPStore::Impl {
     out.insert(out.end(), mac.begin(), mac.end());
     store::wire::end_frame(out, start);
     round_trip(Kind::kAuth, deadline, "AUTH");
+    return local;
+  }
+
+  // After the TCP handshake: when the server announced a local socket and it can be reached
+  // (same host and network namespace), shake hands on it and use it instead. Its name is random
+  // per server, so reaching it means reaching this server; any failure keeps TCP.
+  void switch_to_local(const std::string& name, Clock::time_point deadline) {
+    if (name.empty() || !options.use_local_socket) return;
+    sockaddr_un addr{};
+    if (name.size() + 1 > sizeof(addr.sun_path)) return;
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
+    const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+    Fd local(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!local.valid() || ::connect(local.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+      return;
+    }
+    Fd tcp = std::move(fd);
+    fd = std::move(local);
+    socket_timeout = Milliseconds(-1);
+    try {
+      handshake(deadline);
+      C10D_LOG_DEBUG("store {}: using the server's local socket", address);
+    } catch (const Error& e) {
+      C10D_LOG_DEBUG("store {}: local socket refused ({}); staying on TCP", address, e.what());
+      fd = std::move(tcp);
+      socket_timeout = Milliseconds(-1);
+      in_begin = in_end = 0;
+    }
   }
 
   // SO_RCVTIMEO/SO_SNDTIMEO bound each blocking syscall; the deadline loop around them decides
@@ -324,22 +364,9 @@ struct TCPStore::Impl {
     return read_answer(kind, start, deadline, context);
   }
 
-  // Reads the answers of requests sent without waiting for them, oldest first. The server
-  // closes the connection after a failed request, so when one failed, nothing sent after it
-  // ran; its error is thrown here, naming it.
-  void drain(Clock::time_point start, Clock::time_point deadline) {
-    while (!pending.empty()) {
-      // Taken out first: an error answer drops the connection, and with it `pending`.
-      const Pending p = std::move(pending.front());
-      pending.pop_front();
-      read_answer(p.kind, start, deadline, p.context);
-    }
-  }
-
   // Forgets the connection: the next call connects again.
   void drop() {
     fd.reset();
-    pending.clear();
     in_begin = in_end = 0;
   }
 
@@ -377,28 +404,24 @@ struct TCPStore::Impl {
     }
   }
 
-  // One request: connect when needed, send the frame that `build` writes, read the answers to
-  // requests still pending, then this one's.
+  // One request: connect when needed, send the frame that `build` writes, read its answer.
   template <typename Build>
   Response call(Kind kind, Milliseconds timeout, const Build& build, const std::string& context) {
     const auto start = Clock::now();
     const auto deadline = start + timeout;
     build_frame(kind, build, deadline);
     send_out(start, deadline, context);
-    drain(start, deadline);
     return read_answer(kind, start, deadline, context);
   }
 
-  // A request whose answer is only an acknowledgement (SET): send it and return; the answer is
-  // read before the next call's, which reports a failure.
+  // A request the server does not answer when it succeeds (SET): send it and return. Should it
+  // fail, its error answer comes ahead of the next call's answer, which throws it.
   template <typename Build>
-  void call_async(Kind kind, Milliseconds timeout, const Build& build, std::string context) {
+  void send_only(Kind kind, Milliseconds timeout, const Build& build, const std::string& context) {
     const auto start = Clock::now();
     const auto deadline = start + timeout;
     build_frame(kind, build, deadline);
     send_out(start, deadline, context);
-    pending.push_back({kind, std::move(context)});
-    if (pending.size() >= kMaxPending) drain(start, deadline);
   }
 
   template <typename Build>
@@ -408,32 +431,26 @@ struct TCPStore::Impl {
     const std::size_t start = store::wire::begin_frame(out, static_cast<std::uint8_t>(kind));
     build(out);
     store::wire::end_frame(out, start);
-  }
-
-  ~Impl() {
-    if (!fd.valid() || pending.empty()) return;
-    try {
-      const auto start = Clock::now();
-      drain(start, start + std::min(options.timeout, Milliseconds(5000)));
-    } catch (const std::exception& e) {
-      C10D_LOG_WARN("{}", e.what());
-    }
+    const std::size_t body = out.size() - start - store::wire::kHeaderBytes;
+    C10D_CHECK(body <= limits.max_frame_bytes,
+               "store {}: a {} request of {} bytes exceeds the server's limit of {} per request",
+               address, store::wire::kind_name(kind), body, limits.max_frame_bytes);
   }
 
   void check_key(std::string_view key) const {
-    C10D_CHECK(key.size() <= options.limits.max_key_bytes,
+    C10D_CHECK(key.size() <= limits.max_key_bytes,
                "store {}: key of {} bytes exceeds the limit of {}", address, key.size(),
-               options.limits.max_key_bytes);
+               limits.max_key_bytes);
   }
   void check_value(std::span<const std::uint8_t> value) const {
-    C10D_CHECK(value.size() <= options.limits.max_value_bytes,
+    C10D_CHECK(value.size() <= limits.max_value_bytes,
                "store {}: value of {} bytes exceeds the limit of {}", address, value.size(),
-               options.limits.max_value_bytes);
+               limits.max_value_bytes);
   }
   void check_keys(std::span<const std::string> keys) const {
-    C10D_CHECK(keys.size() <= options.limits.max_keys_per_op,
+    C10D_CHECK(keys.size() <= limits.max_keys_per_op,
                "store {}: {} keys in one call exceed the limit of {}", address, keys.size(),
-               options.limits.max_keys_per_op);
+               limits.max_keys_per_op);
     for (const auto& k : keys) check_key(k);
   }
 };
@@ -467,6 +484,7 @@ TCPStore::TCPStore(TCPStoreOptions options) : Store(options.timeout) {
     options.port = server_->port();
   }
   impl_ = std::make_unique<Impl>();
+  impl_->limits = options.limits;
   impl_->address = format_address(options.host, options.port);
   impl_->options = std::move(options);
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -483,10 +501,10 @@ std::uint16_t TCPStore::port() const { return impl_->options.port; }
 std::string TCPStore::address() const { return impl_->address; }
 
 void TCPStore::set(std::string_view key, std::span<const std::uint8_t> value) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->check_key(key);
   impl_->check_value(value);
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->call_async(
+  impl_->send_only(
       Kind::kSet, timeout(),
       [&](Bytes& out) {
         store::wire::put_string(out, key);
@@ -496,9 +514,9 @@ void TCPStore::set(std::string_view key, std::span<const std::uint8_t> value) {
 }
 
 Bytes TCPStore::get(std::string_view key) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->check_key(key);
   const Milliseconds t = timeout();
-  std::lock_guard<std::mutex> lock(impl_->mu);
   auto r = impl_->call(
       Kind::kGet, t + kServerGrace,
       [&](Bytes& out) {
@@ -514,8 +532,8 @@ Bytes TCPStore::get(std::string_view key) {
 }
 
 std::int64_t TCPStore::add(std::string_view key, std::int64_t delta) {
-  impl_->check_key(key);
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->check_key(key);
   auto r = impl_->call(
       Kind::kAdd, timeout(),
       [&](Bytes& out) {
@@ -532,10 +550,10 @@ std::int64_t TCPStore::add(std::string_view key, std::int64_t delta) {
 
 Bytes TCPStore::compare_set(std::string_view key, std::span<const std::uint8_t> expected,
                             std::span<const std::uint8_t> desired) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->check_key(key);
   impl_->check_value(expected);
   impl_->check_value(desired);
-  std::lock_guard<std::mutex> lock(impl_->mu);
   auto r = impl_->call(
       Kind::kCompareSet, timeout(),
       [&](Bytes& out) {
@@ -552,8 +570,8 @@ Bytes TCPStore::compare_set(std::string_view key, std::span<const std::uint8_t> 
 }
 
 bool TCPStore::check(std::span<const std::string> keys) {
-  impl_->check_keys(keys);
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->check_keys(keys);
   auto r = impl_->call(
       Kind::kCheck, timeout(),
       [&](Bytes& out) {
@@ -565,8 +583,8 @@ bool TCPStore::check(std::span<const std::string> keys) {
 }
 
 void TCPStore::wait(std::span<const std::string> keys, Milliseconds wait_timeout) {
-  impl_->check_keys(keys);
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->check_keys(keys);
   impl_->call(
       Kind::kWait, wait_timeout + kServerGrace,
       [&](Bytes& out) {
@@ -578,8 +596,8 @@ void TCPStore::wait(std::span<const std::string> keys, Milliseconds wait_timeout
 }
 
 bool TCPStore::delete_key(std::string_view key) {
-  impl_->check_key(key);
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->check_key(key);
   auto r = impl_->call(
       Kind::kDelete, timeout(), [&](Bytes& out) { store::wire::put_string(out, key); },
       "DELETE of key " + quoted(key));
@@ -598,9 +616,9 @@ std::int64_t TCPStore::num_keys() {
 }
 
 void TCPStore::append(std::string_view key, std::span<const std::uint8_t> value) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->check_key(key);
   impl_->check_value(value);
-  std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->call(
       Kind::kAppend, timeout(),
       [&](Bytes& out) {
@@ -611,9 +629,9 @@ void TCPStore::append(std::string_view key, std::span<const std::uint8_t> value)
 }
 
 std::vector<Bytes> TCPStore::multi_get(std::span<const std::string> keys) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->check_keys(keys);
   const Milliseconds t = timeout();
-  std::lock_guard<std::mutex> lock(impl_->mu);
   auto r = impl_->call(
       Kind::kMultiGet, t + kServerGrace,
       [&](Bytes& out) {
@@ -638,11 +656,11 @@ std::vector<Bytes> TCPStore::multi_get(std::span<const std::string> keys) {
 }
 
 void TCPStore::multi_set(std::span<const std::string> keys, std::span<const Bytes> values) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   C10D_CHECK(keys.size() == values.size(), "multi_set: {} keys but {} values", keys.size(),
              values.size());
   impl_->check_keys(keys);
   for (const auto& v : values) impl_->check_value(v);
-  std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->call(
       Kind::kMultiSet, timeout(),
       [&](Bytes& out) {

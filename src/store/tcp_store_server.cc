@@ -27,6 +27,8 @@ namespace asio = boost::asio;
 using asio::awaitable;
 using asio::use_awaitable;
 using asio::ip::tcp;
+using Socket = asio::generic::stream_protocol::socket;  // a TCP or a Unix stream socket
+using asio::socket_base;
 using boost::system::error_code;
 using store::wire::Kind;
 using store::wire::Status;
@@ -75,8 +77,8 @@ struct TCPStoreServer::Impl {
   };
 
   struct Connection {
-    explicit Connection(tcp::socket s) : socket(std::move(s)) {}
-    tcp::socket socket;
+    Connection(Socket s, std::string p) : socket(std::move(s)), peer(std::move(p)) {}
+    Socket socket;
     std::string peer;
     Waiter* waiter = nullptr;  // the wait this connection is parked in, if any
   };
@@ -92,11 +94,17 @@ struct TCPStoreServer::Impl {
 
   store::ServerOptions options;
   std::uint16_t port = 0;
+  std::atomic<std::uint64_t> local_accepted{0};
   std::atomic<std::uint64_t> accepted{0}, open{0}, rejected{0}, requests{0}, held{0}, keys{0};
   std::atomic<bool> stop_requested{false};
 
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
+  // Same-host clients switch to this abstract Unix socket after their TCP handshake: it skips
+  // the TCP/IP stack, which is most of a small request's cost on loopback. Its random name is
+  // announced in the HELLO answer; it exists only in this network namespace.
+  asio::local::stream_protocol::acceptor local_acceptor{io};
+  std::string local_name;  // without the leading NUL; empty when there is none
   std::thread thread;
 
   // ---- keys and waiters ----
@@ -182,11 +190,9 @@ struct TCPStoreServer::Impl {
     using store::wire::encode_error;
     using store::wire::put_bytes;
     switch (req.kind) {
-      case Kind::kSet: {
+      case Kind::kSet:  // no answer when it succeeds (wire.h)
         put(req.keys[0], req.values[0]);
-        store::wire::end_frame(out, begin_ok(out, req.kind));
         break;
-      }
       case Kind::kGet: {
         if (!data.contains(req.keys[0])) {
           if (!out.empty()) co_await flush(conn, out);
@@ -335,12 +341,10 @@ struct TCPStoreServer::Impl {
   }
 
   // One connection: read frames into `in`, serve them in order, write responses.
-  awaitable<void> serve(tcp::socket socket) {
-    Connection conn(std::move(socket));
+  awaitable<void> serve(Socket socket, std::string peer) {
+    Connection conn(std::move(socket), std::move(peer));
     error_code ec;
     conn.socket.non_blocking(true, ec);
-    auto ep = conn.socket.remote_endpoint(ec);
-    conn.peer = ec ? std::string("?") : fmt::format("{}:{}", ep.address().to_string(), ep.port());
     connections.insert(&conn);
     open.fetch_add(1, std::memory_order_relaxed);
     try {
@@ -374,7 +378,7 @@ struct TCPStoreServer::Impl {
       while (end - begin < need) {
         // Wait for readability, then read without blocking: Asio's async_read_some would first
         // try a speculative recv that, on a request/response connection, almost always fails.
-        co_await conn.socket.async_wait(tcp::socket::wait_read, use_awaitable);
+        co_await conn.socket.async_wait(socket_base::wait_read, use_awaitable);
         error_code ec;
         std::size_t n = conn.socket.read_some(asio::buffer(in.data() + end, in.size() - end), ec);
         if (ec == asio::error::would_block || ec == asio::error::try_again) continue;
@@ -443,6 +447,11 @@ struct TCPStoreServer::Impl {
         std::size_t start = begin_ok(out, kind);
         out.push_back(auth ? 1 : 0);
         out.insert(out.end(), nonce.begin(), nonce.end());
+        store::wire::put_u64(out, limits.max_key_bytes);
+        store::wire::put_u64(out, limits.max_value_bytes);
+        store::wire::put_u64(out, limits.max_keys_per_op);
+        store::wire::put_u64(out, limits.max_frame_bytes);
+        store::wire::put_string(out, local_name);
         store::wire::end_frame(out, start);
         phase = auth ? Phase::kAuth : Phase::kReady;
       } else if (phase == Phase::kAuth) {
@@ -470,7 +479,7 @@ struct TCPStoreServer::Impl {
                                  asio::redirect_error(use_awaitable, ec));
     }
     error_code ignored;
-    conn.socket.shutdown(tcp::socket::shutdown_both, ignored);
+    conn.socket.shutdown(socket_base::shutdown_both, ignored);
     conn.socket.close(ignored);
   }
 
@@ -488,9 +497,48 @@ struct TCPStoreServer::Impl {
         continue;
       }
       socket.set_option(tcp::no_delay(true), ec);
+      auto ep = socket.remote_endpoint(ec);
+      std::string peer =
+          ec ? std::string("?") : fmt::format("{}:{}", ep.address().to_string(), ep.port());
       accepted.fetch_add(1, std::memory_order_relaxed);
-      asio::co_spawn(io, serve(std::move(socket)), asio::detached);
+      asio::co_spawn(io, serve(Socket(std::move(socket)), std::move(peer)), asio::detached);
     }
+  }
+
+  awaitable<void> local_accept_loop() {
+    for (;;) {
+      error_code ec;
+      auto socket = co_await local_acceptor.async_accept(asio::redirect_error(use_awaitable, ec));
+      if (stopping || ec == asio::error::operation_aborted) co_return;
+      if (ec) {
+        C10D_LOG_WARN("store server :{}: local accept failed: {}", port, ec.message());
+        asio::steady_timer pause(io, std::chrono::milliseconds(10));
+        co_await pause.async_wait(asio::redirect_error(use_awaitable, ec));
+        continue;
+      }
+      accepted.fetch_add(1, std::memory_order_relaxed);
+      local_accepted.fetch_add(1, std::memory_order_relaxed);
+      asio::co_spawn(io, serve(Socket(std::move(socket)), "local"), asio::detached);
+    }
+  }
+
+  // Listens on an abstract Unix socket with a random name; on failure, serves TCP only.
+  void open_local_acceptor() {
+    const auto nonce = store::wire::random_nonce();
+    std::string name = "c10d-store-";
+    for (int i = 0; i < 12; ++i) name += fmt::format("{:02x}", nonce[i]);
+    error_code ec;
+    asio::local::stream_protocol::endpoint endpoint(std::string(1, '\0') + name);
+    local_acceptor.open(endpoint.protocol(), ec);
+    if (!ec) local_acceptor.bind(endpoint, ec);
+    if (!ec) local_acceptor.listen(options.backlog, ec);
+    if (ec) {
+      C10D_LOG_INFO("store server :{}: no local socket ({}); TCP only", port, ec.message());
+      local_acceptor.close(ec);
+      return;
+    }
+    local_name = std::move(name);
+    asio::co_spawn(io, local_accept_loop(), asio::detached);
   }
 
   // Runs on the io thread: closes everything so every coroutine finishes.
@@ -498,8 +546,9 @@ struct TCPStoreServer::Impl {
     stopping = true;
     error_code ec;
     acceptor.close(ec);
+    local_acceptor.close(ec);
     for (Connection* c : connections) {
-      c->socket.shutdown(tcp::socket::shutdown_both, ec);
+      c->socket.shutdown(socket_base::shutdown_both, ec);
       c->socket.close(ec);
       if (c->waiter != nullptr) c->waiter->timer.cancel();
     }
@@ -541,6 +590,7 @@ TCPStoreServer::TCPStoreServer(store::ServerOptions options)
   }
   s.port = s.acceptor.local_endpoint().port();
   asio::co_spawn(s.io, s.accept_loop(), asio::detached);
+  if (s.options.local_socket) s.open_local_acceptor();
   s.thread = std::thread([&s] {
     try {
       s.io.run();
@@ -582,6 +632,7 @@ store::ServerStats TCPStoreServer::stats() const {
   const Impl& s = *impl_;
   store::ServerStats st;
   st.connections_accepted = s.accepted.load();
+  st.local_connections_accepted = s.local_accepted.load();
   st.connections_open = s.open.load();
   st.connections_rejected = s.rejected.load();
   st.requests = s.requests.load();

@@ -31,10 +31,13 @@ struct ServerOptions {
   std::string token;       // empty: no authentication
   StoreLimits limits{};
   int backlog = 4096;
+  // Also listen on an abstract Unix socket that same-host clients switch to (see TCPStore).
+  bool local_socket = true;
 };
 
 struct ServerStats {
-  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_accepted = 0;        // TCP and local
+  std::uint64_t local_connections_accepted = 0;  // through the Unix socket
   std::uint64_t connections_open = 0;
   std::uint64_t connections_rejected = 0;  // closed for bad input, limits or auth
   std::uint64_t requests = 0;

@@ -26,10 +26,18 @@
 //    kMultiGet    u64 timeout ms, list of keys
 //    kMultiSet    list of (key, value)
 //
-// A response body is a u8 status. kOk is followed by the kind's result (kHello: u8 auth
-// required, 32-byte nonce; kGet, kCompareSet: value; kAdd, kNumKeys: i64; kCheck, kDelete: u8;
-// kMultiGet: list of values; the others: nothing). Any other status is followed by a string
-// saying what went wrong.
+// A response body is a u8 status. kOk is followed by the kind's result:
+//
+//    kHello       u8 auth required, 32-byte nonce, u64 max key bytes, u64 max value bytes,
+//                 u64 max keys per request, u64 max request body bytes, string local socket
+//                 (an abstract Unix socket name of this server, or empty)
+//    kGet, kCompareSet: value       kAdd, kNumKeys: i64       kCheck, kDelete: u8
+//    kMultiGet: list of values      the others: nothing
+//
+// kSet alone gets no answer when it succeeds (the client knows the server's limits from HELLO,
+// so it only sends sets that fit); a failed kSet is answered with an error like any request.
+// Any status other than kOk is followed by a string saying what went wrong, and after a
+// refused request the server closes the connection, so nothing sent after it runs.
 //
 // Decoders are pure functions over byte spans: they never throw, and report short or bad input
 // through a DecodeStatus. Every length is checked against what remains and against the limits

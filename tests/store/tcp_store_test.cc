@@ -242,20 +242,47 @@ TEST_F(TCPStoreTest, OtherProtocolVersionGetsAnErrorStatingBothVersions) {
   EXPECT_TRUE(raw.closed_by_server(2s));
 }
 
-TEST_F(TCPStoreTest, FailedSetIsReportedByTheNextCallWhichDoesNotRun) {
+TEST_F(TCPStoreTest, ClientLearnsTheServersLimitsAndRefusesBeforeSending) {
   StoreLimits small;
   small.max_value_bytes = 1024;
+  small.max_frame_bytes = 4096;
   auto server = serve({}, small);
   TCPStore store(client_options(server->port()));
-  store.set("big", std::string(2000, 'x'));  // sent; the server's refusal comes back later
-  std::string msg = message_of<InvalidArgument>([&] { store.add("after", 1); });
-  EXPECT_NE(msg.find("SET of key 'big'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("2000 bytes exceeds the limit of 1024"), std::string::npos) << msg;
-  // The server closed that connection: the ADD never ran. The next call reconnects.
-  EXPECT_EQ(store.add("after", 0), 0);
+  const auto requests = server->stats().requests;
+  std::string msg = message_of<InvalidArgument>([&] { store.set("big", std::string(2000, 'x')); });
+  EXPECT_NE(msg.find("value of 2000 bytes exceeds the limit of 1024"), std::string::npos) << msg;
+  std::vector<std::string> keys = {"a", "b", "c", "d", "e"};
+  std::vector<Bytes> values(5, Bytes(1000, 1));
+  msg = message_of<InvalidArgument>([&] { store.multi_set(keys, values); });
+  EXPECT_NE(msg.find("exceeds the server's limit of 4096"), std::string::npos) << msg;
+  EXPECT_EQ(server->stats().requests, requests);  // nothing was sent
   store.set("small", std::string_view("ok"));
   EXPECT_EQ(store.get_string("small"), "ok");
-  EXPECT_EQ(server->stats().connections_rejected, 1u);
+  EXPECT_EQ(server->stats().connections_rejected, 0u);
+}
+
+TEST_F(TCPStoreTest, RefusedSetIsAnsweredAndItsConnectionClosed) {
+  StoreLimits small;
+  small.max_value_bytes = 16;
+  auto server = serve({}, small);
+  RawClient raw(server->port());
+  Bytes frames = RawClient::hello();
+  auto start = store::wire::begin_frame(frames, static_cast<std::uint8_t>(store::wire::Kind::kSet));
+  store::wire::put_string(frames, "k");
+  store::wire::put_string(frames, std::string(17, 'v'));
+  store::wire::end_frame(frames, start);
+  start = store::wire::begin_frame(frames, static_cast<std::uint8_t>(store::wire::Kind::kAdd));
+  store::wire::put_string(frames, "never");
+  store::wire::put_u64(frames, 1);
+  store::wire::end_frame(frames, start);
+  raw.send(frames);
+  ASSERT_TRUE(raw.read_answer(2s));  // HELLO
+  auto refused = raw.read_answer(2s);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, store::wire::Status::kLimitExceeded);
+  EXPECT_TRUE(raw.closed_by_server(2s));
+  TCPStore store(client_options(server->port()));
+  EXPECT_FALSE(store.check(std::vector<std::string>{"never"}));  // the ADD after it never ran
 }
 
 TEST_F(TCPStoreTest, SetIsVisibleToOtherClientsOnceAnyLaterCallReturns) {
@@ -282,10 +309,11 @@ TEST_F(TCPStoreTest, DestructorCollectsOutstandingSets) {
 TEST_F(TCPStoreTest, ClientChecksLimitsBeforeSending) {
   auto server = serve();
   TCPStore store(client_options(server->port()));
+  const auto requests = server->stats().requests;
   std::string msg = message_of<InvalidArgument>(
       [&] { store.set(std::string(9000, 'k'), std::string_view("v")); });
   EXPECT_NE(msg.find("key of 9000 bytes exceeds the limit of 8192"), std::string::npos) << msg;
-  EXPECT_EQ(server->stats().requests, 1u);  // only the HELLO
+  EXPECT_EQ(server->stats().requests, requests);  // nothing was sent
 }
 
 TEST_F(TCPStoreTest, LargeValuesAndMultiOpsRoundTrip) {
@@ -324,6 +352,23 @@ TEST_F(TCPStoreTest, PipelinedRequestsAreAnsweredInOrder) {
     ASSERT_EQ(a->status, store::wire::Status::kOk);
     EXPECT_EQ(static_cast<std::int64_t>(store::wire::get_u64(a->body.data())), expected);
   }
+}
+
+TEST_F(TCPStoreTest, SameHostClientsSwitchToTheLocalSocketUnlessTurnedOff) {
+  auto server = serve("tok");
+  auto local = client_options(server->port());
+  local.token = "tok";
+  TCPStore fast(local);
+  EXPECT_EQ(server->stats().local_connections_accepted, 1u);
+  auto tcp_only = local;
+  tcp_only.use_local_socket = false;
+  TCPStore plain(tcp_only);
+  EXPECT_EQ(server->stats().local_connections_accepted, 1u);
+  // Both reach the same data, and the local connection was authenticated too.
+  fast.set("k", std::string_view("v"));
+  EXPECT_EQ(plain.get_string("k"), "v");
+  EXPECT_EQ(fast.add("n", 2) + plain.add("n", 3), 7);
+  EXPECT_EQ(server->stats().connections_rejected, 0u);
 }
 
 TEST_F(TCPStoreTest, HostedServerOnIPv6LoopbackWhenAvailable) {
