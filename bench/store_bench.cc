@@ -263,10 +263,7 @@ int scale_worker(int port, int connections, int total) {
       Bytes answer = read_answer(fds[i]);
       if (stage[i] == 0) {
         const auto count = static_cast<std::int64_t>(wire::get_u64(answer.data()));
-        if (count == total) {
-          send_all(fds[i], set_done);
-          read_answer(fds[i]);
-        }
+        if (count == total) send_all(fds[i], set_done);  // a SET is answered only on failure
         send_all(fds[i], wait_done);
         stage[i] = 1;
       } else if (stage[i] == 1) {
