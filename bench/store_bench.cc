@@ -1,9 +1,11 @@
 // c10d-store-bench: throughput and scale of the TCP store server.
 //
 //   c10d-store-bench throughput [--clients 1,8,32] [--ops 20000] [--runs 5]
+//                               [--transports local,tcp]
 //     One server; K client processes (fork+exec of this binary), each doing `ops` rounds of
 //     set then get of its own 64-byte value. Prints total operations per second (a set and a
-//     get count as two), the median of `runs`.
+//     get count as two), the median of `runs`, for each transport: "local" lets clients switch
+//     to the server's Unix socket (the default), "tcp" keeps them on TCP loopback.
 //   c10d-store-bench scale [--connections 1024,4096] [--procs 4] [--runs 5]
 //     A store barrier: C connections, opened from `procs` processes before the clock starts,
 //     each ADDs to one counter; the connection that brings it to C sets "done"; every
@@ -29,6 +31,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "c10d/errors.h"
@@ -75,7 +78,9 @@ void arrive(c10d::Store& store, const std::string& name, int n) {
 // ---- throughput ----
 
 int throughput_worker(int port, int id, int ops) {
-  c10d::TCPStore store(client_options(port));
+  auto options = client_options(port);
+  options.use_local_socket = std::getenv("BENCH_TCP_ONLY") == nullptr;
+  c10d::TCPStore store(options);
   std::string value(64, static_cast<char>('a' + id % 26));
   std::memcpy(value.data(), &id, sizeof(id));
   const std::string key = "tp/" + std::to_string(id);
@@ -119,33 +124,40 @@ bool reap(const std::vector<pid_t>& pids) {
   return ok;
 }
 
-int run_throughput(const std::vector<int>& clients, int ops, int runs) {
+int run_throughput(const std::vector<int>& clients, int ops, int runs,
+                   const std::vector<std::string>& transports) {
   std::printf("# c10d-store-bench throughput: set+get of 64-byte values, %d rounds per client\n",
               ops);
-  std::printf("# %8s %10s %12s %14s %8s\n", "clients", "ops", "time(s)", "ops/s", "#wrong");
-  for (int k : clients) {
-    std::vector<double> rates;
-    double seconds = 0;
-    bool all_ok = true;
-    for (int r = 0; r < runs; ++r) {
-      c10d::TCPStoreServer server(c10d::store::ServerOptions{});
-      c10d::TCPStore store(client_options(server.port()));
-      std::vector<std::vector<std::string>> argvs;
-      for (int i = 0; i < k; ++i) {
-        argvs.push_back({"c10d-store-bench", "tp-worker", std::to_string(server.port()),
-                         std::to_string(i), std::to_string(ops)});
+  std::printf("# %9s %8s %10s %12s %14s %8s\n", "transport", "clients", "ops", "time(s)", "ops/s",
+              "#wrong");
+  for (const std::string& transport : transports) {
+    for (int k : clients) {
+      std::vector<double> rates;
+      double seconds = 0;
+      bool all_ok = true;
+      for (int r = 0; r < runs; ++r) {
+        c10d::TCPStoreServer server(c10d::store::ServerOptions{});
+        c10d::TCPStore store(client_options(server.port()));
+        std::vector<std::vector<std::string>> argvs;
+        for (int i = 0; i < k; ++i) {
+          argvs.push_back({"c10d-store-bench", "tp-worker", std::to_string(server.port()),
+                           std::to_string(i), std::to_string(ops)});
+        }
+        std::vector<std::pair<std::string, std::string>> env = {
+            {"BENCH_CLIENTS", std::to_string(k)}};
+        if (transport == "tcp") env.emplace_back("BENCH_TCP_ONLY", "1");
+        auto pids = spawn(argvs, env);
+        store.wait(std::vector<std::string>{"tp/ready/go"});
+        const auto start = Clock::now();
+        store.wait(std::vector<std::string>{"tp/done/go"});
+        seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        all_ok = reap(pids) && all_ok;
+        rates.push_back(2.0 * k * ops / seconds);
       }
-      auto pids = spawn(argvs, {{"BENCH_CLIENTS", std::to_string(k)}});
-      store.wait(std::vector<std::string>{"tp/ready/go"});
-      const auto start = Clock::now();
-      store.wait(std::vector<std::string>{"tp/done/go"});
-      seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      all_ok = reap(pids) && all_ok;
-      rates.push_back(2.0 * k * ops / seconds);
+      std::printf("  %9s %8d %10lld %12.3f %14.0f %8d\n", transport.c_str(), k, 2LL * k * ops,
+                  seconds, median(rates), all_ok ? 0 : 1);
+      if (!all_ok) return 1;
     }
-    std::printf("  %8d %10lld %12.3f %14.0f %8d\n", k, 2LL * k * ops, seconds, median(rates),
-                all_ok ? 0 : 1);
-    if (!all_ok) return 1;
   }
   return 0;
 }
@@ -315,6 +327,7 @@ int run_scale(const std::vector<int>& sizes, int procs, int runs) {
 int usage() {
   std::fprintf(stderr,
                "usage: c10d-store-bench throughput [--clients 1,8,32] [--ops N] [--runs R]\n"
+               "                                   [--transports local,tcp]\n"
                "       c10d-store-bench scale [--connections 1024,4096] [--procs P] [--runs R]\n");
   return 2;
 }
@@ -332,6 +345,7 @@ int main(int argc, char** argv) {
       return scale_worker(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
     }
     std::vector<int> clients = {1, 8, 32}, sizes = {1024, 4096};
+    std::vector<std::string> transports = {"local"};
     int ops = 20000, runs = 5, procs = 4;
     for (int i = 2; i < argc; ++i) {
       const std::string flag = argv[i];
@@ -341,6 +355,14 @@ int main(int argc, char** argv) {
         clients = parse_list(v);
       } else if (flag == "--connections") {
         sizes = parse_list(v);
+      } else if (flag == "--transports") {
+        transports.clear();
+        for (std::string_view rest = v; !rest.empty();) {
+          const auto comma = rest.find(',');
+          transports.emplace_back(rest.substr(0, comma));
+          if (transports.back() != "local" && transports.back() != "tcp") return usage();
+          rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+        }
       } else if (flag == "--ops") {
         ops = std::atoi(v);
       } else if (flag == "--runs") {
@@ -353,7 +375,7 @@ int main(int argc, char** argv) {
       }
     }
     if (ops <= 0 || runs <= 0 || procs <= 0) return usage();
-    if (mode == "throughput") return run_throughput(clients, ops, runs);
+    if (mode == "throughput") return run_throughput(clients, ops, runs, transports);
     if (mode == "scale") return run_scale(sizes, procs, runs);
     return usage();
   } catch (const std::exception& e) {

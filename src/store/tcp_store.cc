@@ -42,9 +42,12 @@ using store::wire::Status;
 // unresponsive: the server answers a wait that times out itself.
 constexpr Milliseconds kServerGrace{5000};
 
-// How long a client polls for an answer before it blocks in recv (see fill()). A blocked
-// thread woken by the answer costs tens of microseconds on virtual machines; most answers from
-// a busy server come sooner than this.
+// How a client waits for an answer (see fill()). A thread blocked in recv and woken by the
+// answer costs tens of microseconds on virtual machines, more than a busy server takes to
+// answer; so it first polls without giving up the core for kHotSpin, then polls yielding the
+// core between polls (ranks may outnumber cores) until kSpin, and only then blocks. Measured
+// in docs/benchmarks.md: a longer hot phase starves other ranks when they outnumber cores.
+constexpr std::chrono::microseconds kHotSpin{5};
 constexpr std::chrono::microseconds kSpin{50};
 
 // "[a, b, c]"; long lists are cut after a few keys so messages stay readable.
@@ -284,17 +287,15 @@ struct TCPStore::Impl {
       in_begin = 0;
       if (need > in.size()) in.resize(std::max(need, in.size() * 2));
     }
-    const auto spin_until = Clock::now() + kSpin;
+    const auto spin_start = Clock::now();
     while (in_end - in_begin < need) {
       const auto now = Clock::now();
       if (now >= deadline) timed_out(start, context);
-      // Adaptive wait: poll without sleeping for a short while, yielding the core between
-      // polls so that ranks outnumbering cores still take turns; then block in recv.
-      const bool spinning = now < spin_until;
+      const bool spinning = now - spin_start < kSpin;
       ssize_t n =
           ::recv(fd.get(), in.data() + in_end, in.size() - in_end, spinning ? MSG_DONTWAIT : 0);
       if (n < 0 && spinning && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        sched_yield();
+        if (now - spin_start >= kHotSpin) sched_yield();
         continue;
       }
       if (n > 0) {
