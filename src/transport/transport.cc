@@ -1,0 +1,19 @@
+#include "transport/transport.h"
+
+#include <fmt/format.h>
+
+namespace c10d::transport {
+
+std::string tag_string(Tag tag) {
+  const auto group = (tag >> 40) & 0x7fffff;
+  if (tag & kUserTagBit) return fmt::format("group {} user tag {}", group, tag & 0xffffffffu);
+  return fmt::format("group {} seq {}", group, tag & ((Tag{1} << 40) - 1));
+}
+
+void wait_all(std::span<const std::unique_ptr<Request>> requests, Clock::time_point deadline) {
+  for (const auto& r : requests) {
+    if (r) r->wait(deadline);
+  }
+}
+
+}  // namespace c10d::transport
