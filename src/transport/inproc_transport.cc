@@ -1,0 +1,275 @@
+// InProcTransport: matching, copying and failing messages between threads of one process.
+//
+// Every op is owned by the request it was returned in; the world only keeps raw pointers to the
+// unmatched ones in its channels, under mu_. An op leaves its channel exactly once: when it is
+// matched (and completed), failed by abort()/fail_rank() (and completed), or cancelled by its
+// request's destructor. So the world never holds a pointer to a destroyed op.
+#include "transport/inproc_transport.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "core/check.h"
+
+namespace c10d::transport {
+namespace {
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+template <typename ErrorType>
+std::exception_ptr make_error(const char* file, int line, const std::string& message) {
+  return std::make_exception_ptr(ErrorType(core::with_location(file, line, message)));
+}
+
+}  // namespace
+
+struct InProcWorld::Op {
+  Op(int self_rank, int peer_rank, Tag op_tag, std::span<const std::byte> send,
+     std::span<std::byte> recv, bool send_side)
+      : self(self_rank),
+        peer(peer_rank),
+        tag(op_tag),
+        is_send(send_side),
+        send_data(send),
+        recv_data(recv) {}
+
+  std::size_t bytes() const { return is_send ? send_data.size() : recv_data.size(); }
+  ChannelKey key() const {
+    return is_send ? ChannelKey{self, peer, tag} : ChannelKey{peer, self, tag};
+  }
+  std::deque<Op*>& queue_in(Channel& channel) const {
+    return is_send ? channel.sends : channel.recvs;
+  }
+  // "rank 1 irecv from rank 0 (group 0 user tag 5, 64 bytes)": who, which way, what.
+  std::string describe() const {
+    return fmt::format("rank {} {} rank {} ({}, {} bytes)", self,
+                       is_send ? "isend to" : "irecv from", peer, tag_string(tag), bytes());
+  }
+
+  const int self;
+  const int peer;
+  const Tag tag;
+  const bool is_send;
+  const std::span<const std::byte> send_data;  // set on the send side only
+  const std::span<std::byte> recv_data;        // set on the receive side only
+  const Clock::time_point posted_at = Clock::now();
+
+  // The outcome. `error` is written under the world's mu_ strictly before `done` is released, and
+  // never after, so test() can read both without the lock.
+  std::atomic<bool> done{false};
+  std::exception_ptr error;
+  std::condition_variable cv;  // notified under mu_ when `done` is set; waits on mu_
+
+  // Requires the world's mu_ (the waiter re-checks `done` under it, so no wakeup is lost).
+  void complete_locked(std::exception_ptr outcome) {
+    error = std::move(outcome);
+    done.store(true, std::memory_order_release);
+    cv.notify_all();
+  }
+};
+
+class InProcWorld::OpRequest final : public Request {
+ public:
+  template <typename... Args>
+  explicit OpRequest(std::shared_ptr<InProcWorld> world, Args&&... args)
+      : world_(std::move(world)), op_(std::forward<Args>(args)...) {}
+  // Unregisters a pending op so nobody writes to it (or its receive buffer) once it is gone.
+  ~OpRequest() override { world_->cancel(op_); }
+
+  bool test() override { return world_->test(op_); }
+  void wait(Clock::time_point deadline) override { world_->wait(op_, deadline); }
+  Op& op() { return op_; }
+
+ private:
+  const std::shared_ptr<InProcWorld> world_;
+  Op op_;
+};
+
+InProcWorld::InProcWorld(int size) : size_(size) {
+  C10D_CHECK(size >= 1, "InProcWorld needs at least one rank, got {}", size);
+  ranks_.resize(static_cast<std::size_t>(size));
+}
+
+void InProcWorld::fail_rank(int rank, std::exception_ptr reason) {
+  C10D_CHECK(rank >= 0 && rank < size_, "fail_rank: rank {} is outside a world of size {}", rank,
+             size_);
+  if (!reason) {
+    reason = make_error<NetworkError>(__FILE__, __LINE__, fmt::format("rank {} failed", rank));
+  }
+  std::lock_guard lock(mu_);
+  auto& state = ranks_[static_cast<std::size_t>(rank)];
+  if (state.died) return;
+  state.died = reason;
+  fail_queued_locked([&](const Op& op) -> std::exception_ptr {
+    if (op.self == rank) return reason;
+    if (op.peer == rank) return refusal_locked(op);  // now the NetworkError naming `rank`
+    return nullptr;
+  });
+}
+
+void InProcWorld::abort(int rank, std::exception_ptr reason) {
+  if (!reason) {
+    reason = make_error<NetworkError>(__FILE__, __LINE__,
+                                      fmt::format("rank {} aborted its transport", rank));
+  }
+  std::lock_guard lock(mu_);
+  auto& state = ranks_[static_cast<std::size_t>(rank)];
+  if (state.aborted) return;
+  state.aborted = reason;
+  fail_queued_locked(
+      [&](const Op& op) -> std::exception_ptr { return op.self == rank ? reason : nullptr; });
+}
+
+std::exception_ptr InProcWorld::refusal_locked(const Op& op) const {
+  const auto& self = ranks_[static_cast<std::size_t>(op.self)];
+  if (self.aborted) return self.aborted;
+  if (self.died) return self.died;
+  const auto& peer = ranks_[static_cast<std::size_t>(op.peer)];
+  if (peer.died) {
+    return make_error<NetworkError>(
+        __FILE__, __LINE__,
+        fmt::format("{}: peer rank {} failed: {}", op.describe(), op.peer, what_of(peer.died)));
+  }
+  return nullptr;
+}
+
+void InProcWorld::submit(Op& op) {
+  std::lock_guard lock(mu_);
+  if (auto refusal = refusal_locked(op)) {
+    op.complete_locked(std::move(refusal));
+    return;
+  }
+  const auto it = channels_.try_emplace(op.key()).first;
+  Channel& channel = it->second;
+  std::deque<Op*>& theirs = op.is_send ? channel.recvs : channel.sends;
+  if (theirs.empty()) {
+    op.queue_in(channel).push_back(&op);
+    return;
+  }
+  Op& match = *theirs.front();
+  theirs.pop_front();
+  if (channel.sends.empty() && channel.recvs.empty()) channels_.erase(it);
+  if (op.is_send) {
+    transfer_locked(op, match);
+  } else {
+    transfer_locked(match, op);
+  }
+}
+
+void InProcWorld::transfer_locked(Op& send, Op& recv) {
+  const std::size_t sent = send.send_data.size();
+  const std::size_t room = recv.recv_data.size();
+  if (sent != room) {
+    send.complete_locked(
+        make_error<InvalidArgument>(__FILE__, __LINE__,
+                                    fmt::format("{}: size mismatch: the send has {} bytes but the "
+                                                "matching irecv on rank {} has a {}-byte buffer",
+                                                send.describe(), sent, recv.self, room)));
+    recv.complete_locked(make_error<InvalidArgument>(
+        __FILE__, __LINE__,
+        fmt::format("{}: size mismatch: the receive buffer has {} bytes "
+                    "but the matching isend from rank {} has {} bytes",
+                    recv.describe(), room, send.self, sent)));
+    return;
+  }
+  // The one copy of this message. memcpy with a null pointer is undefined even for 0 bytes.
+  if (sent > 0) std::memcpy(recv.recv_data.data(), send.send_data.data(), sent);
+  send.complete_locked(nullptr);
+  recv.complete_locked(nullptr);
+}
+
+void InProcWorld::fail_queued_locked(
+    const std::function<std::exception_ptr(const Op&)>& error_for) {
+  for (auto it = channels_.begin(); it != channels_.end();) {
+    for (std::deque<Op*>* queue : {&it->second.sends, &it->second.recvs}) {
+      std::deque<Op*> kept;
+      for (Op* op : *queue) {
+        if (auto error = error_for(*op)) {
+          op->complete_locked(std::move(error));
+        } else {
+          kept.push_back(op);
+        }
+      }
+      *queue = std::move(kept);
+    }
+    if (it->second.sends.empty() && it->second.recvs.empty()) {
+      it = channels_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void InProcWorld::cancel(Op& op) {
+  std::lock_guard lock(mu_);
+  if (op.done.load(std::memory_order_relaxed)) return;
+  const auto it = channels_.find(op.key());
+  if (it == channels_.end()) return;  // never queued: submit() did not get to run
+  std::deque<Op*>& queue = op.queue_in(it->second);
+  queue.erase(std::remove(queue.begin(), queue.end(), &op), queue.end());
+  if (it->second.sends.empty() && it->second.recvs.empty()) channels_.erase(it);
+}
+
+bool InProcWorld::test(Op& op) {
+  if (!op.done.load(std::memory_order_acquire)) return false;
+  if (op.error) std::rethrow_exception(op.error);
+  return true;
+}
+
+void InProcWorld::wait(Op& op, Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  if (!op.cv.wait_until(lock, deadline, [&] { return op.done.load(std::memory_order_relaxed); })) {
+    const auto pending_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - op.posted_at).count();
+    C10D_THROW(TimeoutError, "{} timed out: no matching {} from rank {} {} ms after posting",
+               op.describe(), op.is_send ? "irecv" : "isend", op.peer, pending_ms);
+  }
+  lock.unlock();
+  if (op.error) std::rethrow_exception(op.error);
+}
+
+InProcTransport::InProcTransport(std::shared_ptr<InProcWorld> world, int rank)
+    : world_(std::move(world)), rank_(rank) {
+  C10D_CHECK(world_ != nullptr, "InProcTransport for rank {} needs a world", rank);
+  C10D_CHECK(rank >= 0 && rank < world_->size(), "rank {} is outside a world of size {}", rank,
+             world_->size());
+}
+
+std::unique_ptr<Request> InProcTransport::isend(int peer, Tag tag,
+                                                std::span<const std::byte> data) {
+  C10D_CHECK(peer >= 0 && peer < size(),
+             "rank {} isend ({}): peer {} is outside a world of size {}", rank_, tag_string(tag),
+             peer, size());
+  auto request = std::make_unique<InProcWorld::OpRequest>(world_, rank_, peer, tag, data,
+                                                          std::span<std::byte>{}, true);
+  world_->submit(request->op());
+  return request;
+}
+
+std::unique_ptr<Request> InProcTransport::irecv(int peer, Tag tag, std::span<std::byte> data) {
+  C10D_CHECK(peer >= 0 && peer < size(),
+             "rank {} irecv ({}): peer {} is outside a world of size {}", rank_, tag_string(tag),
+             peer, size());
+  auto request = std::make_unique<InProcWorld::OpRequest>(
+      world_, rank_, peer, tag, std::span<const std::byte>{}, data, false);
+  world_->submit(request->op());
+  return request;
+}
+
+void InProcTransport::abort(std::exception_ptr reason) { world_->abort(rank_, std::move(reason)); }
+
+}  // namespace c10d::transport

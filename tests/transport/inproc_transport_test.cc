@@ -1,0 +1,325 @@
+// The in-process transport's contract (transport.h, inproc_transport.h): matching, the one copy,
+// size checks, deadlines, abort, a dying peer, and requests destroyed while pending.
+#include "transport/inproc_transport.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "c10d/errors.h"
+
+namespace c10d::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+using Bytes = std::vector<std::byte>;
+
+// `n` bytes whose values depend on `seed`, so messages from different senders or rounds differ.
+Bytes pattern(int seed, std::size_t n) {
+  Bytes out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::byte>((seed * 131 + i * 7) & 0xff);
+  return out;
+}
+
+Clock::time_point soon() { return Clock::now() + 10s; }
+
+// Runs `fn`, expects it to throw exactly `E`, and returns the message.
+template <typename E>
+std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw the wrong type: " << e.what();
+    return {};
+  }
+  ADD_FAILURE() << "did not throw";
+  return {};
+}
+
+// Expects `message` to contain every one of `parts` (the what, where and who of an error).
+void expect_mentions(const std::string& message, std::initializer_list<std::string> parts) {
+  for (const auto& part : parts) {
+    EXPECT_NE(message.find(part), std::string::npos) << "\"" << part << "\" not in: " << message;
+  }
+}
+
+class InProcTransportTest : public ::testing::Test {
+ protected:
+  void start(int n) {
+    world_ = std::make_shared<InProcWorld>(n);
+    ranks_.clear();
+    for (int r = 0; r < n; ++r) ranks_.push_back(std::make_unique<InProcTransport>(world_, r));
+  }
+  InProcTransport& rank(int r) { return *ranks_[static_cast<std::size_t>(r)]; }
+
+  // Verbs: post from one rank to another with a user tag.
+  std::unique_ptr<Request> send(int from, int to, std::uint32_t tag, const Bytes& data) {
+    return rank(from).isend(to, user_tag(0, tag), data);
+  }
+  std::unique_ptr<Request> recv(int at, int from, std::uint32_t tag, Bytes& data) {
+    return rank(at).irecv(from, user_tag(0, tag), data);
+  }
+
+  std::shared_ptr<InProcWorld> world_;
+  std::vector<std::unique_ptr<InProcTransport>> ranks_;
+};
+
+TEST_F(InProcTransportTest, SendThenRecvDeliversExactBytes) {
+  start(2);
+  const Bytes sent = pattern(1, 1000);
+  auto s = send(0, 1, 7, sent);
+  EXPECT_FALSE(s->test());  // rendezvous: nothing matched it yet
+  Bytes got(1000);
+  auto r = recv(1, 0, 7, got);
+  EXPECT_TRUE(r->test());  // the second side copies and completes both
+  EXPECT_TRUE(s->test());
+  r->wait(soon());
+  s->wait(soon());
+  EXPECT_EQ(got, sent);
+}
+
+TEST_F(InProcTransportTest, RecvThenSendDeliversExactBytes) {
+  start(2);
+  Bytes got(333, std::byte{0});
+  auto r = recv(1, 0, 7, got);
+  EXPECT_FALSE(r->test());
+  const Bytes sent = pattern(2, 333);
+  auto s = send(0, 1, 7, sent);
+  r->wait(soon());
+  s->wait(soon());
+  EXPECT_EQ(got, sent);
+}
+
+TEST_F(InProcTransportTest, SameTagMessagesMatchInFifoOrder) {
+  start(2);
+  const std::vector<Bytes> sent = {pattern(1, 64), pattern(2, 64), pattern(3, 64)};
+  std::vector<std::unique_ptr<Request>> requests;
+  for (const auto& m : sent) requests.push_back(send(0, 1, 5, m));
+  std::vector<Bytes> got(3, Bytes(64));
+  for (auto& g : got) requests.push_back(recv(1, 0, 5, g));
+  wait_all(requests, soon());
+  EXPECT_EQ(got, sent);
+}
+
+TEST_F(InProcTransportTest, IndependentTagsDoNotBlockEachOther) {
+  start(2);
+  Bytes got_b(16), got_a(16);
+  auto rb = recv(1, 0, /*tag B*/ 2, got_b);
+  auto ra = recv(1, 0, /*tag A*/ 1, got_a);
+  const Bytes a = pattern(10, 16), b = pattern(20, 16);
+  auto sa = send(0, 1, 1, a);
+  EXPECT_TRUE(ra->test());  // A matched although B, posted first, is still waiting
+  EXPECT_FALSE(rb->test());
+  auto sb = send(0, 1, 2, b);
+  ra->wait(soon());
+  rb->wait(soon());
+  EXPECT_EQ(got_a, a);
+  EXPECT_EQ(got_b, b);
+}
+
+TEST_F(InProcTransportTest, ZeroByteMessagesCompleteInBothOrders) {
+  start(2);
+  Bytes empty;
+  auto s1 = send(0, 1, 1, empty);
+  auto r1 = recv(1, 0, 1, empty);
+  auto r2 = recv(1, 0, 2, empty);
+  auto s2 = rank(0).isend(1, user_tag(0, 2), {});
+  for (auto* r : {&s1, &r1, &r2, &s2}) EXPECT_NO_THROW((*r)->wait(soon()));
+}
+
+TEST_F(InProcTransportTest, SizeMismatchFailsBothSidesNamingPeerTagAndSizes) {
+  start(2);
+  const Bytes sent = pattern(1, 16);
+  Bytes got(8);
+  auto s = send(0, 1, 9, sent);
+  auto r = recv(1, 0, 9, got);
+  const std::string tag = tag_string(user_tag(0, 9));
+  expect_mentions(message_of<InvalidArgument>([&] { s->wait(soon()); }),
+                  {"rank 0 isend to rank 1", tag, "16 bytes", "8-byte buffer"});
+  expect_mentions(message_of<InvalidArgument>([&] { r->wait(soon()); }),
+                  {"rank 1 irecv from rank 0", tag, "receive buffer has 8 bytes", "has 16 bytes"});
+  EXPECT_EQ(got, Bytes(8));  // nothing copied
+}
+
+TEST_F(InProcTransportTest, WaitTimeoutNamesPeerAndTagAndTheRequestCanStillComplete) {
+  start(2);
+  Bytes got(24);
+  auto r = recv(1, 0, 3, got);
+  const auto before = Clock::now();
+  expect_mentions(message_of<TimeoutError>([&] { r->wait(Clock::now() + 30ms); }),
+                  {"rank 1 irecv from rank 0", tag_string(user_tag(0, 3)), "24 bytes"});
+  EXPECT_GE(Clock::now() - before, 30ms);
+  EXPECT_FALSE(r->test());
+
+  const Bytes sent = pattern(4, 24);
+  auto s = send(0, 1, 3, sent);
+  r->wait(soon());
+  s->wait(soon());
+  EXPECT_EQ(got, sent);
+}
+
+TEST_F(InProcTransportTest, TimeoutOfASendNamesItsDirection) {
+  start(2);
+  const Bytes sent = pattern(1, 5);
+  auto s = send(1, 0, 4, sent);
+  expect_mentions(message_of<TimeoutError>([&] { s->wait(Clock::now() + 1ms); }),
+                  {"rank 1 isend to rank 0", "5 bytes"});
+}
+
+TEST_F(InProcTransportTest, AbortFailsPendingAndLaterRequestsAndReleasesWaiters) {
+  start(3);
+  Bytes got(4);
+  auto pending = recv(0, 1, 1, got);
+  std::string waiter_error;
+  std::thread waiter(
+      [&] { waiter_error = message_of<NetworkError>([&] { pending->wait(soon()); }); });
+  std::this_thread::sleep_for(20ms);  // let the waiter block
+  const auto before = Clock::now();
+  rank(0).abort(std::make_exception_ptr(NetworkError("test abort")));
+  waiter.join();
+  EXPECT_LT(Clock::now() - before, 2s);
+  EXPECT_EQ(waiter_error, "test abort");
+
+  rank(0).abort(std::make_exception_ptr(NetworkError("second reason")));  // the first one sticks
+  const Bytes data = pattern(1, 4);
+  auto later = send(0, 2, 1, data);
+  EXPECT_EQ(message_of<NetworkError>([&] { later->test(); }), "test abort");
+  EXPECT_EQ(got, Bytes(4));
+
+  // Other ranks keep talking.
+  Bytes got12(4);
+  auto s = send(1, 2, 1, data);
+  auto r = recv(2, 1, 1, got12);
+  s->wait(soon());
+  r->wait(soon());
+  EXPECT_EQ(got12, data);
+}
+
+TEST_F(InProcTransportTest, FailRankFailsPeersPendingRequestsNamingTheDeadRankWithinMilliseconds) {
+  start(3);
+  Bytes got(8);
+  const Bytes data = pattern(1, 8);
+  auto recv_from_dead = recv(0, 2, 1, got);
+  auto send_to_dead = send(1, 2, 1, data);
+  std::string recv_error, send_error;
+  Clock::time_point recv_failed_at, send_failed_at;
+  std::thread t0([&] {
+    recv_error = message_of<NetworkError>([&] { recv_from_dead->wait(soon()); });
+    recv_failed_at = Clock::now();
+  });
+  std::thread t1([&] {
+    send_error = message_of<NetworkError>([&] { send_to_dead->wait(soon()); });
+    send_failed_at = Clock::now();
+  });
+  std::this_thread::sleep_for(20ms);
+  const auto died_at = Clock::now();
+  world_->fail_rank(2, std::make_exception_ptr(NetworkError("killed by test")));
+  t0.join();
+  t1.join();
+  EXPECT_LT(recv_failed_at - died_at, 200ms);
+  EXPECT_LT(send_failed_at - died_at, 200ms);
+  expect_mentions(recv_error, {"rank 0 irecv from rank 2", "peer rank 2"});
+  expect_mentions(send_error, {"rank 1 isend to rank 2", "peer rank 2"});
+
+  // Later requests with the dead peer fail at once; the dead rank's own fail with the reason.
+  auto later = recv(1, 2, 3, got);
+  expect_mentions(message_of<NetworkError>([&] { later->test(); }), {"peer rank 2"});
+  auto own = send(2, 0, 3, data);
+  EXPECT_EQ(message_of<NetworkError>([&] { own->test(); }), "killed by test");
+
+  // The survivors still talk to each other.
+  auto s = send(0, 1, 4, data);
+  auto r = recv(1, 0, 4, got);
+  s->wait(soon());
+  r->wait(soon());
+  EXPECT_EQ(got, data);
+}
+
+TEST_F(InProcTransportTest, RingExchangeAcrossEightThreadsDeliversEveryRound) {
+  constexpr int kRanks = 8;
+  constexpr int kRounds = 100;
+  constexpr std::size_t kBytes = 256;
+  start(kRanks);
+  std::vector<int> failures(kRanks, 0);
+  std::vector<std::thread> threads;
+  for (int me = 0; me < kRanks; ++me) {
+    threads.emplace_back([&, me] {
+      const int right = (me + 1) % kRanks;
+      const int left = (me + kRanks - 1) % kRanks;
+      Bytes got(kBytes);
+      for (int round = 0; round < kRounds; ++round) {
+        const Bytes sent = pattern(me * 1000 + round, kBytes);
+        const Tag tag = make_tag(1, static_cast<std::uint64_t>(round));
+        auto r = rank(me).irecv(left, tag, got);
+        auto s = rank(me).isend(right, tag, sent);
+        r->wait(soon());
+        s->wait(soon());
+        if (got != pattern(left * 1000 + round, kBytes)) ++failures[static_cast<std::size_t>(me)];
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures, std::vector<int>(kRanks, 0));
+}
+
+TEST_F(InProcTransportTest, DestroyedPendingRecvNeverWritesItsBuffer) {
+  start(2);
+  Bytes canary(32, std::byte{0xAB});
+  recv(1, 0, 6, canary).reset();  // posted, then destroyed while pending
+
+  const Bytes sent = pattern(7, 32);
+  auto s = send(0, 1, 6, sent);
+  EXPECT_FALSE(s->test());  // the destroyed receive did not match it
+  EXPECT_EQ(canary, Bytes(32, std::byte{0xAB}));
+
+  Bytes got(32);
+  auto r = recv(1, 0, 6, got);
+  r->wait(soon());
+  s->wait(soon());
+  EXPECT_EQ(got, sent);
+  EXPECT_EQ(canary, Bytes(32, std::byte{0xAB}));
+}
+
+TEST_F(InProcTransportTest, DestroyedPendingSendIsNeverDelivered) {
+  start(2);
+  const Bytes stale = pattern(1, 8), fresh = pattern(2, 8);
+  send(0, 1, 1, stale).reset();
+  auto s = send(0, 1, 1, fresh);
+  Bytes got(8);
+  auto r = recv(1, 0, 1, got);
+  r->wait(soon());
+  EXPECT_EQ(got, fresh);
+}
+
+TEST_F(InProcTransportTest, RequestsOutliveTheirTransport) {
+  start(2);
+  Bytes got(4);
+  auto r = recv(1, 0, 1, got);
+  ranks_[1].reset();
+  const Bytes sent = pattern(3, 4);
+  auto s = send(0, 1, 1, sent);
+  r->wait(soon());
+  EXPECT_EQ(got, sent);
+}
+
+TEST_F(InProcTransportTest, PeerOutsideTheWorldIsInvalidArgument) {
+  start(2);
+  Bytes buf(1);
+  expect_mentions(message_of<InvalidArgument>([&] { rank(0).isend(2, user_tag(0, 1), buf); }),
+                  {"peer 2 is outside a world of size 2"});
+  EXPECT_THROW(rank(0).irecv(-1, user_tag(0, 1), buf), InvalidArgument);
+  EXPECT_THROW(InProcTransport(world_, 5), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace c10d::transport
