@@ -1,0 +1,36 @@
+// Ring all-reduce: a ring reduce-scatter, then a ring all-gather (ring_pattern.h defines block
+// and step). Bandwidth-optimal: each rank sends and receives 2(n-1)/n of the vector.
+//
+// Segment: within a step a block goes out in segments of at most `segment_bytes`; the receiver
+// keeps two segments in flight and reduces one while the next is on the wire. The all-gather
+// receives straight into the output (no reduction, no scratch).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "algorithms/context.h"
+#include "c10d/types.h"
+
+namespace c10d::algorithms {
+
+struct RingOptions {
+  std::vector<int> order;                  // empty: ranks in order 0..n-1
+  std::int64_t segment_bytes = 512 << 10;  // pipelining granularity
+};
+
+// Reduces `count` elements of `data` across the ranks of ctx, in place. For kAvg the result is
+// divided by the world size once at the end; for kPremulSum each rank's input is scaled first.
+void ring_all_reduce(const Context& ctx, DType dtype, const Reduction& reduction, void* data,
+                     std::int64_t count, const RingOptions& options = {});
+
+// The reduce-scatter half alone: afterwards this rank's block (block_of(count, n, rank)) of
+// `data` holds the full reduction; other blocks hold partial sums. No AVG division.
+void ring_reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction, void* data,
+                         std::int64_t count, const RingOptions& options = {});
+
+// The all-gather half alone: every rank's block of `data` is copied to every rank.
+void ring_all_gather(const Context& ctx, DType dtype, void* data, std::int64_t count,
+                     const RingOptions& options = {});
+
+}  // namespace c10d::algorithms
