@@ -336,6 +336,7 @@ int usage() {
 
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
+  c10d::store::raise_open_file_limit();  // the scale mode holds thousands of connections
   const std::string mode = argv[1];
   try {
     if (mode == "tp-worker" && argc == 5) {

@@ -4,8 +4,8 @@
 //  - set(key, value) overwrites; get(key) waits until the key exists (up to the store's timeout)
 //    and returns its value; multi_get waits for every key.
 //  - add(key, delta) treats the value as a decimal int64 (a missing key counts as 0), stores the
-//    sum back as decimal text and returns it; a value that is not an integer is an
-//    InvalidArgument.
+//    sum back as decimal text and returns it; a value that is not an integer, or a sum that
+//    would overflow int64, is an InvalidArgument and changes nothing.
 //  - compare_set(key, expected, desired): if the key is missing and expected is empty, or the
 //    value equals expected, the value becomes desired and desired is returned; otherwise the
 //    current value is returned (expected, when the key is missing).

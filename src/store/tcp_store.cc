@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -79,9 +80,27 @@ class Fd {
   int fd_ = -1;
 };
 
+// now + t, saturating: a timeout of Milliseconds::max() means "no deadline", not an overflow.
+Clock::time_point deadline_after(Milliseconds t) {
+  const auto now = Clock::now();
+  const auto room = std::chrono::duration_cast<Milliseconds>(Clock::time_point::max() - now);
+  return t >= room ? Clock::time_point::max() : now + t;
+}
+
+Milliseconds plus_grace(Milliseconds t) {
+  return t >= Milliseconds::max() - kServerGrace ? Milliseconds::max() : t + kServerGrace;
+}
+
+// For poll(2): milliseconds left, clamped to what an int holds.
+int poll_timeout(Clock::time_point deadline);
+
 Milliseconds remaining(Clock::time_point deadline) {
   return std::max(Milliseconds(0),
                   std::chrono::duration_cast<Milliseconds>(deadline - Clock::now()));
+}
+
+int poll_timeout(Clock::time_point deadline) {
+  return static_cast<int>(std::min<std::int64_t>(remaining(deadline).count(), INT_MAX));
 }
 
 }  // namespace
@@ -135,7 +154,7 @@ struct TCPStore::Impl {
           continue;
         }
         pollfd p{s.get(), POLLOUT, 0};
-        int ready = ::poll(&p, 1, static_cast<int>(remaining(deadline).count()));
+        int ready = ::poll(&p, 1, poll_timeout(deadline));
         int err = 0;
         socklen_t len = sizeof(err);
         if (ready <= 0) {
@@ -238,10 +257,20 @@ struct TCPStore::Impl {
     addr.sun_family = AF_UNIX;
     std::memcpy(addr.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
     const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-    Fd local(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!local.valid() || ::connect(local.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-      return;
+    // Non-blocking: a server whose backlog is full must not hold this past the deadline.
+    Fd local(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!local.valid()) return;
+    if (::connect(local.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+      if (errno != EAGAIN && errno != EINPROGRESS) return;
+      pollfd p{local.get(), POLLOUT, 0};
+      int err = 0;
+      socklen_t err_len = sizeof(err);
+      if (::poll(&p, 1, poll_timeout(deadline)) <= 0 ||
+          ::getsockopt(local.get(), SOL_SOCKET, SO_ERROR, &err, &err_len) != 0 || err != 0) {
+        return;
+      }
     }
+    ::fcntl(local.get(), F_SETFL, ::fcntl(local.get(), F_GETFL) & ~O_NONBLOCK);
     Fd tcp = std::move(fd);
     fd = std::move(local);
     socket_timeout = Milliseconds(-1);
@@ -285,7 +314,15 @@ struct TCPStore::Impl {
       std::memmove(in.data(), in.data() + in_begin, in_end - in_begin);
       in_end -= in_begin;
       in_begin = 0;
-      if (need > in.size()) in.resize(std::max(need, in.size() * 2));
+      if (need > in.size()) {
+        try {
+          in.resize(std::max(need, in.size() * 2));
+        } catch (const std::bad_alloc&) {
+          drop();
+          C10D_THROW(StoreError, "store {}: an answer to {} of {} bytes cannot be buffered",
+                     address, context, need);
+        }
+      }
     }
     const auto spin_start = Clock::now();
     while (in_end - in_begin < need) {
@@ -365,6 +402,12 @@ struct TCPStore::Impl {
     return read_answer(kind, start, deadline, context);
   }
 
+  // An answer that does not parse is the server's fault, not the caller's.
+  [[noreturn]] void malformed(std::string_view kind) {
+    drop();
+    C10D_THROW(StoreError, "store {}: malformed {} answer", address, kind);
+  }
+
   // Forgets the connection: the next call connects again.
   void drop() {
     fd.reset();
@@ -384,9 +427,10 @@ struct TCPStore::Impl {
       case Status::kTimeout:
         C10D_THROW(TimeoutError, "store {}: {} timed out: {}", address, context, message);
       case Status::kNotInteger:
+      case Status::kOutOfRange:
         C10D_THROW(InvalidArgument, "store {}: {}: {}", address, context, message);
       case Status::kLimitExceeded:
-        drop();  // the server closes the connection after a broken limit
+        drop();  // the server may have closed the connection (it does for a broken frame limit)
         C10D_THROW(InvalidArgument, "store {}: {} refused: {}", address, context, message);
       case Status::kVersionMismatch:
         drop();
@@ -409,7 +453,7 @@ struct TCPStore::Impl {
   template <typename Build>
   Response call(Kind kind, Milliseconds timeout, const Build& build, const std::string& context) {
     const auto start = Clock::now();
-    const auto deadline = start + timeout;
+    const auto deadline = deadline_after(timeout);
     build_frame(kind, build, deadline);
     send_out(start, deadline, context);
     return read_answer(kind, start, deadline, context);
@@ -420,7 +464,7 @@ struct TCPStore::Impl {
   template <typename Build>
   void send_only(Kind kind, Milliseconds timeout, const Build& build, const std::string& context) {
     const auto start = Clock::now();
-    const auto deadline = start + timeout;
+    const auto deadline = deadline_after(timeout);
     build_frame(kind, build, deadline);
     send_out(start, deadline, context);
   }
@@ -489,7 +533,7 @@ TCPStore::TCPStore(TCPStoreOptions options) : Store(options.timeout) {
   impl_->address = format_address(options.host, options.port);
   impl_->options = std::move(options);
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->connect(Clock::now() + impl_->options.timeout);
+  impl_->connect(deadline_after(impl_->options.timeout));
 }
 
 TCPStore::~TCPStore() {
@@ -519,7 +563,7 @@ Bytes TCPStore::get(std::string_view key) {
   impl_->check_key(key);
   const Milliseconds t = timeout();
   auto r = impl_->call(
-      Kind::kGet, t + kServerGrace,
+      Kind::kGet, plus_grace(t),
       [&](Bytes& out) {
         store::wire::put_u64(out, static_cast<std::uint64_t>(t.count()));
         store::wire::put_string(out, key);
@@ -528,7 +572,7 @@ Bytes TCPStore::get(std::string_view key) {
   store::wire::Reader reader(r.payload, impl_->options.limits);
   std::span<const std::uint8_t> value;
   reader.value(value);
-  C10D_CHECK(reader.finish().ok(), "store {}: malformed GET answer", impl_->address);
+  if (!reader.finish().ok()) impl_->malformed("GET");
   return Bytes(value.begin(), value.end());
 }
 
@@ -545,7 +589,7 @@ std::int64_t TCPStore::add(std::string_view key, std::int64_t delta) {
   store::wire::Reader reader(r.payload, impl_->options.limits);
   std::int64_t sum = 0;
   reader.i64(sum);
-  C10D_CHECK(reader.finish().ok(), "store {}: malformed ADD answer", impl_->address);
+  if (!reader.finish().ok()) impl_->malformed("ADD");
   return sum;
 }
 
@@ -566,7 +610,7 @@ Bytes TCPStore::compare_set(std::string_view key, std::span<const std::uint8_t> 
   store::wire::Reader reader(r.payload, impl_->options.limits);
   std::span<const std::uint8_t> value;
   reader.value(value);
-  C10D_CHECK(reader.finish().ok(), "store {}: malformed COMPARE_SET answer", impl_->address);
+  if (!reader.finish().ok()) impl_->malformed("COMPARE_SET");
   return Bytes(value.begin(), value.end());
 }
 
@@ -587,7 +631,7 @@ void TCPStore::wait(std::span<const std::string> keys, Milliseconds wait_timeout
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->check_keys(keys);
   impl_->call(
-      Kind::kWait, wait_timeout + kServerGrace,
+      Kind::kWait, plus_grace(wait_timeout),
       [&](Bytes& out) {
         store::wire::put_u64(out, static_cast<std::uint64_t>(wait_timeout.count()));
         store::wire::put_u32(out, static_cast<std::uint32_t>(keys.size()));
@@ -612,7 +656,7 @@ std::int64_t TCPStore::num_keys() {
   store::wire::Reader reader(r.payload, impl_->options.limits);
   std::int64_t n = 0;
   reader.i64(n);
-  C10D_CHECK(reader.finish().ok(), "store {}: malformed NUM_KEYS answer", impl_->address);
+  if (!reader.finish().ok()) impl_->malformed("NUM_KEYS");
   return n;
 }
 
@@ -634,7 +678,7 @@ std::vector<Bytes> TCPStore::multi_get(std::span<const std::string> keys) {
   impl_->check_keys(keys);
   const Milliseconds t = timeout();
   auto r = impl_->call(
-      Kind::kMultiGet, t + kServerGrace,
+      Kind::kMultiGet, plus_grace(t),
       [&](Bytes& out) {
         store::wire::put_u64(out, static_cast<std::uint64_t>(t.count()));
         store::wire::put_u32(out, static_cast<std::uint32_t>(keys.size()));
@@ -651,8 +695,7 @@ std::vector<Bytes> TCPStore::multi_get(std::span<const std::string> keys) {
     if (!reader.value(v)) break;
     values.emplace_back(v.begin(), v.end());
   }
-  C10D_CHECK(reader.finish().ok() && values.size() == keys.size(),
-             "store {}: malformed MULTI_GET answer", impl_->address);
+  if (!reader.finish().ok() || values.size() != keys.size()) impl_->malformed("MULTI_GET");
   return values;
 }
 

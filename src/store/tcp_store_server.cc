@@ -11,6 +11,7 @@
 #include <atomic>
 #include <charconv>
 #include <future>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -37,6 +38,8 @@ using store::wire::Status;
 // cannot grow a connection's output without bound.
 constexpr std::size_t kFlushBytes = 256 * 1024;
 constexpr std::size_t kInitialReadBuffer = 4096;
+// The largest HELLO or AUTH body (AUTH: a 32-byte MAC), with room to spare.
+constexpr std::uint64_t kMaxHandshakeBody = 64;
 
 struct StringHash {
   using is_transparent = void;
@@ -45,16 +48,6 @@ struct StringHash {
 
 template <typename V>
 using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
-
-// Raises the soft limit on open files to the hard limit, as servers (and Go's runtime) do, so
-// thousands of ranks can connect without the operator tuning ulimit.
-void raise_fd_limit() {
-  rlimit lim{};
-  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &lim);
-  }
-}
 
 bool parse_int64(std::span<const std::uint8_t> bytes, std::int64_t& out) {
   const char* begin = reinterpret_cast<const char*>(bytes.data());
@@ -69,6 +62,14 @@ std::span<const std::uint8_t> as_bytes(std::string_view s) {
 
 }  // namespace
 
+void store::raise_open_file_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
 struct TCPStoreServer::Impl {
   struct Waiter {
     explicit Waiter(asio::io_context& io) : timer(io) {}
@@ -76,10 +77,20 @@ struct TCPStoreServer::Impl {
     asio::steady_timer timer;
   };
 
+  enum class Phase { kHello, kAuth, kReady };
+
   struct Connection {
-    Connection(Socket s, std::string p) : socket(std::move(s)), peer(std::move(p)) {}
+    Connection(Socket s, std::string p, asio::io_context& io)
+        : socket(std::move(s)), peer(std::move(p)), handshake_timer(io) {}
+    ~Connection() { *alive = false; }
     Socket socket;
     std::string peer;
+    // Closes the connection unless the handshake is done in time, so silent or half-open
+    // connections cannot pile up. Destroyed (so cancelled) with the connection.
+    asio::steady_timer handshake_timer;
+    // Read by the timer's handler, which may already be queued when the connection ends.
+    std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+    Phase phase = Phase::kHello;
     Waiter* waiter = nullptr;  // the wait this connection is parked in, if any
   };
 
@@ -96,7 +107,7 @@ struct TCPStoreServer::Impl {
   std::uint16_t port = 0;
   std::atomic<std::uint64_t> local_accepted{0};
   std::atomic<std::uint64_t> accepted{0}, open{0}, rejected{0}, requests{0}, held{0}, keys{0};
-  std::atomic<bool> stop_requested{false};
+  std::once_flag stop_once;
 
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
@@ -216,8 +227,13 @@ struct TCPStoreServer::Impl {
                        fmt::format("add to key '{}': its value is not an integer", req.keys[0]));
           break;
         }
-        const std::int64_t sum = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) +
-                                                           static_cast<std::uint64_t>(req.delta));
+        std::int64_t sum = 0;
+        if (__builtin_add_overflow(current, req.delta, &sum)) {
+          encode_error(out, req.kind, Status::kOutOfRange,
+                       fmt::format("add of {} to key '{}' (value {}) would overflow int64",
+                                   req.delta, req.keys[0], current));
+          break;
+        }
         char text[24];
         auto [end, ec] = std::to_chars(text, text + sizeof(text), sum);
         put(req.keys[0], as_bytes(std::string_view(text, end - text)));
@@ -342,9 +358,19 @@ struct TCPStoreServer::Impl {
 
   // One connection: read frames into `in`, serve them in order, write responses.
   awaitable<void> serve(Socket socket, std::string peer) {
-    Connection conn(std::move(socket), std::move(peer));
+    // co_spawn runs this body later: a connection accepted just before stop() must not join
+    // `connections` after shutdown() swept it.
+    if (stopping) co_return;
+    Connection conn(std::move(socket), std::move(peer), io);
     error_code ec;
     conn.socket.non_blocking(true, ec);
+    conn.handshake_timer.expires_after(options.handshake_timeout);
+    conn.handshake_timer.async_wait([this, &conn, alive = conn.alive](error_code timer_ec) {
+      if (timer_ec || !*alive || conn.phase == Phase::kReady) return;
+      reject(conn, "no handshake within the deadline");
+      error_code ignored;
+      conn.socket.close(ignored);
+    });
     connections.insert(&conn);
     open.fetch_add(1, std::memory_order_relaxed);
     try {
@@ -360,7 +386,6 @@ struct TCPStoreServer::Impl {
 
   awaitable<void> serve_frames(Connection& conn) {
     const auto& limits = options.limits;
-    enum class Phase { kHello, kAuth, kReady } phase = Phase::kHello;
     store::wire::Nonce nonce{};
     Bytes in(kInitialReadBuffer);
     std::size_t begin = 0, end = 0;  // unread bytes are in[begin, end)
@@ -373,9 +398,15 @@ struct TCPStoreServer::Impl {
         std::memmove(in.data(), in.data() + begin, end - begin);
         end -= begin;
         begin = 0;
-        if (need > in.size()) in.resize(need);  // need is bounded by the frame limit
       }
+      // Before waiting for input, send what is already answered: a pipelining client may be
+      // waiting for it before it sends the rest.
+      if (!out.empty()) co_await flush(conn, out);
       while (end - begin < need) {
+        // The buffer grows with the bytes that actually arrive (at most doubling), never to a
+        // size a header merely claims: a client that announces 64 MiB and sends nothing costs
+        // a few KiB.
+        if (end == in.size()) in.resize(std::min(need, 2 * in.size()));
         // Wait for readability, then read without blocking: Asio's async_read_some would first
         // try a speculative recv that, on a request/response connection, almost always fails.
         co_await conn.socket.async_wait(socket_base::wait_read, use_awaitable);
@@ -388,10 +419,7 @@ struct TCPStoreServer::Impl {
     };
 
     for (;;) {
-      if (end - begin < store::wire::kHeaderBytes) {
-        if (!out.empty()) co_await flush(conn, out);
-        co_await fill(store::wire::kHeaderBytes);
-      }
+      if (end - begin < store::wire::kHeaderBytes) co_await fill(store::wire::kHeaderBytes);
       store::wire::Header h;
       auto hs = store::wire::decode_header({in.data() + begin, end - begin}, false, limits, h);
       if (!hs.ok()) {
@@ -408,18 +436,25 @@ struct TCPStoreServer::Impl {
         reject(conn, why);
         break;
       }
+      // HELLO and AUTH bodies are a few bytes: before the handshake nothing larger is read.
+      if (conn.phase != Phase::kReady && h.body_bytes > kMaxHandshakeBody) {
+        store::wire::encode_error(out, static_cast<Kind>(h.kind), Status::kBadRequest,
+                                  "a frame before the handshake is done must be HELLO or AUTH");
+        reject(conn, fmt::format("{}-byte frame before the handshake", h.body_bytes));
+        break;
+      }
       const std::size_t frame = store::wire::kHeaderBytes + static_cast<std::size_t>(h.body_bytes);
       if (end - begin < frame) co_await fill(frame);
       const Kind kind = static_cast<Kind>(h.kind);
       // Before the handshake is done only its own frame is read; anything else is refused
       // without decoding its body.
-      if (phase == Phase::kHello && kind != Kind::kHello) {
+      if (conn.phase == Phase::kHello && kind != Kind::kHello) {
         store::wire::encode_error(out, kind, Status::kBadRequest,
                                   "the first request on a connection must be HELLO");
         reject(conn, fmt::format("{} before HELLO", store::wire::kind_name(kind)));
         break;
       }
-      if (phase == Phase::kAuth && kind != Kind::kAuth) {
+      if (conn.phase == Phase::kAuth && kind != Kind::kAuth) {
         store::wire::encode_error(out, kind, Status::kAuthRequired,
                                   "this store requires authentication: set C10D_STORE_TOKEN "
                                   "(or the token option) to the store's shared secret");
@@ -441,7 +476,7 @@ struct TCPStoreServer::Impl {
         break;
       }
       bool keep = true;
-      if (phase == Phase::kHello) {
+      if (conn.phase == Phase::kHello) {
         const bool auth = !options.token.empty();
         if (auth) nonce = store::wire::random_nonce();
         std::size_t start = begin_ok(out, kind);
@@ -453,8 +488,8 @@ struct TCPStoreServer::Impl {
         store::wire::put_u64(out, limits.max_frame_bytes);
         store::wire::put_string(out, local_name);
         store::wire::end_frame(out, start);
-        phase = auth ? Phase::kAuth : Phase::kReady;
-      } else if (phase == Phase::kAuth) {
+        conn.phase = auth ? Phase::kAuth : Phase::kReady;
+      } else if (conn.phase == Phase::kAuth) {
         if (!store::wire::mac_equal(req.mac, store::wire::auth_mac(options.token, nonce))) {
           store::wire::encode_error(out, kind, Status::kAuthFailed,
                                     "authentication failed: the client's token does not match "
@@ -463,7 +498,7 @@ struct TCPStoreServer::Impl {
           break;
         }
         store::wire::end_frame(out, begin_ok(out, kind));
-        phase = Phase::kReady;
+        conn.phase = Phase::kReady;
       } else {
         keep = co_await serve_request(conn, req, out);
       }
@@ -575,8 +610,18 @@ struct TCPStoreServer::Impl {
 
 TCPStoreServer::TCPStoreServer(store::ServerOptions options)
     : impl_(std::make_unique<Impl>(std::move(options))) {
-  raise_fd_limit();
   Impl& s = *impl_;
+  const StoreLimits& l = s.options.limits;
+  // Lengths travel as u32 on the wire; a frame must hold one key and one value.
+  C10D_CHECK(l.max_key_bytes <= UINT32_MAX && l.max_value_bytes <= UINT32_MAX &&
+                 l.max_keys_per_op <= UINT32_MAX,
+             "store limits: key {} / value {} bytes and {} keys per request must each fit in 32 "
+             "bits",
+             l.max_key_bytes, l.max_value_bytes, l.max_keys_per_op);
+  C10D_CHECK(l.max_frame_bytes >= l.max_key_bytes + l.max_value_bytes + 64,
+             "store limits: a request of at most {} bytes cannot carry a {}-byte key and a "
+             "{}-byte value",
+             l.max_frame_bytes, l.max_key_bytes, l.max_value_bytes);
   const std::string& host = s.options.host;
   error_code ec;
   tcp::endpoint endpoint;
@@ -628,22 +673,20 @@ const std::string& TCPStoreServer::host() const { return impl_->options.host; }
 
 void TCPStoreServer::stop() {
   Impl& s = *impl_;
-  if (s.stop_requested.exchange(true)) {
-    if (s.thread.joinable() && s.thread.get_id() != std::this_thread::get_id()) s.thread.join();
-    return;
-  }
-  asio::post(s.io, [&s] { s.shutdown(); });
-  // Every coroutine ends once its socket is closed; the thread then leaves run(). The watchdog
-  // stops the context outright should a coroutine fail to finish within a second.
-  std::thread watchdog;
-  auto done = std::make_shared<std::promise<void>>();
-  auto finished = done->get_future();
-  watchdog = std::thread([&s, finished = std::move(finished)]() mutable {
-    if (finished.wait_for(std::chrono::seconds(1)) == std::future_status::timeout) s.io.stop();
+  // Every caller returns once the server has stopped; the first one does the stopping.
+  std::call_once(s.stop_once, [&s] {
+    asio::post(s.io, [&s] { s.shutdown(); });
+    if (s.thread.get_id() == std::this_thread::get_id()) return;  // cannot join itself
+    // Every coroutine ends once its socket is closed; the thread then leaves run(). The
+    // watchdog stops the context outright should a coroutine fail to finish within a second.
+    std::promise<void> done;
+    std::thread watchdog([&s, finished = done.get_future()] {
+      if (finished.wait_for(std::chrono::seconds(1)) == std::future_status::timeout) s.io.stop();
+    });
+    if (s.thread.joinable()) s.thread.join();
+    done.set_value();
+    watchdog.join();
   });
-  if (s.thread.joinable()) s.thread.join();
-  done->set_value();
-  watchdog.join();
 }
 
 store::ServerStats TCPStoreServer::stats() const {

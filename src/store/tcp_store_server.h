@@ -8,7 +8,12 @@
 //
 // Hostile input (garbage, truncated frames, absurd lengths, wrong magic or version, wrong token)
 // closes that one connection with a log line; every length is checked against StoreLimits
-// before any allocation, so no claimed size is ever allocated.
+// before any allocation, a connection's buffer grows only with bytes that actually arrive, and
+// before the handshake no frame over 64 bytes is read. A connection that has not finished its
+// handshake within ServerOptions::handshake_timeout is closed.
+//
+// The process hosting a server for thousands of ranks needs as many open files: `c10d-store
+// serve` raises its soft RLIMIT_NOFILE to the hard limit; a program hosting one should too.
 //
 // Thread-safety: the public methods may be called from any thread. Lifetime: the destructor
 // stops the server, closes every connection (clients see the server go away) and joins the
@@ -33,6 +38,8 @@ struct ServerOptions {
   int backlog = 4096;
   // Also listen on an abstract Unix socket that same-host clients switch to (see TCPStore).
   bool local_socket = true;
+  // A connection that has not finished HELLO (and AUTH) by then is closed.
+  Milliseconds handshake_timeout{10000};
 };
 
 struct ServerStats {
@@ -44,6 +51,9 @@ struct ServerStats {
   std::uint64_t waits_held = 0;  // right now
   std::uint64_t keys = 0;
 };
+
+// Raises this process's soft limit on open files to the hard limit (best effort).
+void raise_open_file_limit();
 
 }  // namespace c10d::store
 
@@ -62,7 +72,8 @@ class TCPStoreServer {
   const std::string& host() const;
   // Stops serving: closes the listener and every connection. Idempotent.
   void stop();
-  // A snapshot, taken on the server thread.
+  // Counters, read without stopping the server (each is exact; together they are not a
+  // consistent snapshot).
   store::ServerStats stats() const;
 
  private:

@@ -63,6 +63,8 @@ std::string_view status_name(Status status) {
       return "protocol version mismatch";
     case Status::kNotInteger:
       return "value is not an integer";
+    case Status::kOutOfRange:
+      return "out of range";
   }
   return "unknown status";
 }
@@ -233,11 +235,15 @@ DecodeStatus decode_header(std::span<const std::uint8_t> in, bool response,
     return {DecodeCode::kBadKind, out.kind};
   }
   // The limit bounds requests; responses may carry a multi_get of many large values.
-  const std::uint64_t limit =
-      response ? std::max<std::uint64_t>(limits.max_frame_bytes,
-                                         static_cast<std::uint64_t>(limits.max_keys_per_op) *
-                                             (limits.max_value_bytes + 4))
-               : limits.max_frame_bytes;
+  std::uint64_t multi_get_bound = 0;
+  if (__builtin_mul_overflow(static_cast<std::uint64_t>(limits.max_keys_per_op),
+                             static_cast<std::uint64_t>(limits.max_value_bytes) + 4,
+                             &multi_get_bound)) {
+    multi_get_bound = UINT64_MAX;
+  }
+  const std::uint64_t limit = response
+                                  ? std::max<std::uint64_t>(limits.max_frame_bytes, multi_get_bound)
+                                  : limits.max_frame_bytes;
   if (out.body_bytes > limit) return {DecodeCode::kFrameTooLarge, out.body_bytes};
   return {};
 }

@@ -28,7 +28,8 @@
 //
 // A response body is a u8 status. kOk is followed by the kind's result:
 //
-//    kHello       u8 auth required, 32-byte nonce, u64 max key bytes, u64 max value bytes,
+//    kHello       u8 auth required, 32-byte nonce (zeros without auth), u64 max key bytes,
+//                 u64 max value bytes,
 //                 u64 max keys per request, u64 max request body bytes, string local socket
 //                 (an abstract Unix socket name of this server, or empty)
 //    kGet, kCompareSet: value       kAdd, kNumKeys: i64       kCheck, kDelete: u8
@@ -36,8 +37,11 @@
 //
 // kSet alone gets no answer when it succeeds (the client knows the server's limits from HELLO,
 // so it only sends sets that fit); a failed kSet is answered with an error like any request.
-// Any status other than kOk is followed by a string saying what went wrong, and after a
-// refused request the server closes the connection, so nothing sent after it runs.
+// Any status other than kOk is followed by a string saying what went wrong. A request that
+// breaks the protocol or a limit of the frame (bad kind, bad lengths, too large, before the
+// handshake) is the last the server reads: it answers and closes the connection, so nothing
+// sent after it runs. A timeout, a non-integer or out-of-range ADD, or an APPEND that would make
+// a value too large is answered and the connection goes on.
 //
 // Decoders are pure functions over byte spans: they never throw, and report short or bad input
 // through a DecodeStatus. Every length is checked against what remains and against the limits
@@ -90,6 +94,7 @@ enum class Status : std::uint8_t {
   kAuthFailed = 5,
   kVersionMismatch = 6,
   kNotInteger = 7,
+  kOutOfRange = 8,  // an ADD whose sum would overflow int64
 };
 
 std::string_view kind_name(Kind kind);  // "SET", "GET", ...

@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "c10d/errors.h"
 #include "c10d/store.h"
@@ -131,7 +132,7 @@ TEST_F(HostileInputTest, EveryKindOfGarbageClosesOnlyItsOwnConnection) {
   {
     RawClient raw(server_->port());
     Bytes hello = RawClient::hello();
-    hello.resize(hello.size() - 1);
+    hello.pop_back();
     raw.send(hello);
   }
   expect_server_healthy(round++);
@@ -163,6 +164,14 @@ TEST_F(HostileInputTest, EveryKindOfGarbageClosesOnlyItsOwnConnection) {
   }
   expect_server_healthy(round++);
 
+  // Headers that claim large bodies within the limit and then send nothing: before the
+  // handshake they are refused outright, after it the buffer grows only with real bytes.
+  std::vector<std::unique_ptr<RawClient>> claimers;
+  for (int i = 0; i < 40; ++i) {
+    claimers.push_back(std::make_unique<RawClient>(server_->port()));
+    claimers.back()->send(header(store::wire::kMagic, store::wire::kVersion, 1, 60u << 20));
+  }
+  expect_server_healthy(round++);
   EXPECT_LT(resident_bytes(), rss_before + (32u << 20)) << "the server allocated a claimed size";
   EXPECT_GE(server_->stats().connections_rejected, 58u);
 }
@@ -202,12 +211,54 @@ TEST(HostileLimitsTest, OversizedKeysAndCountsAfterTheHandshakeAreRefused) {
   EXPECT_EQ(a->status, Status::kLimitExceeded);
   EXPECT_NE(a->message().find("200000 keys"), std::string::npos) << a->message();
 
+  // A key length that runs past the end of its frame, after a completed handshake.
+  a = send_after_hello(
+      [](Bytes& f) {
+        store::wire::put_u32(f, 4000);  // claims a 4000-byte key in a 4-byte body
+      },
+      Kind::kDelete);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status, Status::kBadRequest);
+  EXPECT_NE(a->message().find("past the end"), std::string::npos) << a->message();
+
+  // After the handshake, a claimed 60 MiB body with nothing behind it costs a few KiB.
+  const std::size_t rss_before = resident_bytes();
+  std::vector<std::unique_ptr<RawClient>> claimers;
+  for (int i = 0; i < 40; ++i) {
+    claimers.push_back(std::make_unique<RawClient>(server.port()));
+    Bytes f = RawClient::hello();
+    const Bytes h = header(store::wire::kMagic, store::wire::kVersion,
+                           static_cast<std::uint8_t>(Kind::kSet), 60u << 20);
+    f.insert(f.end(), h.begin(), h.end());
+    claimers.back()->send(f);
+    EXPECT_TRUE(claimers.back()->read_answer(3s));
+  }
   TCPStoreOptions c;
   c.port = server.port();
   c.timeout = 5s;
   TCPStore good(c);
   good.set("after", std::string_view("fine"));
   EXPECT_EQ(good.get_string("after"), "fine");
+  EXPECT_LT(resident_bytes(), rss_before + (32u << 20)) << "the server allocated a claimed size";
+}
+
+TEST(HostileLimitsTest, SilentConnectionsAreClosedAfterTheHandshakeTimeout) {
+  store::ServerOptions o;
+  o.handshake_timeout = 200ms;
+  TCPStoreServer server(o);
+  RawClient silent(server.port());
+  RawClient half(server.port());
+  half.send(Bytes{0x43, 0x31, 0x30});  // three bytes of a header, then nothing
+  EXPECT_TRUE(silent.closed_by_server(3s));
+  EXPECT_TRUE(half.closed_by_server(3s));
+  EXPECT_EQ(server.stats().connections_rejected, 2u);
+  // A client that completes its handshake is not affected, however long it then idles.
+  TCPStoreOptions c;
+  c.port = server.port();
+  c.timeout = 5s;
+  TCPStore good(c);
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(good.add("n", 1), 1);
 }
 
 }  // namespace

@@ -244,6 +244,7 @@ TEST_F(TCPStoreTest, OtherProtocolVersionGetsAnErrorStatingBothVersions) {
 
 TEST_F(TCPStoreTest, ClientLearnsTheServersLimitsAndRefusesBeforeSending) {
   StoreLimits small;
+  small.max_key_bytes = 64;
   small.max_value_bytes = 1024;
   small.max_frame_bytes = 4096;
   auto server = serve({}, small);
@@ -259,6 +260,17 @@ TEST_F(TCPStoreTest, ClientLearnsTheServersLimitsAndRefusesBeforeSending) {
   store.set("small", std::string_view("ok"));
   EXPECT_EQ(store.get_string("small"), "ok");
   EXPECT_EQ(server->stats().connections_rejected, 0u);
+}
+
+TEST_F(TCPStoreTest, InconsistentServerLimitsAreRefused) {
+  StoreLimits bad;
+  bad.max_frame_bytes = 1024;  // cannot carry an 8 KiB key
+  std::string msg = message_of<InvalidArgument>([&] { serve({}, bad); });
+  EXPECT_NE(msg.find("cannot carry"), std::string::npos) << msg;
+  bad = StoreLimits{};
+  bad.max_value_bytes = 1ull << 33;  // does not fit the wire's u32 lengths
+  bad.max_frame_bytes = 1ull << 34;
+  EXPECT_THROW(serve({}, bad), InvalidArgument);
 }
 
 TEST_F(TCPStoreTest, RefusedSetIsAnsweredAndItsConnectionClosed) {
@@ -296,13 +308,14 @@ TEST_F(TCPStoreTest, SetIsVisibleToOtherClientsOnceAnyLaterCallReturns) {
   }
 }
 
-TEST_F(TCPStoreTest, DestructorCollectsOutstandingSets) {
+TEST_F(TCPStoreTest, SetsSentJustBeforeTheClientGoesAwayStillLand) {
   auto server = serve();
   {
     TCPStore writer(client_options(server->port()));
     for (int i = 0; i < 100; ++i) writer.set("w" + std::to_string(i), std::string_view("v"));
-  }
+  }  // closed with every set unanswered: the server still applies them, in order
   TCPStore reader(client_options(server->port()));
+  EXPECT_EQ(reader.get_string("w99"), "v");  // waits for the last one
   EXPECT_EQ(reader.num_keys(), 100);
 }
 

@@ -284,6 +284,7 @@ int serve(const Args& args) {
     throw c10d::Error("pthread_sigmask failed: " + std::to_string(rc));
   }
 
+  c10d::store::raise_open_file_limit();  // one descriptor per rank
   c10d::TCPStoreServer server(options);
   if (port_file != nullptr) write_port_file(*port_file, server.port());
   std::cout << "c10d-store: serving on " << host_port(server.host(), server.port()) << std::endl;
@@ -326,6 +327,9 @@ int run_client(const Args& args) {
     std::cout << '\n';
   } else if (name == "set") {
     store.set(pos[0], std::string_view(pos[1]));
+    // A set is answered only when it fails; any call after it reports that, so exit 0 means
+    // the value landed.
+    store.check(std::vector<std::string>{pos[0]});
   } else if (name == "add") {
     std::cout << store.add(pos[0], delta) << '\n';
   } else if (name == "wait") {

@@ -1,8 +1,6 @@
-// Ring all-reduce over the in-process transport, every rank a thread: swept over world size,
-// dtype, reduce op, count and segment size (small segments force the pipelined path), checked
-// against closed forms; a reordered ring; a peer that dies mid-collective.
-#include "algorithms/ring_all_reduce.h"
-
+// Ring and halving-doubling all-reduce over the in-process transport, every rank a thread: swept
+// over world size, dtype, reduce op, count and segment size (small segments force the pipelined
+// path), checked against closed forms; a reordered ring; a peer that dies mid-collective.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include "algorithms/halving_doubling_all_reduce.h"
+#include "algorithms/ring_all_reduce.h"
 #include "algorithms/ring_pattern.h"
 #include "c10d/errors.h"
 #include "core/half.h"
@@ -87,6 +87,38 @@ TEST(RingAllReduceTest, ClosedFormsForEveryWorldSizeCountAndSegmentSize) {
     for (std::int64_t count : {0, 1, 7, 1000}) {
       check_sum_avg_max<float>(n, count, 512 << 10, DType::kFloat32);
       check_sum_avg_max<float>(n, count, 12, DType::kFloat32);  // 3-element segments
+    }
+  }
+}
+
+TEST(HalvingDoublingAllReduceTest, ClosedFormsForEveryWorldSizeNotOnlyPowersOfTwo) {
+  for (int n = 1; n <= 9; ++n) {
+    for (std::int64_t count : {0, 1, 7, 1000}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg, ReduceOp::kPremulSum}) {
+        std::vector<std::vector<float>> out(n);
+        run_ranks(n, [&](int r, transport::Transport& t) {
+          std::vector<float> data(static_cast<std::size_t>(count));
+          for (std::int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(value(r, i));
+          halving_doubling_all_reduce(context(t), DType::kFloat32, {op, 0.5}, data.data(), count);
+          out[r] = std::move(data);
+        });
+        for (int r = 0; r < n; ++r) {
+          for (std::int64_t i = 0; i < count; ++i) {
+            double expect = 0;
+            for (int q = 0; q < n; ++q) {
+              const double v = value(q, i);
+              if (op == ReduceOp::kMax) {
+                expect = q == 0 ? v : std::max(expect, v);
+              } else {
+                expect += op == ReduceOp::kPremulSum ? 0.5 * v : v;
+              }
+            }
+            if (op == ReduceOp::kAvg) expect /= n;
+            ASSERT_NEAR(out[r][i], expect, 1e-5 * expect)
+                << "n " << n << " rank " << r << " i " << i << " op " << reduce_op_name(op);
+          }
+        }
+      }
     }
   }
 }
