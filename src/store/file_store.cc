@@ -39,6 +39,7 @@
 #include "c10d/store.h"
 #include "core/check.h"
 #include "core/logging.h"
+#include "store/store_util.h"
 
 namespace c10d {
 namespace {
@@ -58,15 +59,6 @@ constexpr std::chrono::microseconds kWaitBackoffMax{50000};
 constexpr std::chrono::microseconds kLockBackoffFirst{50};
 constexpr std::chrono::microseconds kLockBackoffMax{5000};
 
-// A deadline `timeout` from now that saturates instead of overflowing for huge timeouts.
-Clock::time_point deadline_after(Milliseconds timeout) {
-  const Clock::time_point now = Clock::now();
-  if (timeout > std::chrono::duration_cast<Milliseconds>(Clock::time_point::max() - now)) {
-    return Clock::time_point::max();
-  }
-  return now + timeout;
-}
-
 // Sleeps `backoff`, but not past the deadline, then doubles it up to `max`.
 void sleep_backoff(std::chrono::microseconds& backoff, std::chrono::microseconds max,
                    Clock::time_point deadline) {
@@ -77,19 +69,6 @@ void sleep_backoff(std::chrono::microseconds& backoff, std::chrono::microseconds
 
 std::int64_t elapsed_ms(Clock::time_point start) {
   return std::chrono::duration_cast<Milliseconds>(Clock::now() - start).count();
-}
-
-// "'a', 'b'": keys as a message lists them; long keys are cut so a message stays readable.
-std::string describe_keys(const std::vector<std::string>& keys) {
-  constexpr std::size_t kShownKeyBytes = 200;
-  std::string out;
-  for (const std::string& key : keys) {
-    if (!out.empty()) out += ", ";
-    out += '\'';
-    out += key.size() > kShownKeyBytes ? key.substr(0, kShownKeyBytes) + "..." : key;
-    out += '\'';
-  }
-  return out;
 }
 
 void put_le(std::string& out, std::uint64_t value, int bytes) {
@@ -223,26 +202,20 @@ class LockedFile {
   std::uint64_t size_ = 0;
 };
 
+std::string who(const std::string& path) { return fmt::format("FileStore '{}'", path); }
 void check_key(const std::string& path, std::string_view key) {
-  C10D_CHECK(key.size() <= kLimits.max_key_bytes,
-             "FileStore '{}': key of {} bytes exceeds the limit of {} bytes", path, key.size(),
-             kLimits.max_key_bytes);
+  store::check_key(who(path), key, kLimits);
 }
-
 void check_value(const std::string& path, std::string_view key, std::size_t size) {
-  C10D_CHECK(size <= kLimits.max_value_bytes,
-             "FileStore '{}': value of {} bytes for key '{}' exceeds the limit of {} bytes", path,
-             size, key, kLimits.max_value_bytes);
+  store::check_value(who(path), key, size, kLimits);
 }
-
 void check_keys(const std::string& path, std::span<const std::string> keys) {
-  C10D_CHECK(keys.size() <= kLimits.max_keys_per_op,
-             "FileStore '{}': {} keys in one call exceed the limit of {}", path, keys.size(),
-             kLimits.max_keys_per_op);
-  for (const std::string& key : keys) check_key(path, key);
+  store::check_keys(who(path), keys, kLimits);
 }
 
-Bytes to_bytes(std::span<const std::uint8_t> bytes) { return Bytes(bytes.begin(), bytes.end()); }
+using store::deadline_after;
+using store::describe_keys;
+using store::to_bytes;
 
 }  // namespace
 
@@ -408,12 +381,11 @@ std::int64_t FileStore::add(std::string_view key, std::int64_t delta) {
   return state_->transact(deadline_after(timeout()), [&](LockedFile& file) {
     std::int64_t current = 0;
     if (auto it = state_->values.find(key); it != state_->values.end()) {
-      const char* first = reinterpret_cast<const char*>(it->second.data());
-      const char* last = first + it->second.size();
-      const auto [end, ec] = std::from_chars(first, last, current);
-      C10D_CHECK(ec == std::errc() && end == last && first != last,
+      const auto parsed = store::parse_int64(it->second);
+      C10D_CHECK(parsed.has_value(),
                  "FileStore '{}': add on key '{}' whose value is not a decimal int64", state_->name,
                  key);
+      current = *parsed;
     }
     std::int64_t sum = 0;
     C10D_CHECK(!__builtin_add_overflow(current, delta, &sum),

@@ -11,6 +11,7 @@
 #include "c10d/errors.h"
 #include "c10d/store.h"
 #include "core/check.h"
+#include "store/store_util.h"
 
 namespace c10d {
 namespace {
@@ -19,58 +20,24 @@ using Clock = std::chrono::steady_clock;
 
 const StoreLimits kLimits{};
 
-void check_key(std::string_view key) {
-  C10D_CHECK(key.size() <= kLimits.max_key_bytes,
-             "HashStore: key of {} bytes exceeds the limit of {} bytes", key.size(),
-             kLimits.max_key_bytes);
-}
+constexpr std::string_view kWho = "HashStore";
 
+void check_key(std::string_view key) { store::check_key(kWho, key, kLimits); }
 void check_value(std::string_view key, std::size_t size) {
-  C10D_CHECK(size <= kLimits.max_value_bytes,
-             "HashStore: value of {} bytes for key '{}' exceeds the limit of {} bytes", size, key,
-             kLimits.max_value_bytes);
+  store::check_value(kWho, key, size, kLimits);
 }
-
-void check_keys(std::span<const std::string> keys) {
-  C10D_CHECK(keys.size() <= kLimits.max_keys_per_op,
-             "HashStore: {} keys in one call exceed the limit of {}", keys.size(),
-             kLimits.max_keys_per_op);
-  for (const std::string& key : keys) check_key(key);
-}
-
-// A deadline `timeout` from now that saturates instead of overflowing for huge timeouts.
-Clock::time_point deadline_after(Milliseconds timeout) {
-  const Clock::time_point now = Clock::now();
-  if (timeout > std::chrono::duration_cast<Milliseconds>(Clock::time_point::max() - now)) {
-    return Clock::time_point::max();
-  }
-  return now + timeout;
-}
-
-// "'a', 'b'": keys as a message lists them; long keys are cut so a message stays readable.
-std::string describe_keys(const std::vector<std::string>& keys) {
-  constexpr std::size_t kShownKeyBytes = 200;
-  std::string out;
-  for (const std::string& key : keys) {
-    if (!out.empty()) out += ", ";
-    out += '\'';
-    out += key.size() > kShownKeyBytes ? key.substr(0, kShownKeyBytes) + "..." : key;
-    out += '\'';
-  }
-  return out;
-}
+void check_keys(std::span<const std::string> keys) { store::check_keys(kWho, keys, kLimits); }
 
 std::int64_t parse_int64(std::string_view key, const Bytes& value) {
-  const char* first = reinterpret_cast<const char*>(value.data());
-  const char* last = first + value.size();
-  std::int64_t parsed = 0;
-  const auto [end, ec] = std::from_chars(first, last, parsed);
-  C10D_CHECK(ec == std::errc() && end == last && !value.empty(),
-             "HashStore: add on key '{}' whose value is not a decimal int64", key);
-  return parsed;
+  const auto parsed = store::parse_int64(value);
+  C10D_CHECK(parsed.has_value(), "HashStore: add on key '{}' whose value is not a decimal int64",
+             key);
+  return *parsed;
 }
 
-Bytes to_bytes(std::span<const std::uint8_t> bytes) { return Bytes(bytes.begin(), bytes.end()); }
+using store::deadline_after;
+using store::describe_keys;
+using store::to_bytes;
 
 }  // namespace
 

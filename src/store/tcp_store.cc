@@ -29,6 +29,7 @@
 #include "c10d/store.h"
 #include "core/check.h"
 #include "core/logging.h"
+#include "store/store_util.h"
 #include "store/tcp_store_server.h"
 #include "store/wire.h"
 
@@ -36,6 +37,7 @@ namespace c10d {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using store::deadline_after;
 using store::wire::Kind;
 using store::wire::Status;
 
@@ -80,13 +82,6 @@ class Fd {
   int fd_ = -1;
 };
 
-// now + t, saturating: a timeout of Milliseconds::max() means "no deadline", not an overflow.
-Clock::time_point deadline_after(Milliseconds t) {
-  const auto now = Clock::now();
-  const auto room = std::chrono::duration_cast<Milliseconds>(Clock::time_point::max() - now);
-  return t >= room ? Clock::time_point::max() : now + t;
-}
-
 Milliseconds plus_grace(Milliseconds t) {
   return t >= Milliseconds::max() - kServerGrace ? Milliseconds::max() : t + kServerGrace;
 }
@@ -108,6 +103,7 @@ int poll_timeout(Clock::time_point deadline) {
 struct TCPStore::Impl {
   TCPStoreOptions options;
   std::string address;
+  std::string label;  // "store <address>", opening messages
   std::mutex mu;
   Fd fd;                                 // GUARDED_BY(mu)
   Milliseconds socket_timeout{-1};       // GUARDED_BY(mu): what SO_RCVTIMEO is set to
@@ -482,22 +478,14 @@ struct TCPStore::Impl {
                address, store::wire::kind_name(kind), body, limits.max_frame_bytes);
   }
 
-  void check_key(std::string_view key) const {
-    C10D_CHECK(key.size() <= limits.max_key_bytes,
-               "store {}: key of {} bytes exceeds the limit of {}", address, key.size(),
-               limits.max_key_bytes);
-  }
+  void check_key(std::string_view key) const { store::check_key(who(), key, limits); }
   void check_value(std::span<const std::uint8_t> value) const {
-    C10D_CHECK(value.size() <= limits.max_value_bytes,
-               "store {}: value of {} bytes exceeds the limit of {}", address, value.size(),
-               limits.max_value_bytes);
+    store::check_value(who(), {}, value.size(), limits);  // the key is checked on its own
   }
   void check_keys(std::span<const std::string> keys) const {
-    C10D_CHECK(keys.size() <= limits.max_keys_per_op,
-               "store {}: {} keys in one call exceed the limit of {}", address, keys.size(),
-               limits.max_keys_per_op);
-    for (const auto& k : keys) check_key(k);
+    store::check_keys(who(), keys, limits);
   }
+  const std::string& who() const { return label; }
 };
 
 namespace {
@@ -531,6 +519,7 @@ TCPStore::TCPStore(TCPStoreOptions options) : Store(options.timeout) {
   impl_ = std::make_unique<Impl>();
   impl_->limits = options.limits;
   impl_->address = format_address(options.host, options.port);
+  impl_->label = "store " + impl_->address;
   impl_->options = std::move(options);
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->connect(deadline_after(impl_->options.timeout));

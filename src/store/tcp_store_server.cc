@@ -19,6 +19,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "store/asio.h"
+#include "store/store_util.h"
 #include "store/wire.h"
 
 namespace c10d {
@@ -48,13 +49,6 @@ struct StringHash {
 
 template <typename V>
 using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
-
-bool parse_int64(std::span<const std::uint8_t> bytes, std::int64_t& out) {
-  const char* begin = reinterpret_cast<const char*>(bytes.data());
-  const char* end = begin + bytes.size();
-  auto [ptr, ec] = std::from_chars(begin, end, out);
-  return ec == std::errc() && ptr == end && begin != end;
-}
 
 std::span<const std::uint8_t> as_bytes(std::string_view s) {
   return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()};
@@ -220,13 +214,15 @@ struct TCPStoreServer::Impl {
         break;
       }
       case Kind::kAdd: {
-        std::int64_t current = 0;
         auto it = data.find(req.keys[0]);
-        if (it != data.end() && !parse_int64(it->second, current)) {
+        const auto parsed =
+            it == data.end() ? std::optional<std::int64_t>(0) : store::parse_int64(it->second);
+        if (!parsed) {
           encode_error(out, req.kind, Status::kNotInteger,
                        fmt::format("add to key '{}': its value is not an integer", req.keys[0]));
           break;
         }
+        const std::int64_t current = *parsed;
         std::int64_t sum = 0;
         if (__builtin_add_overflow(current, req.delta, &sum)) {
           encode_error(out, req.kind, Status::kOutOfRange,

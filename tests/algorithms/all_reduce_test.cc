@@ -48,6 +48,20 @@ Context context(transport::Transport& t, std::uint64_t seq = 1) {
 // Rank r's element i, small enough that sums and products stay exact.
 double value(int r, std::int64_t i) { return static_cast<double>((r + 1) + (i % 5)); }
 
+// The closed form of element i reduced over n ranks (PREMUL_SUM's factor is 0.5).
+double expected(ReduceOp op, int n, std::int64_t i) {
+  double e = 0;
+  for (int q = 0; q < n; ++q) {
+    const double v = value(q, i);
+    if (op == ReduceOp::kMax) {
+      e = q == 0 ? v : std::max(e, v);
+    } else {
+      e += op == ReduceOp::kPremulSum ? 0.5 * v : v;
+    }
+  }
+  return op == ReduceOp::kAvg ? e / n : e;
+}
+
 template <typename T>
 void check_sum_avg_max(int n, std::int64_t count, std::int64_t segment_bytes, DType dtype) {
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg, ReduceOp::kPremulSum}) {
@@ -64,16 +78,7 @@ void check_sum_avg_max(int n, std::int64_t count, std::int64_t segment_bytes, DT
     });
     for (int r = 0; r < n; ++r) {
       for (std::int64_t i = 0; i < count; ++i) {
-        double expect = 0;
-        for (int q = 0; q < n; ++q) {
-          const double v = value(q, i);
-          if (op == ReduceOp::kMax) {
-            expect = q == 0 ? v : std::max(expect, v);
-          } else {
-            expect += op == ReduceOp::kPremulSum ? 0.5 * v : v;
-          }
-        }
-        if (op == ReduceOp::kAvg) expect /= n;
+        const double expect = expected(op, n, i);
         ASSERT_NEAR(static_cast<double>(out[r][i]), expect, 1e-5 * std::abs(expect))
             << "n " << n << " rank " << r << " i " << i << " op " << reduce_op_name(op) << " dtype "
             << dtype_name(dtype);
@@ -104,16 +109,7 @@ TEST(HalvingDoublingAllReduceTest, ClosedFormsForEveryWorldSizeNotOnlyPowersOfTw
         });
         for (int r = 0; r < n; ++r) {
           for (std::int64_t i = 0; i < count; ++i) {
-            double expect = 0;
-            for (int q = 0; q < n; ++q) {
-              const double v = value(q, i);
-              if (op == ReduceOp::kMax) {
-                expect = q == 0 ? v : std::max(expect, v);
-              } else {
-                expect += op == ReduceOp::kPremulSum ? 0.5 * v : v;
-              }
-            }
-            if (op == ReduceOp::kAvg) expect /= n;
+            const double expect = expected(op, n, i);
             ASSERT_NEAR(out[r][i], expect, 1e-5 * expect)
                 << "n " << n << " rank " << r << " i " << i << " op " << reduce_op_name(op);
           }
