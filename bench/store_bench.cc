@@ -96,17 +96,26 @@ int throughput_worker(int port, int id, int ops) {
   return wrong == 0 ? 0 : 3;
 }
 
+// Starts this binary once per argv, with `env` added to the environment. Everything the child
+// needs is built before fork: the server thread is running, and between fork and exec only
+// async-signal-safe calls are allowed (no setenv, no malloc).
 std::vector<pid_t> spawn(const std::vector<std::vector<std::string>>& argvs,
                          const std::vector<std::pair<std::string, std::string>>& env) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
   std::vector<pid_t> pids;
   for (const auto& args : argvs) {
+    std::vector<std::string> owned(args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : owned) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_t pid = ::fork();
     if (pid == 0) {
-      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-      std::vector<char*> cargs;
-      for (const auto& a : args) cargs.push_back(const_cast<char*>(a.c_str()));
-      cargs.push_back(nullptr);
-      ::execv("/proc/self/exe", cargs.data());
+      ::execve("/proc/self/exe", argv.data(), envp.data());
       std::_Exit(127);
     }
     pids.push_back(pid);

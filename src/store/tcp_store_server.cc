@@ -13,6 +13,7 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -514,42 +515,32 @@ struct TCPStoreServer::Impl {
     conn.socket.close(ignored);
   }
 
-  awaitable<void> accept_loop() {
+  // Accepts connections on `acceptor` (TCP or Unix) until the server stops; each is served by
+  // its own coroutine.
+  template <typename Acceptor>
+  awaitable<void> accept_loop(Acceptor& acceptor_ref) {
+    constexpr bool kLocal = std::is_same_v<Acceptor, asio::local::stream_protocol::acceptor>;
     for (;;) {
       error_code ec;
-      tcp::socket socket = co_await acceptor.async_accept(asio::redirect_error(use_awaitable, ec));
-      if (stopping) co_return;
+      auto socket = co_await acceptor_ref.async_accept(asio::redirect_error(use_awaitable, ec));
+      if (stopping || ec == asio::error::operation_aborted) co_return;
       if (ec) {
-        if (ec == asio::error::operation_aborted) co_return;
         // Out of descriptors, or a connection reset before accept: back off briefly, go on.
         C10D_LOG_WARN("store server :{}: accept failed: {}", port, ec.message());
         asio::steady_timer pause(io, std::chrono::milliseconds(10));
         co_await pause.async_wait(asio::redirect_error(use_awaitable, ec));
         continue;
       }
-      socket.set_option(tcp::no_delay(true), ec);
-      auto ep = socket.remote_endpoint(ec);
-      std::string peer =
-          ec ? std::string("?") : fmt::format("{}:{}", ep.address().to_string(), ep.port());
-      accepted.fetch_add(1, std::memory_order_relaxed);
-      asio::co_spawn(io, serve(Socket(std::move(socket)), std::move(peer)), asio::detached);
-    }
-  }
-
-  awaitable<void> local_accept_loop() {
-    for (;;) {
-      error_code ec;
-      auto socket = co_await local_acceptor.async_accept(asio::redirect_error(use_awaitable, ec));
-      if (stopping || ec == asio::error::operation_aborted) co_return;
-      if (ec) {
-        C10D_LOG_WARN("store server :{}: local accept failed: {}", port, ec.message());
-        asio::steady_timer pause(io, std::chrono::milliseconds(10));
-        co_await pause.async_wait(asio::redirect_error(use_awaitable, ec));
-        continue;
+      std::string peer = "local";
+      if constexpr (!kLocal) {
+        socket.set_option(tcp::no_delay(true), ec);
+        auto ep = socket.remote_endpoint(ec);
+        peer = ec ? std::string("?") : fmt::format("{}:{}", ep.address().to_string(), ep.port());
+      } else {
+        local_accepted.fetch_add(1, std::memory_order_relaxed);
       }
       accepted.fetch_add(1, std::memory_order_relaxed);
-      local_accepted.fetch_add(1, std::memory_order_relaxed);
-      asio::co_spawn(io, serve(Socket(std::move(socket)), "local"), asio::detached);
+      asio::co_spawn(io, serve(Socket(std::move(socket)), std::move(peer)), asio::detached);
     }
   }
 
@@ -569,7 +560,7 @@ struct TCPStoreServer::Impl {
       return;
     }
     local_name = std::move(name);
-    asio::co_spawn(io, local_accept_loop(), asio::detached);
+    asio::co_spawn(io, accept_loop(local_acceptor), asio::detached);
   }
 
   // The io thread's loop. While requests keep coming it polls the reactor instead of sleeping
@@ -648,7 +639,7 @@ TCPStoreServer::TCPStoreServer(store::ServerOptions options)
                ec.message());
   }
   s.port = s.acceptor.local_endpoint().port();
-  asio::co_spawn(s.io, s.accept_loop(), asio::detached);
+  asio::co_spawn(s.io, s.accept_loop(s.acceptor), asio::detached);
   if (s.options.local_socket) s.open_local_acceptor();
   s.thread = std::thread([&s] {
     try {
