@@ -13,8 +13,15 @@
 //    +--------+------+------------+----------------+-------------+---------------+
 //    magic = 0x46303143, the bytes "C10F"; kind: 1 set, 2 delete (no value), 3 append.
 //
-// Lengths are checked against StoreLimits and against what is left of the file before anything
-// is allocated, so a corrupt or truncated file is a StoreError naming the path and the offset.
+// Lengths are checked against StoreLimits before anything is allocated. A torn tail -- the file
+// ends inside a record's header or body -- can only be left by a writer that died mid-append (a
+// live one holds the lock until its record is whole), so replay cuts the file back to the end of
+// the last whole record (ftruncate, under the lock), logs a warning and goes on; the dead
+// writer's operation never happened (of a dead multi_set, a prefix of the keys may remain).
+// Every store's read offset is at or before the cut: stores replay only whole records, and a torn
+// record starts at the end of the file. A complete header with a bad magic, kind or length is
+// corruption, as is a file shorter than what a store has already read: a StoreError naming the
+// path and the offset.
 // Locks are open-file-description locks (F_OFD_SETLK; flock where those do not exist): they
 // exclude other open files of the same process too, so two FileStores on one path in one
 // process behave as two processes would.
@@ -155,7 +162,8 @@ class LockedFile {
       if (put < 0) {
         const int saved = errno;
         if (::ftruncate(fd_.get(), static_cast<off_t>(size_)) != 0) {
-          C10D_LOG_ERROR("FileStore '{}': could not cut a torn record at offset {}", path_, size_);
+          C10D_LOG_ERROR("FileStore '{}': could not cut a torn record at offset {} (replay will)",
+                         path_, size_);
         }
         errno = saved;
         fail("write");
@@ -163,6 +171,16 @@ class LockedFile {
       done += static_cast<std::size_t>(put);
     }
     size_ += bytes.size();
+  }
+
+  // Cuts the file back to `size` bytes (dropping a torn tail).
+  void truncate(std::uint64_t size) {
+    int rc;
+    do {
+      rc = ::ftruncate(fd_.get(), static_cast<off_t>(size));
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0) fail("ftruncate");
+    size_ = size;
   }
 
  private:
@@ -237,15 +255,18 @@ struct FileStore::State {
     return fn(file);
   }
 
-  void replay(const LockedFile& file) {
+  // Applies the records appended since `offset`, cutting off a torn tail (see the top).
+  void replay(LockedFile& file) {
     const std::uint64_t size = file.size();
     if (size < offset) {
+      // Recovery never cuts below a store's offset, so whole records were lost: not a crash.
       C10D_THROW(StoreError,
-                 "FileStore '{}': the file shrank to {} bytes, below the {} already read", name,
-                 size, offset);
+                 "FileStore '{}': the file shrank to {} bytes, below offset {} already read: "
+                 "whole records were lost, not a torn tail",
+                 name, size, offset);
     }
     while (offset < size) {
-      if (size - offset < kRecordHeaderBytes) corrupt("a truncated record header");
+      if (size - offset < kRecordHeaderBytes) return cut_torn_tail(file, "a record header");
       std::array<std::uint8_t, kRecordHeaderBytes> header;
       file.read_at(header.data(), header.size(), offset);
       const std::uint64_t magic = get_le(&header[0], 4);
@@ -260,8 +281,7 @@ struct FileStore::State {
       }
       const std::uint64_t body = key_len + value_len;
       if (size - offset - kRecordHeaderBytes < body) {
-        corrupt(fmt::format("a record of {} bytes that the file's {} bytes cut short",
-                            kRecordHeaderBytes + body, size));
+        return cut_torn_tail(file, fmt::format("a record of {} bytes", kRecordHeaderBytes + body));
       }
       std::string key(key_len, '\0');
       file.read_at(reinterpret_cast<std::uint8_t*>(key.data()), key.size(),
@@ -279,6 +299,16 @@ struct FileStore::State {
       apply(record_kind, key, std::move(value));
       offset += kRecordHeaderBytes + body;
     }
+  }
+
+  // The file ends inside the record at `offset`, left by a writer that died mid-append.
+  void cut_torn_tail(LockedFile& file, const std::string& what) {
+    const std::uint64_t dropped = file.size() - offset;
+    file.truncate(offset);
+    C10D_LOG_WARN(
+        "FileStore '{}': cut a torn record at offset {} ({} bytes dropped; the file ended "
+        "inside {}), left by a writer that died or failed mid-append",
+        name, offset, dropped, what);
   }
 
   [[noreturn]] void corrupt(const std::string& what) const {

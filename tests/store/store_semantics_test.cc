@@ -1,10 +1,13 @@
 // The Store semantics of c10d/store.h, pinned once and run over every store implementation
 // (one named factory each), plus the FileStore's own cross-process and corruption behaviour.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -409,7 +412,27 @@ TEST(FileStoreTest, CorruptFileGivesStoreErrorNamingThePath) {
   expect_store_error_naming(file.path(), "offset 0");
 }
 
-TEST(FileStoreTest, TruncatedRecordGivesStoreErrorNamingTheOffset) {
+// One record as FileStore writes it: magic "C10F", kind, key length (u32), value length (u64),
+// key, value; all little-endian.
+std::string record(char kind, std::string_view key, std::string_view value) {
+  std::string out = "C10F";
+  out += kind;
+  for (int i = 0; i < 4; ++i) out += static_cast<char>((key.size() >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i) out += static_cast<char>((value.size() >> (8 * i)) & 0xff);
+  out += key;
+  out += value;
+  return out;
+}
+
+bool has_key(Store& store, const std::string& key) {
+  const std::vector<std::string> keys = {key};
+  return store.check(keys);
+}
+
+// The first record ("first" = "1") is 17 header bytes + 5 key bytes + 1 value byte.
+constexpr std::uintmax_t kFirstRecordBytes = 23;
+
+TEST(FileStoreTest, TruncatedRecordIsCutAndTheStoreRecovers) {
   TempPath file;
   {
     FileStore store(file.path());
@@ -418,8 +441,104 @@ TEST(FileStoreTest, TruncatedRecordGivesStoreErrorNamingTheOffset) {
   }
   const auto full = std::filesystem::file_size(file.path());
   std::filesystem::resize_file(file.path(), full - 1);
-  // The first record is 17 header bytes + 5 key bytes + 1 value byte.
+  FileStore store(file.path());
+  EXPECT_FALSE(has_key(store, "second"));
+  EXPECT_EQ(std::filesystem::file_size(file.path()), kFirstRecordBytes);
+  EXPECT_EQ(store.get_string("first"), "1");
+  store.set("third", "3");
+  EXPECT_EQ(store.get_string("third"), "3");
+  EXPECT_EQ(store.num_keys(), 2);
+  FileStore fresh(file.path());  // replays the repaired file from the start
+  EXPECT_EQ(fresh.get_string("third"), "3");
+  EXPECT_FALSE(has_key(fresh, "second"));
+}
+
+TEST(FileStoreTest, TornRecordHeaderIsCutEvenWithABadMagic) {
+  for (const std::string& tail : {std::string("C1"), record(1, "k", "v").substr(0, 16),
+                                  std::string("garbage"), std::string(16, '\0')}) {
+    TempPath file;
+    write_file(file.path(), record(1, "first", "1") + tail);
+    FileStore store(file.path());
+    EXPECT_EQ(store.get_string("first"), "1");
+    EXPECT_EQ(std::filesystem::file_size(file.path()), kFirstRecordBytes);
+    EXPECT_EQ(store.add("n", 4), 4);
+    EXPECT_EQ(store.num_keys(), 2);
+  }
+}
+
+// A rank killed mid-append: a whole header and half the body, with the lock held as a live
+// writer would hold it, then SIGKILL. Every other store, old or new, goes on.
+TEST(FileStoreTest, WriterKilledMidAppendLeavesAStoreOthersCanUse) {
+  TempPath file;
+  FileStore live(file.path());
+  live.set("first", "1");
+  const std::string torn = record(1, "torn", std::string(1000, 'x')).substr(0, 17 + 4 + 500);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int fd = ::open(file.path().c_str(), O_RDWR);
+#ifdef F_OFD_SETLK
+    struct flock request {};
+    request.l_type = F_WRLCK;
+    request.l_whence = SEEK_SET;
+    const bool locked = fd >= 0 && ::fcntl(fd, F_OFD_SETLK, &request) == 0;
+#else
+    const bool locked = fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+#endif
+    if (!locked || ::pwrite(fd, torn.data(), torn.size(), static_cast<off_t>(kFirstRecordBytes)) !=
+                       static_cast<ssize_t>(torn.size())) {
+      ::_exit(1);
+    }
+    ::raise(SIGKILL);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  ASSERT_EQ(std::filesystem::file_size(file.path()), kFirstRecordBytes + torn.size());
+
+  FileStore other(file.path(), 5000ms);
+  other.set("after", "2");
+  EXPECT_EQ(other.get_string("after"), "2");
+  EXPECT_EQ(other.get_string("first"), "1");
+  EXPECT_EQ(other.add("count", 5), 5);
+  EXPECT_FALSE(has_key(other, "torn"));
+  // The live store read up to the cut, so it sees exactly what came after.
+  EXPECT_EQ(live.get_string("after"), "2");
+  EXPECT_EQ(live.add("count", 1), 6);
+  EXPECT_FALSE(has_key(live, "torn"));
+  EXPECT_EQ(other.num_keys(), 3);
+}
+
+TEST(FileStoreTest, BadMagicMidFileGivesStoreErrorNamingPathAndOffset) {
+  TempPath file;
+  std::string bad = record(1, "second", "2");
+  bad[0] = 'X';
+  write_file(file.path(), record(1, "first", "1") + bad + record(1, "third", "3"));
   expect_store_error_naming(file.path(), "offset 23");
+  // A whole header with a bad magic is corruption even as the last thing in the file.
+  write_file(file.path(), record(1, "first", "1") + bad.substr(0, 20));
+  expect_store_error_naming(file.path(), "offset 23");
+  EXPECT_EQ(std::filesystem::file_size(file.path()), kFirstRecordBytes + 20);  // nothing cut
+}
+
+TEST(FileStoreTest, BadKindMidFileGivesStoreErrorNamingTheOffset) {
+  TempPath file;
+  write_file(file.path(),
+             record(1, "first", "1") + record(9, "second", "2") + record(1, "third", "3"));
+  expect_store_error_naming(file.path(), "offset 23");
+}
+
+TEST(FileStoreTest, FileShorterThanWhatAStoreReadGivesStoreError) {
+  TempPath file;
+  FileStore store(file.path());
+  store.set("first", "1");
+  store.set("second", "2");
+  std::filesystem::resize_file(file.path(), kFirstRecordBytes);  // whole records, not a torn tail
+  const std::vector<std::string> keys = {"first"};
+  EXPECT_THROW(store.check(keys), StoreError);
+  const std::string message = message_of([&] { store.check(keys); });
+  EXPECT_NE(message.find(file.path().string()), std::string::npos) << message;
+  EXPECT_NE(message.find("offset 47"), std::string::npos) << message;
 }
 
 TEST(FileStoreTest, HugeLengthInRecordGivesStoreErrorWithoutAllocating) {
