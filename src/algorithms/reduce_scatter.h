@@ -1,0 +1,28 @@
+// Reduce-scatter with separate input and output: every rank contributes n blocks and receives
+// the reduction of its own block over all ranks.
+//
+// Words used here: a block is `count` elements; the input holds n blocks in rank order, block r
+// being this rank's contribution to rank r's result; the output is one block. The steps are
+// those of the ring reduce-scatter (ring_pattern.h), run on a scratch copy of the input so the
+// caller's input is left unchanged: with equal blocks, block_of cuts the n * count elements
+// exactly at the rank boundaries. AVG and PREMUL_SUM follow reduce_kernels.h: each rank scales
+// its own scratch once before the ring (PREMUL_SUM), the ring accumulates plain sums, and the
+// result is divided once at the end (AVG).
+#pragma once
+
+#include <cstdint>
+
+#include "algorithms/context.h"
+#include "algorithms/ring_all_reduce.h"
+#include "c10d/types.h"
+
+namespace c10d::algorithms {
+
+// output[i] = reduction over ranks q of q's input[rank * count + i], for i in [0, count).
+// `input` holds n * count elements of `dtype`, `output` count elements; they may overlap (the
+// input is copied before anything is written). Throws InvalidArgument, before any message, for
+// a negative count or a reduction the kernels reject on `dtype`.
+void reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction, const void* input,
+                    void* output, std::int64_t count, const RingOptions& options = {});
+
+}  // namespace c10d::algorithms
