@@ -319,7 +319,7 @@ template <typename T>
 void check_reduce_scatter(int n, std::int64_t count, DType dtype, ReduceOp op,
                           std::int64_t segment_bytes) {
   std::vector<std::vector<T>> out(n);
-  std::vector<bool> input_kept(n);
+  std::vector<char> input_kept(n);  // not vector<bool>: ranks write it concurrently
   run_ranks(n, [&](int r, transport::Transport& t) {
     std::vector<T> in(static_cast<std::size_t>(n * count));
     for (int d = 0; d < n; ++d) {
