@@ -13,37 +13,16 @@
 #include "algorithms/ring_pattern.h"
 #include "c10d/errors.h"
 #include "core/half.h"
+#include "ranks.h"
 #include "transport/inproc_transport.h"
 
 namespace c10d::algorithms {
 namespace {
 
+using testing::context;
+using testing::run_ranks;
+
 using namespace std::chrono_literals;
-
-// Runs fn(rank, transport) on `n` threads over one in-process world; rethrows the first error.
-void run_ranks(int n, const std::function<void(int, transport::Transport&)>& fn) {
-  auto world = std::make_shared<transport::InProcWorld>(n);
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      transport::InProcTransport t(world, r);
-      try {
-        fn(r, t);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
-
-Context context(transport::Transport& t, std::uint64_t seq = 1) {
-  return {t, transport::make_tag(0, seq), transport::Clock::now() + 20s};
-}
 
 // Rank r's element i, small enough that sums and products stay exact.
 double value(int r, std::int64_t i) { return static_cast<double>((r + 1) + (i % 5)); }

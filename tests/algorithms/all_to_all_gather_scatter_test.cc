@@ -16,39 +16,18 @@
 #include "algorithms/all_to_all.h"
 #include "algorithms/reduce_scatter.h"
 #include "c10d/errors.h"
+#include "ranks.h"
 #include "transport/inproc_transport.h"
 
 namespace c10d::algorithms {
 namespace {
 
+using testing::context;
+using testing::run_ranks;
+
 using namespace std::chrono_literals;
 using Bytes = std::vector<std::byte>;
 using Counts = std::vector<std::int64_t>;
-
-// Runs fn(rank, transport) on `n` threads over one in-process world; rethrows the first error.
-void run_ranks(int n, const std::function<void(int, transport::Transport&)>& fn) {
-  auto world = std::make_shared<transport::InProcWorld>(n);
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      transport::InProcTransport t(world, r);
-      try {
-        fn(r, t);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
-
-Context context(transport::Transport& t, transport::Clock::duration timeout = 20s) {
-  return {t, transport::make_tag(0, 1), transport::Clock::now() + timeout};
-}
 
 // Byte i of the block that rank `src` sends to rank `dst`. For one i, the 64 (src, dst) pairs
 // of worlds up to 8 give 64 distinct bytes, so a block from the wrong source, sent to the wrong
@@ -228,7 +207,7 @@ TEST(AllToAllvTest, EndsThatDisagreeOnABlockSizeFailInsteadOfHanging) {
       if (r == 0) send_counts[1] = sent;  // rank 1 still expects 3 bytes from rank 0
       if (r == 1) recv_counts[0] = 3;
       try {
-        all_to_allv(context(t, 5s), in, send_counts, offsets, o, recv_counts, offsets);
+        all_to_allv(context(t, 1, 5s), in, send_counts, offsets, o, recv_counts, offsets);
         messages[r] = "no error";
       } catch (const InvalidArgument& e) {
         messages[r] = e.what();

@@ -18,39 +18,17 @@
 #include "algorithms/gather_scatter.h"
 #include "algorithms/tree.h"
 #include "c10d/errors.h"
+#include "ranks.h"
 #include "transport/inproc_transport.h"
 
 namespace c10d::algorithms {
 namespace {
 
+using testing::context;
+using testing::run_ranks;
+
 using namespace std::chrono_literals;
 using Bytes = std::vector<std::byte>;
-
-// Runs fn(rank, transport) on `n` threads over one in-process world; rethrows the first error.
-void run_ranks(int n, const std::function<void(int, transport::Transport&)>& fn) {
-  auto world = std::make_shared<transport::InProcWorld>(n);
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      transport::InProcTransport t(world, r);
-      try {
-        fn(r, t);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
-
-Context context(transport::Transport& t, std::uint64_t seq = 1,
-                transport::Clock::duration timeout = 20s) {
-  return {t, transport::make_tag(0, seq), transport::Clock::now() + timeout};
-}
 
 // Byte i of `source`'s payload: distinct per source and position, so a shifted or misrouted
 // segment shows.

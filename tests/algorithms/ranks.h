@@ -1,0 +1,44 @@
+// Threads as ranks: the harness the algorithm tests share. Every rank runs on its own thread
+// over one in-process world (src/transport/inproc_transport.h).
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "algorithms/context.h"
+#include "transport/inproc_transport.h"
+
+namespace c10d::algorithms::testing {
+
+// Runs fn(rank, transport) on `n` threads over one in-process world; rethrows the first error.
+inline void run_ranks(int n, const std::function<void(int, transport::Transport&)>& fn) {
+  auto world = std::make_shared<transport::InProcWorld>(n);
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(n);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      transport::InProcTransport t(world, r);
+      try {
+        fn(r, t);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+// An op's context: tag (group 0, `seq`) and a deadline far enough off for any test here.
+inline Context context(transport::Transport& t, std::uint64_t seq = 1,
+                       transport::Clock::duration timeout = std::chrono::seconds(20)) {
+  return {t, transport::make_tag(0, seq), transport::Clock::now() + timeout};
+}
+
+}  // namespace c10d::algorithms::testing
