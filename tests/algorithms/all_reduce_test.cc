@@ -20,26 +20,11 @@ namespace c10d::algorithms {
 namespace {
 
 using testing::context;
+using testing::expected;
 using testing::run_ranks;
+using testing::value;
 
 using namespace std::chrono_literals;
-
-// Rank r's element i, small enough that sums and products stay exact.
-double value(int r, std::int64_t i) { return static_cast<double>((r + 1) + (i % 5)); }
-
-// The closed form of element i reduced over n ranks (PREMUL_SUM's factor is 0.5).
-double expected(ReduceOp op, int n, std::int64_t i) {
-  double e = 0;
-  for (int q = 0; q < n; ++q) {
-    const double v = value(q, i);
-    if (op == ReduceOp::kMax) {
-      e = q == 0 ? v : std::max(e, v);
-    } else {
-      e += op == ReduceOp::kPremulSum ? 0.5 * v : v;
-    }
-  }
-  return op == ReduceOp::kAvg ? e / n : e;
-}
 
 template <typename T>
 void check_sum_avg_max(int n, std::int64_t count, std::int64_t segment_bytes, DType dtype) {

@@ -2,7 +2,9 @@
 // over one in-process world (src/transport/inproc_transport.h).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "algorithms/context.h"
+#include "c10d/types.h"
 #include "transport/inproc_transport.h"
 
 namespace c10d::algorithms::testing {
@@ -39,6 +42,23 @@ inline void run_ranks(int n, const std::function<void(int, transport::Transport&
 inline Context context(transport::Transport& t, std::uint64_t seq = 1,
                        transport::Clock::duration timeout = std::chrono::seconds(20)) {
   return {t, transport::make_tag(0, seq), transport::Clock::now() + timeout};
+}
+
+// Rank r's element i of a reduction test: small enough that sums and products stay exact.
+inline double value(int r, std::int64_t i) { return static_cast<double>((r + 1) + (i % 5)); }
+
+// The closed form of element i reduced over n ranks (PREMUL_SUM's factor is 0.5).
+inline double expected(ReduceOp op, int n, std::int64_t i) {
+  double e = 0;
+  for (int q = 0; q < n; ++q) {
+    const double v = value(q, i);
+    if (op == ReduceOp::kMax) {
+      e = q == 0 ? v : std::max(e, v);
+    } else {
+      e += op == ReduceOp::kPremulSum ? 0.5 * v : v;
+    }
+  }
+  return op == ReduceOp::kAvg ? e / n : e;
 }
 
 }  // namespace c10d::algorithms::testing

@@ -25,7 +25,9 @@ namespace c10d::algorithms {
 namespace {
 
 using testing::context;
+using testing::expected;
 using testing::run_ranks;
+using testing::value;
 
 using namespace std::chrono_literals;
 using Bytes = std::vector<std::byte>;
@@ -167,21 +169,6 @@ TEST(BroadcastTest, SizeChoiceGivesTheSameBytesOnEitherSideOfTheThreshold) {
 }
 
 // ---- Reduce ----
-
-double value(int r, std::int64_t i) { return static_cast<double>((r + 1) + (i % 5)); }
-
-double expected(ReduceOp op, int n, std::int64_t i) {
-  double e = 0;
-  for (int q = 0; q < n; ++q) {
-    const double v = value(q, i);
-    if (op == ReduceOp::kMax) {
-      e = q == 0 ? v : std::max(e, v);
-    } else {
-      e += op == ReduceOp::kPremulSum ? 0.5 * v : v;
-    }
-  }
-  return op == ReduceOp::kAvg ? e / n : e;
-}
 
 template <typename T>
 void check_reduce(DType dtype, ReduceOp op) {
