@@ -114,7 +114,7 @@ struct TCPStore::Impl {
   // before sending, so that no request it sends fails for a limit.
   StoreLimits limits;  // GUARDED_BY(mu) once connected; set by connect()
 
-  // A decoded response: status, and the body after the status byte.
+  // A decoded answer: its body after the status byte.
   struct Response {
     std::span<const std::uint8_t> payload;
   };
@@ -310,18 +310,20 @@ struct TCPStore::Impl {
       std::memmove(in.data(), in.data() + in_begin, in_end - in_begin);
       in_end -= in_begin;
       in_begin = 0;
-      if (need > in.size()) {
+    }
+    const auto spin_start = Clock::now();
+    while (in_end - in_begin < need) {
+      // The buffer grows with the bytes that arrive (at most doubling), never to a length an
+      // answer merely claims.
+      if (in_end == in.size()) {
         try {
-          in.resize(std::max(need, in.size() * 2));
+          in.resize(std::min(need, std::max<std::size_t>(4096, 2 * in.size())));
         } catch (const std::bad_alloc&) {
           drop();
           C10D_THROW(StoreError, "store {}: an answer to {} of {} bytes cannot be buffered",
                      address, context, need);
         }
       }
-    }
-    const auto spin_start = Clock::now();
-    while (in_end - in_begin < need) {
       const auto now = Clock::now();
       if (now >= deadline) timed_out(start, context);
       const bool spinning = now - spin_start < kSpin;
