@@ -7,8 +7,9 @@
 //
 // Matching: a receive from peer P with tag T takes the oldest unmatched send from P to this rank
 // with tag T (messages between a pair with one tag never overtake each other, as in MPI). The
-// receive buffer's size must equal the send's; a mismatch fails both requests with an error that
-// names the peer, the tag and both sizes.
+// receive buffer's size must equal the send's; a mismatch fails the receive with an
+// InvalidArgument that names the peer, the tag and both sizes (and the send too, where the
+// transport still can: in-process it does, over TCP the send has completed when it was written).
 //
 // Buffers: neither side copies on posting. A send's span must stay valid and unchanged, and a
 // receive's span untouched, until the request completes (or the transport is aborted).

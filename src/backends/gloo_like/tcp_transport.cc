@@ -1,0 +1,548 @@
+// TCPTransport: setup with blocking sockets polled against the deadline, then one io thread with
+// a read coroutine per connection. Words: an *op* is one posted isend or irecv (owned by its
+// request and by whichever queue holds it); an op is *in flight* once the io thread is writing
+// it or reading its payload; an *unexpected* entry is a message that arrived before its irecv.
+// All matching state sits under Impl::mu_; sockets are touched only on the io thread (and by the
+// constructor before that thread starts).
+#include "backends/gloo_like/tcp_transport.h"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "core/check.h"
+#include "core/logging.h"
+#include "store/asio.h"
+
+// clang-format off
+#include <boost/asio/read.hpp>
+// clang-format on
+
+namespace c10d::gloo_like {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+using transport::Clock;
+using transport::Tag;
+
+namespace {
+
+constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 40;
+
+template <typename E>
+std::exception_ptr error(const char* file, int line, const std::string& message) {
+  return std::make_exception_ptr(E(core::with_location(file, line, message)));
+}
+
+// Waits until `fd` is ready for `events` or the deadline passes; false on timeout.
+bool poll_until(int fd, short events, Clock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  if (left <= 0) return false;
+  pollfd p{fd, events, 0};
+  return ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000))) >= 0;
+}
+
+void io_exact(tcp::socket& s, std::span<std::byte> buf, bool reading, Clock::time_point deadline,
+              const std::string& what) {
+  s.non_blocking(true);
+  std::size_t done = 0;
+  while (done < buf.size()) {
+    error_code ec;
+    const std::size_t n =
+        reading ? s.read_some(asio::buffer(buf.data() + done, buf.size() - done), ec)
+                : s.write_some(asio::buffer(buf.data() + done, buf.size() - done), ec);
+    done += n;
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      if (Clock::now() >= deadline) C10D_THROW(TimeoutError, "{}: timed out", what);
+      poll_until(s.native_handle(), reading ? POLLIN : POLLOUT, deadline);
+    } else if (ec) {
+      C10D_THROW(NetworkError, "{}: {}", what, ec.message());
+    }
+  }
+}
+
+Handshake read_handshake(tcp::socket& s, Clock::time_point deadline, const std::string& what) {
+  std::array<std::byte, Handshake::kFixedBytes> fixed{};
+  io_exact(s, fixed, true, deadline, what);
+  Handshake h;
+  const std::uint32_t name_len = decode_handshake_fixed(fixed, h);
+  if (h.magic != Handshake::kMagic) return h;  // the caller reports it; read nothing more
+  C10D_CHECK(name_len <= Handshake::kMaxNameBytes, "{}: group name of {} bytes exceeds {}", what,
+             name_len, Handshake::kMaxNameBytes);
+  std::vector<std::byte> name(name_len);
+  io_exact(s, name, true, deadline, what);
+  h.group.assign(reinterpret_cast<const char*>(name.data()), name.size());
+  return h;
+}
+
+}  // namespace
+
+struct Op {
+  int self = 0;
+  int peer = 0;
+  Tag tag = 0;
+  bool is_send = false;
+  std::span<const std::byte> send_data;
+  std::span<std::byte> recv_data;
+  std::array<std::byte, 16> header{};  // a send's frame header
+  const Clock::time_point posted_at = Clock::now();
+  bool in_flight = false;  // GUARDED_BY(Impl::mu_)
+  std::atomic<bool> done{false};
+  std::exception_ptr error;    // written under Impl::mu_ before `done`
+  std::condition_variable cv;  // waits on Impl::mu_
+
+  std::size_t bytes() const { return is_send ? send_data.size() : recv_data.size(); }
+  std::string describe() const {
+    return fmt::format("rank {} {} rank {} ({}, {} bytes)", self,
+                       is_send ? "isend to" : "irecv from", peer, transport::tag_string(tag),
+                       bytes());
+  }
+  void complete_locked(std::exception_ptr e) {
+    in_flight = false;
+    error = std::move(e);
+    done.store(true, std::memory_order_release);
+    cv.notify_all();
+  }
+};
+
+struct Unexpected {
+  std::vector<std::byte> data;
+  bool complete = false;       // the payload is all here
+  std::shared_ptr<Op> waiter;  // an irecv that matched it while its payload was on the wire
+};
+
+struct Connection {
+  explicit Connection(tcp::socket s) : socket(std::move(s)) {}
+  tcp::socket socket;  // io thread only (after setup)
+  // GUARDED_BY(Impl::mu_):
+  std::deque<std::shared_ptr<Op>> sends;  // not yet written
+  bool writing = false;
+  std::map<Tag, std::deque<std::shared_ptr<Op>>> recvs;  // pending irecvs per tag
+  // Shared with the read loop, which may still be filling the newest entry when a failure clears
+  // the queue.
+  std::map<Tag, std::list<std::shared_ptr<Unexpected>>> unexpected;
+  std::exception_ptr dead;  // why the connection is gone
+};
+
+struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
+  int rank = 0;
+  asio::io_context io;
+  std::vector<std::unique_ptr<Connection>> conns;  // by peer rank; null for self
+  std::thread thread;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;  // io thread
+  std::mutex mu_;
+  std::exception_ptr aborted;  // GUARDED_BY(mu_)
+
+  // Why `op` cannot start. A receive from a dead peer may still match a message it sent.
+  std::exception_ptr refusal_locked(const Op& op) {
+    if (aborted) return aborted;
+    const Connection& c = *conns[static_cast<std::size_t>(op.peer)];
+    if (!op.is_send && c.unexpected.contains(op.tag)) return nullptr;
+    return c.dead;
+  }
+
+  // Fails the queued ops of `c`. Messages that arrived whole stay receivable unless `drop_all`:
+  // a peer that sent and then closed its end has still sent them.
+  void fail_queued_locked(Connection& c, const std::exception_ptr& e, bool drop_all) {
+    for (auto& op : c.sends) op->complete_locked(e);
+    c.sends.clear();
+    for (auto& [tag, q] : c.recvs) {
+      for (auto& op : q) op->complete_locked(e);
+    }
+    c.recvs.clear();
+    for (auto it = c.unexpected.begin(); it != c.unexpected.end();) {
+      auto& q = it->second;
+      for (auto& u : q) {
+        if (u->waiter && !u->waiter->done) u->waiter->complete_locked(e);
+      }
+      std::erase_if(q, [&](const auto& u) { return drop_all || !u->complete || u->waiter; });
+      it = q.empty() ? c.unexpected.erase(it) : std::next(it);
+    }
+  }
+
+  // Requires mu_; io thread. Marks the connection to `peer` dead, closes it, fails its queued ops.
+  void kill_locked(int peer, const error_code& ec) {
+    Connection& c = *conns[static_cast<std::size_t>(peer)];
+    error_code ignored;
+    c.socket.close(ignored);  // io thread: ends the other direction too
+    if (!c.dead) {
+      c.dead = error<NetworkError>(
+          __FILE__, __LINE__,
+          fmt::format("rank {}: connection to peer rank {} lost: {}", rank, peer, ec.message()));
+    }
+    fail_queued_locked(c, aborted ? aborted : c.dead, aborted != nullptr);
+  }
+
+  void close_all() {  // io thread
+    for (auto& c : conns) {
+      if (!c) continue;
+      error_code ignored;
+      c->socket.shutdown(tcp::socket::shutdown_both, ignored);
+      c->socket.close(ignored);
+    }
+  }
+
+  void write_next(int peer) {  // io thread
+    Connection& c = *conns[static_cast<std::size_t>(peer)];
+    std::shared_ptr<Op> op;
+    {
+      std::lock_guard lock(mu_);
+      if (c.writing || c.sends.empty()) return;
+      op = c.sends.front();
+      c.sends.pop_front();
+      op->in_flight = true;
+      c.writing = true;
+    }
+    std::array<asio::const_buffer, 2> bufs{
+        asio::buffer(op->header), asio::buffer(op->send_data.data(), op->send_data.size())};
+    asio::async_write(c.socket, bufs,
+                      [self = shared_from_this(), op, peer](error_code ec, std::size_t) {
+                        Connection& conn = *self->conns[static_cast<std::size_t>(peer)];
+                        {
+                          std::lock_guard lock(self->mu_);
+                          conn.writing = false;
+                          if (ec) {
+                            self->kill_locked(peer, ec);
+                            op->complete_locked(self->aborted ? self->aborted : conn.dead);
+                            return;
+                          }
+                          op->complete_locked(nullptr);
+                        }
+                        self->write_next(peer);
+                      });
+  }
+
+  asio::awaitable<void> read_loop(int peer) {  // io thread
+    auto keep = shared_from_this();
+    Connection& c = *conns[static_cast<std::size_t>(peer)];
+    std::array<std::byte, 16> header{};
+    std::vector<std::byte> discard;
+    error_code ec;
+    for (;;) {
+      co_await asio::async_read(c.socket, asio::buffer(header),
+                                asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) break;
+      const Tag tag = get_le<std::uint64_t>(header.data());
+      const std::uint64_t len = get_le<std::uint64_t>(header.data() + 8);
+      if (len > kMaxMessageBytes) {
+        ec = asio::error::message_size;
+        break;
+      }
+      std::shared_ptr<Op> target;
+      std::span<std::byte> into;
+      std::shared_ptr<Unexpected> entry;
+      {
+        std::lock_guard lock(mu_);
+        auto it = c.recvs.find(tag);
+        if (it != c.recvs.end() && !it->second.empty()) {
+          target = it->second.front();
+          it->second.pop_front();
+          if (it->second.empty()) c.recvs.erase(it);
+          if (target->recv_data.size() != len) {
+            target->complete_locked(error<InvalidArgument>(
+                __FILE__, __LINE__,
+                fmt::format("{}: size mismatch: the receive buffer has {} bytes but the message "
+                            "from peer rank {} has {} bytes",
+                            target->describe(), target->recv_data.size(), peer, len)));
+            target.reset();
+            discard.resize(len);
+            into = discard;
+          } else {
+            target->in_flight = true;
+            into = target->recv_data;
+          }
+        } else {
+          auto& q = c.unexpected[tag];
+          entry = std::make_shared<Unexpected>();
+          entry->data.resize(len);
+          q.push_back(entry);
+          into = entry->data;
+        }
+      }
+      if (!into.empty()) {
+        co_await asio::async_read(c.socket, asio::buffer(into.data(), into.size()),
+                                  asio::redirect_error(asio::use_awaitable, ec));
+      }
+      std::lock_guard lock(mu_);
+      if (ec) {
+        kill_locked(peer, ec);
+        if (target) target->complete_locked(aborted ? aborted : c.dead);
+        co_return;
+      }
+      if (target) {
+        target->complete_locked(nullptr);
+      } else if (entry) {
+        entry->complete = true;
+        auto it = c.unexpected.find(tag);
+        if (entry->waiter && !entry->waiter->done && it != c.unexpected.end() &&
+            it->second.front() == entry) {  // matched while on the wire: hand over, drop it
+          if (!entry->data.empty()) {
+            std::memcpy(entry->waiter->recv_data.data(), entry->data.data(), entry->data.size());
+          }
+          entry->waiter->complete_locked(nullptr);
+          it->second.pop_front();
+          if (it->second.empty()) c.unexpected.erase(it);
+        }
+      }
+    }
+    std::lock_guard lock(mu_);
+    kill_locked(peer, ec);
+  }
+
+  void submit(const std::shared_ptr<Op>& op) {
+    std::unique_lock lock(mu_);
+    if (auto refusal = refusal_locked(*op)) {
+      op->complete_locked(std::move(refusal));
+      return;
+    }
+    Connection& c = *conns[static_cast<std::size_t>(op->peer)];
+    if (op->is_send) {
+      c.sends.push_back(op);
+      lock.unlock();
+      asio::post(io, [self = shared_from_this(), peer = op->peer] { self->write_next(peer); });
+      return;
+    }
+    // The oldest unexpected message without a receiver, if any.
+    auto it = c.unexpected.find(op->tag);
+    std::list<std::shared_ptr<Unexpected>>::iterator u;
+    if (it != c.unexpected.end()) {
+      u = std::find_if(it->second.begin(), it->second.end(),
+                       [](const auto& e) { return !e->waiter; });
+    }
+    if (it == c.unexpected.end() || u == it->second.end()) {
+      if (c.dead) {
+        op->complete_locked(c.dead);
+        return;
+      }
+      c.recvs[op->tag].push_back(op);
+      return;
+    }
+    Unexpected& m = **u;
+    if (m.data.size() != op->recv_data.size()) {
+      op->complete_locked(error<InvalidArgument>(
+          __FILE__, __LINE__,
+          fmt::format("{}: size mismatch: the receive buffer has {} bytes but the message from "
+                      "peer rank {} has {} bytes",
+                      op->describe(), op->recv_data.size(), op->peer, m.data.size())));
+    } else if (!m.complete) {
+      m.waiter = op;
+      op->in_flight = true;
+      return;
+    } else {
+      if (!m.data.empty()) std::memcpy(op->recv_data.data(), m.data.data(), m.data.size());
+      op->complete_locked(nullptr);
+    }
+    it->second.erase(u);
+    if (it->second.empty()) c.unexpected.erase(it);
+  }
+
+  void cancel(const std::shared_ptr<Op>& op) {
+    std::unique_lock lock(mu_);
+    if (op->done) return;
+    if (op->in_flight) {  // the io thread holds its buffer: wait for the transfer to end
+      op->cv.wait(lock, [&] { return op->done.load(); });
+      return;
+    }
+    Connection& c = *conns[static_cast<std::size_t>(op->peer)];
+    if (op->is_send) {
+      std::erase(c.sends, op);
+    } else if (auto it = c.recvs.find(op->tag); it != c.recvs.end()) {
+      std::erase(it->second, op);
+      if (it->second.empty()) c.recvs.erase(it);
+    }
+  }
+
+  void abort(std::exception_ptr reason) {
+    {
+      std::lock_guard lock(mu_);
+      if (aborted) return;
+      aborted = std::move(reason);
+      for (auto& c : conns) {
+        if (c) fail_queued_locked(*c, aborted, true);
+      }
+    }
+    asio::post(io, [self = shared_from_this()] { self->close_all(); });
+  }
+};
+
+namespace {
+
+class TCPRequest final : public transport::Request {
+ public:
+  TCPRequest(std::shared_ptr<TCPTransport::Impl> impl, std::shared_ptr<Op> op)
+      : impl_(std::move(impl)), op_(std::move(op)) {}
+  ~TCPRequest() override { impl_->cancel(op_); }
+  bool test() override {
+    if (!op_->done.load(std::memory_order_acquire)) return false;
+    if (op_->error) std::rethrow_exception(op_->error);
+    return true;
+  }
+  void wait(Clock::time_point deadline) override {
+    std::unique_lock lock(impl_->mu_);
+    if (!op_->cv.wait_until(lock, deadline, [&] { return op_->done.load(); })) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - op_->posted_at)
+              .count();
+      C10D_THROW(TimeoutError, "{} timed out: not done {} ms after posting", op_->describe(), ms);
+    }
+    lock.unlock();
+    if (op_->error) std::rethrow_exception(op_->error);
+  }
+
+ private:
+  std::shared_ptr<TCPTransport::Impl> impl_;
+  std::shared_ptr<Op> op_;
+};
+
+}  // namespace
+
+TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_size,
+                           std::string group_name, TCPTransportOptions options)
+    : rank_(rank), world_size_(world_size), impl_(std::make_shared<Impl>()) {
+  C10D_CHECK(store != nullptr, "TCPTransport rank {}: needs a store", rank);
+  C10D_CHECK(world_size >= 1 && rank >= 0 && rank < world_size,
+             "TCPTransport: rank {} is outside a world of size {}", rank, world_size);
+  const auto deadline = Clock::now() + options.timeout;
+  impl_->rank = rank;
+  impl_->conns.resize(static_cast<std::size_t>(world_size));
+  const Handshake mine{Handshake::kMagic, Handshake::kVersion,
+                       static_cast<std::uint32_t>(world_size), static_cast<std::uint32_t>(rank),
+                       group_name};
+  const auto hello = encode_handshake(mine);
+  auto& io = impl_->io;
+
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address(options.host), 0));
+  acceptor.non_blocking(true);
+  store->set(fmt::format("{}/addr/{}", group_name, rank),
+             fmt::format("{}:{}", options.host, acceptor.local_endpoint().port()));
+
+  for (int peer = 0; peer < rank; ++peer) {
+    const std::string addr = store->get_string(fmt::format("{}/addr/{}", group_name, peer));
+    const auto colon = addr.rfind(':');
+    C10D_CHECK(colon != std::string::npos, "rank {}: bad address \"{}\" for rank {}", rank, addr,
+               peer);
+    const std::string what = fmt::format("rank {}: handshake with rank {} at {}", rank, peer, addr);
+    tcp::socket s(io);
+    s.connect(tcp::endpoint(asio::ip::make_address(addr.substr(0, colon)),
+                            static_cast<unsigned short>(std::stoi(addr.substr(colon + 1)))));
+    s.set_option(tcp::no_delay(true));
+    auto out = hello;
+    io_exact(s, out, false, deadline, what);
+    const Handshake theirs = read_handshake(s, deadline, what);
+    if (auto bad = handshake_mismatch(mine, theirs)) C10D_THROW(NetworkError, "{}: {}", what, *bad);
+    if (theirs.rank != static_cast<std::uint32_t>(peer)) {
+      C10D_THROW(NetworkError, "{}: the peer says it is rank {}", what, theirs.rank);
+    }
+    s.non_blocking(false);
+    impl_->conns[static_cast<std::size_t>(peer)] = std::make_unique<Connection>(std::move(s));
+  }
+  for (int accepted = 0; accepted < world_size - rank - 1;) {
+    error_code ec;
+    tcp::socket s(io);
+    acceptor.accept(s, ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      if (Clock::now() >= deadline) {
+        C10D_THROW(TimeoutError, "rank {}: only {} of {} higher ranks connected in {} ms", rank,
+                   accepted, world_size - rank - 1, options.timeout.count());
+      }
+      poll_until(acceptor.native_handle(), POLLIN, deadline);
+      continue;
+    }
+    if (ec) C10D_THROW(NetworkError, "rank {}: accept failed: {}", rank, ec.message());
+    const std::string what = fmt::format("rank {}: handshake from a connection", rank);
+    try {
+      const Handshake theirs = read_handshake(s, deadline, what);
+      auto out = hello;
+      io_exact(s, out, false, deadline, what);  // answer either way: the peer can diagnose
+      auto bad = handshake_mismatch(mine, theirs);
+      const auto peer = static_cast<std::size_t>(theirs.rank);
+      if (!bad && (theirs.rank <= static_cast<std::uint32_t>(rank) || peer >= impl_->conns.size() ||
+                   impl_->conns[peer])) {
+        bad = fmt::format("unexpected or duplicate peer rank {}", theirs.rank);
+      }
+      if (bad) {
+        C10D_LOG_WARN("{}: refused: {}", what, *bad);
+        continue;
+      }
+      s.set_option(tcp::no_delay(true));
+      s.non_blocking(false);
+      impl_->conns[peer] = std::make_unique<Connection>(std::move(s));
+      ++accepted;
+    } catch (const NetworkError& e) {
+      C10D_LOG_WARN("{}: refused: {}", what, e.what());
+    } catch (const InvalidArgument& e) {
+      C10D_LOG_WARN("{}: refused: {}", what, e.what());
+    }
+  }
+  acceptor.close();
+
+  for (int peer = 0; peer < world_size; ++peer) {
+    if (peer == rank) continue;
+    asio::co_spawn(io, impl_->read_loop(peer), asio::detached);
+  }
+  impl_->guard.emplace(asio::make_work_guard(io));
+  impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
+}
+
+TCPTransport::~TCPTransport() {
+  impl_->abort(error<NetworkError>(__FILE__, __LINE__,
+                                   fmt::format("rank {}: the TCP transport was destroyed", rank_)));
+  // After close_all (posted by abort) the read loops and writes end with errors; then, without
+  // the guard, run() returns.
+  asio::post(impl_->io, [impl = impl_.get()] { impl->guard.reset(); });
+  impl_->thread.join();
+}
+
+std::unique_ptr<transport::Request> TCPTransport::isend(int peer, Tag tag,
+                                                        std::span<const std::byte> data) {
+  C10D_CHECK(peer >= 0 && peer < world_size_ && peer != rank_,
+             "rank {} isend ({}): bad peer {} in a world of size {}", rank_,
+             transport::tag_string(tag), peer, world_size_);
+  auto op = std::make_shared<Op>();
+  op->self = rank_;
+  op->peer = peer;
+  op->tag = tag;
+  op->is_send = true;
+  op->send_data = data;
+  std::vector<std::byte> h;
+  put_le(h, static_cast<std::uint64_t>(tag));
+  put_le(h, static_cast<std::uint64_t>(data.size()));
+  std::copy(h.begin(), h.end(), op->header.begin());
+  impl_->submit(op);
+  return std::make_unique<TCPRequest>(impl_, std::move(op));
+}
+
+std::unique_ptr<transport::Request> TCPTransport::irecv(int peer, Tag tag,
+                                                        std::span<std::byte> data) {
+  C10D_CHECK(peer >= 0 && peer < world_size_ && peer != rank_,
+             "rank {} irecv ({}): bad peer {} in a world of size {}", rank_,
+             transport::tag_string(tag), peer, world_size_);
+  auto op = std::make_shared<Op>();
+  op->self = rank_;
+  op->peer = peer;
+  op->tag = tag;
+  op->recv_data = data;
+  impl_->submit(op);
+  return std::make_unique<TCPRequest>(impl_, std::move(op));
+}
+
+void TCPTransport::abort(std::exception_ptr reason) {
+  if (!reason) {
+    reason = error<NetworkError>(__FILE__, __LINE__,
+                                 fmt::format("rank {} aborted its transport", rank_));
+  }
+  impl_->abort(std::move(reason));
+}
+
+}  // namespace c10d::gloo_like

@@ -1,0 +1,70 @@
+// TCPTransport: the Transport of transport.h over a full mesh of TCP connections, one per pair
+// of ranks, driven by Boost.Asio.
+//
+// Setup (in the constructor, bounded by options.timeout): listen on host:0, publish
+// "<group_name>/addr/<rank>" = "host:port" in the store, connect to every lower rank and accept
+// from every higher one. Each connection opens with a handshake in both directions (the
+// connecting side first; the accepting side always answers with its own, then drops a connection
+// it refused). A handshake whose magic, version, world size or group differs is refused with an
+// error naming both sides' values; a refused stranger does not stop the accepting rank.
+//
+// The frames are drawn in tcp_wire.h.
+//
+// Threads: one io thread runs the io_context and owns every socket; isend/irecv/abort post to it
+// or touch only matching state under the transport's mutex. A send completes once its frame is
+// written (header and payload in one gather write, the payload never copied). A receive matches
+// the oldest message from (peer, tag); a message that arrives before its irecv is buffered in an
+// unexpected queue per (peer, tag). A receive whose size differs from the message fails with
+// InvalidArgument (the message is dropped; the sender has already completed). A lost connection
+// fails every pending and later request with that peer with a NetworkError naming it.
+//
+// Lifetime: requests hold the transport's state by shared_ptr and may outlive it. Destroying a
+// request whose payload is on the wire waits for that transfer to end (so a buffer is never
+// written after its request is gone). The destructor fails pending requests, closes the sockets
+// and joins the io thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backends/gloo_like/tcp_wire.h"
+#include "c10d/store.h"
+#include "transport/transport.h"
+
+namespace c10d::gloo_like {
+
+struct TCPTransportOptions {
+  std::string host = "127.0.0.1";
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // for the whole setup
+};
+
+class TCPTransport final : public transport::Transport {
+ public:
+  TCPTransport(std::shared_ptr<Store> store, int rank, int world_size, std::string group_name,
+               TCPTransportOptions options = {});
+  ~TCPTransport() override;
+  TCPTransport(const TCPTransport&) = delete;
+  TCPTransport& operator=(const TCPTransport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return world_size_; }
+
+  std::unique_ptr<transport::Request> isend(int peer, transport::Tag tag,
+                                            std::span<const std::byte> data) override;
+  std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag,
+                                            std::span<std::byte> data) override;
+  void abort(std::exception_ptr reason) override;
+
+  struct Impl;
+
+ private:
+  const int rank_;
+  const int world_size_;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace c10d::gloo_like

@@ -1,0 +1,331 @@
+// TCPTransport with every rank a thread over a shared HashStore: exact bytes either order, FIFO
+// per tag, interleaved tags, large and empty messages, a ring, the all-reduce algorithms, a
+// refused handshake, and a peer that goes away mid-wait.
+#include "backends/gloo_like/tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "algorithms/context.h"
+#include "algorithms/halving_doubling_all_reduce.h"
+#include "algorithms/ring_all_reduce.h"
+#include "c10d/errors.h"
+#include "c10d/store.h"
+
+namespace c10d::gloo_like {
+namespace {
+
+using namespace std::chrono_literals;
+using transport::Clock;
+
+std::atomic<int> group_counter{0};
+
+// Runs fn(rank, transport) on n threads, each with its own TCPTransport; rethrows the first error.
+void run_ranks(int n, const std::function<void(int, transport::Transport&)>& fn) {
+  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
+  const std::string group = "g" + std::to_string(group_counter++);
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(n);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        TCPTransport t(store, r, n, group, {"127.0.0.1", 20s});
+        fn(r, t);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+Clock::time_point soon() { return Clock::now() + 20s; }
+
+std::vector<std::byte> pattern(std::size_t n, int seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = std::byte((i * 131 + seed * 7 + (i >> 9)) & 0xff);
+  return v;
+}
+
+TEST(TCPTransportTest, SendBeforeRecvAndRecvBeforeSendDeliverExactBytes) {
+  run_ranks(2, [](int r, transport::Transport& t) {
+    const auto a = pattern(1000, 1);
+    const auto b = pattern(777, 2);
+    if (r == 0) {
+      t.isend(1, 5, a)->wait(soon());
+      std::vector<std::byte> got(b.size());
+      t.irecv(1, 6, got)->wait(soon());  // posted long after rank 1's send, most likely
+      EXPECT_EQ(got, b);
+    } else {
+      std::this_thread::sleep_for(50ms);  // rank 0's message arrives before this receive
+      std::vector<std::byte> got(a.size());
+      t.irecv(0, 5, got)->wait(soon());
+      EXPECT_EQ(got, a);
+      t.isend(0, 6, b)->wait(soon());
+    }
+  });
+  run_ranks(2, [](int r, transport::Transport& t) {
+    const auto a = pattern(4096, 3);
+    if (r == 1) {
+      std::vector<std::byte> got(a.size());
+      auto req = t.irecv(0, 9, got);  // posted first
+      req->wait(soon());
+      EXPECT_EQ(got, a);
+    } else {
+      std::this_thread::sleep_for(50ms);
+      t.isend(1, 9, a)->wait(soon());
+    }
+  });
+}
+
+TEST(TCPTransportTest, FifoPerTagAndInterleavedTags) {
+  run_ranks(2, [](int r, transport::Transport& t) {
+    constexpr int kN = 20;
+    if (r == 0) {
+      std::vector<std::vector<std::byte>> msgs;
+      for (int i = 0; i < 2 * kN; ++i) msgs.push_back(pattern(64 + i, i));
+      std::vector<std::unique_ptr<transport::Request>> reqs;
+      for (int i = 0; i < 2 * kN; ++i) reqs.push_back(t.isend(1, 100 + (i % 2), msgs[i]));
+      transport::wait_all(reqs, soon());
+    } else {
+      std::vector<std::vector<std::byte>> got;
+      std::vector<std::unique_ptr<transport::Request>> reqs;
+      for (int i = 0; i < 2 * kN; ++i) got.emplace_back(64 + i);
+      // Tag 101 first, then tag 100: tags do not block each other, each stays in order.
+      for (int i = 1; i < 2 * kN; i += 2) reqs.push_back(t.irecv(0, 101, got[i]));
+      std::this_thread::sleep_for(20ms);
+      for (int i = 0; i < 2 * kN; i += 2) reqs.push_back(t.irecv(0, 100, got[i]));
+      transport::wait_all(reqs, soon());
+      for (int i = 0; i < 2 * kN; ++i) EXPECT_EQ(got[i], pattern(64 + i, i)) << i;
+    }
+  });
+}
+
+TEST(TCPTransportTest, SixteenMebibytesAndZeroBytes) {
+  run_ranks(2, [](int r, transport::Transport& t) {
+    const auto big = pattern(16u << 20, 9);
+    if (r == 0) {
+      auto s1 = t.isend(1, 1, big);
+      auto s2 = t.isend(1, 2, std::span<const std::byte>{});
+      s1->wait(soon());
+      s2->wait(soon());
+    } else {
+      std::vector<std::byte> got(big.size());
+      auto r2 = t.irecv(0, 2, std::span<std::byte>{});
+      auto r1 = t.irecv(0, 1, got);
+      r2->wait(soon());
+      r1->wait(soon());
+      EXPECT_TRUE(got == big);
+    }
+  });
+}
+
+TEST(TCPTransportTest, SizeMismatchFailsTheReceiveNamingPeerTagAndSizes) {
+  run_ranks(2, [](int r, transport::Transport& t) {
+    if (r == 0) {
+      const auto a = pattern(10, 0);
+      t.isend(1, 7, a)->wait(soon());
+      t.isend(1, 8, a)->wait(soon());
+    } else {
+      std::vector<std::byte> got(12);
+      try {
+        t.irecv(0, 7, got)->wait(soon());
+        ADD_FAILURE() << "no error";
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what();
+        for (const char* s : {"rank 0", "12 bytes", "10 bytes", "seq 7"}) {
+          EXPECT_NE(what.find(s), std::string::npos) << s << " in " << what;
+        }
+      }
+      std::vector<std::byte> ok(10);
+      t.irecv(0, 8, ok)->wait(soon());  // the connection still works
+      EXPECT_EQ(ok, pattern(10, 0));
+    }
+  });
+}
+
+TEST(TCPTransportTest, EightRankRing) {
+  const int n = 8;
+  run_ranks(n, [&](int r, transport::Transport& t) {
+    const auto mine = pattern(3000, r);
+    std::vector<std::byte> got(mine.size());
+    auto rr = t.irecv((r + n - 1) % n, 42, got);
+    auto sr = t.isend((r + 1) % n, 42, mine);
+    sr->wait(soon());
+    rr->wait(soon());
+    EXPECT_EQ(got, pattern(3000, (r + n - 1) % n));
+  });
+}
+
+double value(int r, std::int64_t i) { return static_cast<double>((r + 1) + (i % 5)); }
+
+TEST(TCPTransportTest, RingAndHalvingDoublingAllReduceClosedForms) {
+  for (int n = 2; n <= 5; ++n) {
+    for (bool ring : {true, false}) {
+      const std::int64_t count = 10007;
+      std::vector<std::vector<float>> out(n);
+      run_ranks(n, [&](int r, transport::Transport& t) {
+        std::vector<float> data(count);
+        for (std::int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(value(r, i));
+        algorithms::Context ctx{t, transport::make_tag(0, 1), soon()};
+        if (ring) {
+          algorithms::ring_all_reduce(ctx, DType::kFloat32, {ReduceOp::kSum, 1.0}, data.data(),
+                                      count, {{}, 4096});
+        } else {
+          algorithms::halving_doubling_all_reduce(ctx, DType::kFloat32, {ReduceOp::kSum, 1.0},
+                                                  data.data(), count);
+        }
+        out[r] = std::move(data);
+      });
+      for (int r = 0; r < n; ++r) {
+        for (std::int64_t i = 0; i < count; ++i) {
+          double expect = 0;
+          for (int q = 0; q < n; ++q) expect += value(q, i);
+          ASSERT_EQ(out[r][i], static_cast<float>(expect))
+              << "n " << n << " ring " << ring << " rank " << r << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(TCPTransportTest, HandshakeMismatchNamesBothSides) {
+  Handshake mine{Handshake::kMagic, Handshake::kVersion, 4, 0, "train"};
+  auto theirs = mine;
+  EXPECT_FALSE(handshake_mismatch(mine, theirs));
+  theirs.magic = 0xdeadbeef;
+  auto m = handshake_mismatch(mine, theirs);
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->find("0xdeadbeef"), std::string::npos) << *m;
+  EXPECT_NE(m->find("0x54303143"), std::string::npos) << *m;
+  theirs = mine;
+  theirs.version = 7;
+  m = handshake_mismatch(mine, theirs);
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->find("version 7"), std::string::npos) << *m;
+  EXPECT_NE(m->find("version 1"), std::string::npos) << *m;
+  theirs = mine;
+  theirs.world_size = 8;
+  m = handshake_mismatch(mine, theirs);
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->find("world size 8"), std::string::npos) << *m;
+  EXPECT_NE(m->find("world size 4"), std::string::npos) << *m;
+  theirs = mine;
+  theirs.group = "eval";
+  m = handshake_mismatch(mine, theirs);
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->find("\"eval\""), std::string::npos) << *m;
+  EXPECT_NE(m->find("\"train\""), std::string::npos) << *m;
+
+  // Round trip of the frame.
+  const auto bytes = encode_handshake(mine);
+  ASSERT_EQ(bytes.size(), Handshake::kFixedBytes + 5);
+  EXPECT_EQ(std::memcmp(bytes.data(), "C10T", 4), 0);
+  Handshake back;
+  EXPECT_EQ(decode_handshake_fixed(std::span<const std::byte, Handshake::kFixedBytes>(
+                                       bytes.data(), Handshake::kFixedBytes),
+                                   back),
+            5u);
+  EXPECT_EQ(back.world_size, 4u);
+}
+
+TEST(TCPTransportTest, AStrangerWithTheWrongMagicIsRefusedAndTheRankStillWorks) {
+  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
+  std::exception_ptr errors[2];
+  std::vector<std::byte> got(100);
+  std::thread rank0([&] {
+    try {
+      TCPTransport t(store, 0, 2, "stranger", {"127.0.0.1", 20s});
+      t.irecv(1, 3, got)->wait(soon());
+    } catch (...) {
+      errors[0] = std::current_exception();
+    }
+  });
+  const std::string addr = store->get_string("stranger/addr/0");
+  const int port = std::stoi(addr.substr(addr.rfind(':') + 1));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<std::uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  Handshake bad{0x12345678, Handshake::kVersion, 2, 1, "stranger"};
+  const auto frame = encode_handshake(bad);
+  ASSERT_EQ(::write(fd, frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
+  // The rank answers with its own handshake, then closes the connection.
+  char reply[256];
+  std::size_t total = 0;
+  for (ssize_t n; (n = ::read(fd, reply + total, sizeof reply - total)) > 0;) total += n;
+  ::close(fd);
+  ASSERT_GE(total, 4u);
+  EXPECT_EQ(std::memcmp(reply, "C10T", 4), 0);
+
+  std::thread rank1([&] {
+    try {
+      TCPTransport t(store, 1, 2, "stranger", {"127.0.0.1", 20s});
+      t.isend(0, 3, pattern(100, 4))->wait(soon());
+    } catch (...) {
+      errors[1] = std::current_exception();
+    }
+  });
+  rank0.join();
+  rank1.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  EXPECT_EQ(got, pattern(100, 4));
+}
+
+TEST(TCPTransportTest, APeerDestroyedMidWaitFailsThePendingReceiveNamingIt) {
+  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
+  std::string error = "no error";
+  Clock::duration took{};
+  std::thread rank0([&] {
+    TCPTransport t(store, 0, 2, "dies", {"127.0.0.1", 20s});
+    std::vector<std::byte> got(10);
+    auto req = t.irecv(1, 1, got);
+    const auto start = Clock::now();
+    try {
+      req->wait(soon());
+    } catch (const NetworkError& e) {
+      error = e.what();
+    }
+    took = Clock::now() - start;
+    std::vector<std::byte> later(10);  // and later requests fail at once
+    EXPECT_THROW(t.irecv(1, 2, later)->wait(soon()), NetworkError);
+  });
+  std::thread rank1([&] {
+    TCPTransport t(store, 1, 2, "dies", {"127.0.0.1", 20s});
+    std::this_thread::sleep_for(100ms);
+  });
+  rank0.join();
+  rank1.join();
+  EXPECT_NE(error.find("peer rank 1"), std::string::npos) << error;
+  EXPECT_LT(took, 2s);
+}
+
+TEST(TCPTransportTest, AbortFailsPendingRequestsAndReleasesWaiters) {
+  run_ranks(2, [](int r, transport::Transport& t) {
+    if (r == 1) return;
+    std::vector<std::byte> got(10);
+    auto req = t.irecv(1, 1, got);
+    t.abort(std::make_exception_ptr(NetworkError("stop now")));
+    EXPECT_THROW(req->wait(soon()), NetworkError);
+  });
+}
+
+}  // namespace
+}  // namespace c10d::gloo_like
