@@ -406,6 +406,22 @@ struct TCPStore::Impl {
     C10D_THROW(StoreError, "store {}: malformed {} answer", address, kind);
   }
 
+  // The answer's one value, or its one i64; anything else is malformed.
+  Bytes value_of(const Response& r, std::string_view kind) {
+    store::wire::Reader reader(r.payload, options.limits);
+    std::span<const std::uint8_t> value;
+    reader.value(value);
+    if (!reader.finish().ok()) malformed(kind);
+    return Bytes(value.begin(), value.end());
+  }
+  std::int64_t int_of(const Response& r, std::string_view kind) {
+    store::wire::Reader reader(r.payload, options.limits);
+    std::int64_t v = 0;
+    reader.i64(v);
+    if (!reader.finish().ok()) malformed(kind);
+    return v;
+  }
+
   // Forgets the connection: the next call connects again.
   void drop() {
     fd.reset();
@@ -560,11 +576,7 @@ Bytes TCPStore::get(std::string_view key) {
         store::wire::put_string(out, key);
       },
       "GET of key " + quoted(key));
-  store::wire::Reader reader(r.payload, impl_->options.limits);
-  std::span<const std::uint8_t> value;
-  reader.value(value);
-  if (!reader.finish().ok()) impl_->malformed("GET");
-  return Bytes(value.begin(), value.end());
+  return impl_->value_of(r, "GET");
 }
 
 std::int64_t TCPStore::add(std::string_view key, std::int64_t delta) {
@@ -577,11 +589,7 @@ std::int64_t TCPStore::add(std::string_view key, std::int64_t delta) {
         store::wire::put_u64(out, static_cast<std::uint64_t>(delta));
       },
       "ADD to key " + quoted(key));
-  store::wire::Reader reader(r.payload, impl_->options.limits);
-  std::int64_t sum = 0;
-  reader.i64(sum);
-  if (!reader.finish().ok()) impl_->malformed("ADD");
-  return sum;
+  return impl_->int_of(r, "ADD");
 }
 
 Bytes TCPStore::compare_set(std::string_view key, std::span<const std::uint8_t> expected,
@@ -598,22 +606,14 @@ Bytes TCPStore::compare_set(std::string_view key, std::span<const std::uint8_t> 
         store::wire::put_bytes(out, desired);
       },
       "COMPARE_SET of key " + quoted(key));
-  store::wire::Reader reader(r.payload, impl_->options.limits);
-  std::span<const std::uint8_t> value;
-  reader.value(value);
-  if (!reader.finish().ok()) impl_->malformed("COMPARE_SET");
-  return Bytes(value.begin(), value.end());
+  return impl_->value_of(r, "COMPARE_SET");
 }
 
 bool TCPStore::check(std::span<const std::string> keys) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->check_keys(keys);
   auto r = impl_->call(
-      Kind::kCheck, timeout(),
-      [&](Bytes& out) {
-        store::wire::put_u32(out, static_cast<std::uint32_t>(keys.size()));
-        for (const auto& k : keys) store::wire::put_string(out, k);
-      },
+      Kind::kCheck, timeout(), [&](Bytes& out) { store::wire::put_key_list(out, keys); },
       "CHECK of keys " + keys_text(keys));
   return !r.payload.empty() && r.payload[0] != 0;
 }
@@ -625,8 +625,7 @@ void TCPStore::wait(std::span<const std::string> keys, Milliseconds wait_timeout
       Kind::kWait, plus_grace(wait_timeout),
       [&](Bytes& out) {
         store::wire::put_u64(out, static_cast<std::uint64_t>(wait_timeout.count()));
-        store::wire::put_u32(out, static_cast<std::uint32_t>(keys.size()));
-        for (const auto& k : keys) store::wire::put_string(out, k);
+        store::wire::put_key_list(out, keys);
       },
       "WAIT for keys " + keys_text(keys));
 }
@@ -644,11 +643,7 @@ std::int64_t TCPStore::num_keys() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto r = impl_->call(
       Kind::kNumKeys, timeout(), [](Bytes&) {}, "NUM_KEYS");
-  store::wire::Reader reader(r.payload, impl_->options.limits);
-  std::int64_t n = 0;
-  reader.i64(n);
-  if (!reader.finish().ok()) impl_->malformed("NUM_KEYS");
-  return n;
+  return impl_->int_of(r, "NUM_KEYS");
 }
 
 void TCPStore::append(std::string_view key, std::span<const std::uint8_t> value) {
@@ -672,8 +667,7 @@ std::vector<Bytes> TCPStore::multi_get(std::span<const std::string> keys) {
       Kind::kMultiGet, plus_grace(t),
       [&](Bytes& out) {
         store::wire::put_u64(out, static_cast<std::uint64_t>(t.count()));
-        store::wire::put_u32(out, static_cast<std::uint32_t>(keys.size()));
-        for (const auto& k : keys) store::wire::put_string(out, k);
+        store::wire::put_key_list(out, keys);
       },
       "MULTI_GET of keys " + keys_text(keys));
   store::wire::Reader reader(r.payload, impl_->options.limits);

@@ -273,6 +273,11 @@ void put_string(std::vector<std::uint8_t>& out, std::string_view s) {
   out.insert(out.end(), s.begin(), s.end());
 }
 
+void put_key_list(std::vector<std::uint8_t>& out, std::span<const std::string> keys) {
+  put_u32(out, static_cast<std::uint32_t>(keys.size()));
+  for (const auto& k : keys) put_string(out, k);
+}
+
 void Request::clear() {
   timeout_ms = 0;
   delta = 0;

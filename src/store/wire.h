@@ -183,6 +183,8 @@ void end_frame(std::vector<std::uint8_t>& out, std::size_t frame_start);
 
 void put_bytes(std::vector<std::uint8_t>& out, std::span<const std::uint8_t> bytes);
 void put_string(std::vector<std::uint8_t>& out, std::string_view s);
+// A list of keys: u32 count, then each key (what Reader::count and Reader::key read back).
+void put_key_list(std::vector<std::uint8_t>& out, std::span<const std::string> keys);
 
 // A decoded request. Views point into the frame's body, which must outlive it.
 struct Request {

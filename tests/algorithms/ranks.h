@@ -17,16 +17,21 @@
 
 namespace c10d::algorithms::testing {
 
-// Runs fn(rank, transport) on `n` threads over one in-process world; rethrows the first error.
-inline void run_ranks(int n, const std::function<void(int, transport::Transport&)>& fn) {
-  auto world = std::make_shared<transport::InProcWorld>(n);
+// Makes rank r's transport; called on rank r's own thread (a transport's setup may wait for
+// the other ranks).
+using TransportFactory = std::function<std::unique_ptr<transport::Transport>(int rank)>;
+
+// Runs fn(rank, transport) on `n` threads, each with the transport `make` gives it; rethrows
+// the first error.
+inline void run_ranks(int n, const TransportFactory& make,
+                      const std::function<void(int, transport::Transport&)>& fn) {
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(n);
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      transport::InProcTransport t(world, r);
       try {
-        fn(r, t);
+        const auto t = make(r);
+        fn(r, *t);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -36,6 +41,13 @@ inline void run_ranks(int n, const std::function<void(int, transport::Transport&
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
+}
+
+// The same over one in-process world.
+inline void run_ranks(int n, const std::function<void(int, transport::Transport&)>& fn) {
+  auto world = std::make_shared<transport::InProcWorld>(n);
+  run_ranks(
+      n, [&](int r) { return std::make_unique<transport::InProcTransport>(world, r); }, fn);
 }
 
 // An op's context: tag (group 0, `seq`) and a deadline far enough off for any test here.

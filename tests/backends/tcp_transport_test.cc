@@ -15,6 +15,7 @@
 #include <functional>
 #include <thread>
 
+#include "../algorithms/ranks.h"
 #include "algorithms/context.h"
 #include "algorithms/halving_doubling_all_reduce.h"
 #include "algorithms/ring_all_reduce.h"
@@ -29,26 +30,17 @@ using transport::Clock;
 
 std::atomic<int> group_counter{0};
 
-// Runs fn(rank, transport) on n threads, each with its own TCPTransport; rethrows the first error.
+// Runs fn(rank, transport) on n threads, each with its own TCPTransport of a fresh group.
 void run_ranks(int n, const std::function<void(int, transport::Transport&)>& fn) {
   auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
   const std::string group = "g" + std::to_string(group_counter++);
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        TCPTransport t(store, r, n, group, {"127.0.0.1", 20s});
-        fn(r, t);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  algorithms::testing::run_ranks(
+      n,
+      [&](int r) {
+        return std::make_unique<TCPTransport>(store, r, n, group,
+                                              TCPTransportOptions{"127.0.0.1", 20s});
+      },
+      fn);
 }
 
 Clock::time_point soon() { return Clock::now() + 20s; }
@@ -169,7 +161,8 @@ TEST(TCPTransportTest, EightRankRing) {
   });
 }
 
-double value(int r, std::int64_t i) { return static_cast<double>((r + 1) + (i % 5)); }
+using algorithms::testing::expected;
+using algorithms::testing::value;
 
 TEST(TCPTransportTest, RingAndHalvingDoublingAllReduceClosedForms) {
   for (int n = 2; n <= 5; ++n) {
@@ -191,9 +184,7 @@ TEST(TCPTransportTest, RingAndHalvingDoublingAllReduceClosedForms) {
       });
       for (int r = 0; r < n; ++r) {
         for (std::int64_t i = 0; i < count; ++i) {
-          double expect = 0;
-          for (int q = 0; q < n; ++q) expect += value(q, i);
-          ASSERT_EQ(out[r][i], static_cast<float>(expect))
+          ASSERT_EQ(out[r][i], static_cast<float>(expected(ReduceOp::kSum, n, i)))
               << "n " << n << " ring " << ring << " rank " << r << " i " << i;
         }
       }
