@@ -2,6 +2,7 @@
 #pragma once
 
 #include "c10d/errors.h"
+#include "c10d/init.h"
 #include "c10d/process_group.h"
 #include "c10d/rendezvous.h"
 #include "c10d/store.h"

@@ -29,6 +29,7 @@ struct RendezvousResult {
   std::shared_ptr<Store> store;
   int rank = -1;
   int world_size = -1;
+  std::string store_host;  // the TCP store's host (tcp://, env://); empty for file://
 };
 
 RendezvousResult rendezvous(std::string_view init_method, int rank = -1, int world_size = -1,

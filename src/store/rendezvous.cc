@@ -250,6 +250,7 @@ RendezvousResult rendezvous(std::string_view init_method, int rank, int world_si
   }
 
   RendezvousResult result;
+  result.store_host = host;
   result.rank = resolve_count("rank", rank, url.rank, "RANK", "OMPI_COMM_WORLD_RANK", init_method);
   result.world_size = resolve_count("world_size", world_size, url.world_size, "WORLD_SIZE",
                                     "OMPI_COMM_WORLD_SIZE", init_method);

@@ -5,8 +5,11 @@
 namespace c10d::transport {
 
 std::string tag_string(Tag tag) {
-  const auto group = (tag >> 40) & 0x7fffff;
+  const auto group = (tag >> 40) & (kMaxGroups - 1);
   if (tag & kUserTagBit) return fmt::format("group {} user tag {}", group, tag & 0xffffffffu);
+  if ((tag >> 40) & kMaxGroups) {
+    return fmt::format("group {} control seq {}", group, tag & ((Tag{1} << 40) - 1));
+  }
   return fmt::format("group {} seq {}", group, tag & ((Tag{1} << 40) - 1));
 }
 

@@ -48,6 +48,12 @@ constexpr Tag make_tag(std::uint32_t group, std::uint64_t sequence) {
 constexpr Tag user_tag(std::uint32_t group, std::uint32_t tag) {
   return kUserTagBit | (static_cast<Tag>(group & 0x7fffff) << 40) | tag;
 }
+// Group ids stay below kMaxGroups; the bit above them marks a group's control messages (the
+// DETAIL fingerprint exchange), so they never match the op they check.
+inline constexpr std::uint32_t kMaxGroups = 1u << 22;
+constexpr Tag control_tag(std::uint32_t group, std::uint64_t sequence) {
+  return make_tag(group | kMaxGroups, sequence);
+}
 
 std::string tag_string(Tag tag);  // "group 3 seq 17" or "group 3 user tag 5"
 

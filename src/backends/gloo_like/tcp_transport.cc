@@ -6,7 +6,10 @@
 // constructor before that thread starts).
 #include "backends/gloo_like/tcp_transport.h"
 
+#include <netdb.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -88,6 +91,30 @@ Handshake read_handshake(tcp::socket& s, Clock::time_point deadline, const std::
 
 }  // namespace
 
+std::string local_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &found) != 0) return "";
+  std::string result;
+  for (addrinfo* a = found; a != nullptr && result.empty(); a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    char text[NI_MAXHOST] = {};
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&local), len, text, sizeof(text), nullptr, 0,
+                      NI_NUMERICHOST) == 0) {
+      result = text;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return result;
+}
+
 struct Op {
   int self = 0;
   int peer = 0;
@@ -128,6 +155,9 @@ struct Connection {
   // GUARDED_BY(Impl::mu_):
   std::deque<std::shared_ptr<Op>> sends;  // not yet written
   bool writing = false;
+  // A send whose write failed: the read side tells why (an abort notice or a goodbye may still
+  // be in the receive buffer), so the op fails when the connection is killed.
+  std::shared_ptr<Op> failed_write;
   std::map<Tag, std::deque<std::shared_ptr<Op>>> recvs;  // pending irecvs per tag
   // Shared with the read loop, which may still be filling the newest entry when a failure clears
   // the queue.
@@ -137,6 +167,8 @@ struct Connection {
 
 struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   int rank = 0;
+  bool fail_all_on_peer_loss = false;
+  std::shared_ptr<Store> store;  // kept alive; not used after setup
   asio::io_context io;
   std::vector<std::unique_ptr<Connection>> conns;  // by peer rank; null for self
   std::thread thread;
@@ -155,6 +187,10 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // Fails the queued ops of `c`. Messages that arrived whole stay receivable unless `drop_all`:
   // a peer that sent and then closed its end has still sent them.
   void fail_queued_locked(Connection& c, const std::exception_ptr& e, bool drop_all) {
+    if (c.failed_write) {
+      c.failed_write->complete_locked(e);
+      c.failed_write.reset();
+    }
     for (auto& op : c.sends) op->complete_locked(e);
     c.sends.clear();
     for (auto& [tag, q] : c.recvs) {
@@ -171,17 +207,56 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     }
   }
 
-  // Requires mu_; io thread. Marks the connection to `peer` dead, closes it, fails its queued ops.
-  void kill_locked(int peer, const error_code& ec) {
+  // Requires mu_; io thread. Marks the connection to `peer` dead with `why` (or, when null, a
+  // loss caused by `ec`), closes it and fails its queued ops. `fatal` (a loss or an abort frame,
+  // not a goodbye) aborts the whole transport when fail_all_on_peer_loss is set.
+  // `lost_rank` is the rank the abort notice will name (-2: `peer` itself).
+  void kill_locked(int peer, const error_code& ec, std::exception_ptr why = nullptr,
+                   bool fatal = true, int lost_rank = -2) {
     Connection& c = *conns[static_cast<std::size_t>(peer)];
     error_code ignored;
     c.socket.close(ignored);  // io thread: ends the other direction too
     if (!c.dead) {
-      c.dead = error<NetworkError>(
-          __FILE__, __LINE__,
-          fmt::format("rank {}: connection to peer rank {} lost: {}", rank, peer, ec.message()));
+      c.dead = why ? std::move(why)
+                   : error<NetworkError>(__FILE__, __LINE__,
+                                         fmt::format("rank {}: connection to peer rank {} lost: {}",
+                                                     rank, peer, ec.message()));
+      if (fatal && fail_all_on_peer_loss && !aborted) {
+        abort_locked(c.dead, lost_rank == -2 ? peer : lost_rank);
+        return;
+      }
     }
     fail_queued_locked(c, aborted ? aborted : c.dead, aborted != nullptr);
+  }
+
+  // Requires mu_; io thread. A write to `peer` failed: stop writing, let the read loop find the
+  // cause within a second, and kill the connection with `ec` if it has not by then.
+  void defer_write_failure_locked(int peer, std::shared_ptr<Op> op, const error_code& ec) {
+    Connection& c = *conns[static_cast<std::size_t>(peer)];
+    c.failed_write = std::move(op);
+    error_code ignored;
+    c.socket.shutdown(tcp::socket::shutdown_send, ignored);
+    auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::seconds(1));
+    timer->async_wait([self = shared_from_this(), timer, peer, ec](error_code) {
+      std::lock_guard lock(self->mu_);
+      self->kill_locked(peer, ec);
+    });
+  }
+
+  // Io thread, as a transport goes down: `frame` (a goodbye or an abort notice, tcp_wire.h) on
+  // every connection that is idle, then close. A connection mid-write just closes; its peer then
+  // sees a loss.
+  void send_last_frame_and_close(const std::vector<std::byte>& frame) {
+    {
+      std::lock_guard lock(mu_);
+      for (auto& c : conns) {
+        if (!c || c->writing || c->dead) continue;
+        error_code ec;
+        c->socket.non_blocking(true, ec);
+        if (!ec) asio::write(c->socket, asio::buffer(frame), ec);
+      }
+    }
+    close_all();
   }
 
   void close_all() {  // io thread
@@ -212,6 +287,10 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
                         {
                           std::lock_guard lock(self->mu_);
                           conn.writing = false;
+                          if (ec && !conn.dead && !self->aborted) {
+                            self->defer_write_failure_locked(peer, op, ec);
+                            return;
+                          }
                           if (ec) {
                             self->kill_locked(peer, ec);
                             op->complete_locked(self->aborted ? self->aborted : conn.dead);
@@ -235,6 +314,34 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       if (ec) break;
       const Tag tag = get_le<std::uint64_t>(header.data());
       const std::uint64_t len = get_le<std::uint64_t>(header.data() + 8);
+      if (tag == kGoodbyeTag && len == 0) {
+        std::lock_guard lock(mu_);
+        kill_locked(
+            peer, ec,
+            error<NetworkError>(__FILE__, __LINE__,
+                                fmt::format("rank {}: peer rank {} closed its transport (it "
+                                            "finished or destroyed its group)",
+                                            rank, peer)),
+            /*fatal=*/false);
+        co_return;
+      }
+      if (tag == kAbortTag && len >= 4 && len <= 4 + kMaxAbortMessageBytes) {
+        std::vector<std::byte> body(len);
+        co_await asio::async_read(c.socket, asio::buffer(body),
+                                  asio::redirect_error(asio::use_awaitable, ec));
+        std::lock_guard lock(mu_);
+        if (ec) break;
+        const AbortNotice notice = decode_abort_notice(body);
+        const std::string cause = notice.lost_rank >= 0
+                                      ? fmt::format("peer rank {} is gone", notice.lost_rank)
+                                      : fmt::format("peer rank {} aborted", peer);
+        kill_locked(peer, ec,
+                    error<NetworkError>(__FILE__, __LINE__,
+                                        fmt::format("rank {}: {} (rank {} reports: {})", rank,
+                                                    cause, peer, notice.message)),
+                    /*fatal=*/true, notice.lost_rank);
+        co_return;
+      }
       if (len > kMaxMessageBytes) {
         ec = asio::error::message_size;
         break;
@@ -363,16 +470,37 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     }
   }
 
-  void abort(std::exception_ptr reason) {
-    {
-      std::lock_guard lock(mu_);
-      if (aborted) return;
-      aborted = std::move(reason);
-      for (auto& c : conns) {
-        if (c) fail_queued_locked(*c, aborted, true);
-      }
+  void abort(std::exception_ptr reason, bool orderly = false) {
+    std::lock_guard lock(mu_);
+    abort_locked(std::move(reason), -1, orderly);
+  }
+
+  // Fails everything with `reason` and closes every connection after a last frame: a goodbye
+  // when `orderly`, else an abort notice naming `lost_rank` (the peer whose loss caused this, or
+  // -1) so that the other ranks learn the first cause rather than this rank's reaction to it.
+  void abort_locked(std::exception_ptr reason, int lost_rank = -1, bool orderly = false) {
+    if (aborted) return;
+    aborted = std::move(reason);
+    for (auto& c : conns) {
+      if (c) fail_queued_locked(*c, aborted, true);
     }
-    asio::post(io, [self = shared_from_this()] { self->close_all(); });
+    std::vector<std::byte> frame;
+    if (orderly) {
+      put_le(frame, kGoodbyeTag);
+      put_le(frame, std::uint64_t{0});
+    } else {
+      std::string what = "aborted";
+      try {
+        std::rethrow_exception(aborted);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      frame = encode_abort_notice({lost_rank, std::move(what)});
+    }
+    asio::post(io, [self = shared_from_this(), frame = std::move(frame)] {
+      self->send_last_frame_and_close(frame);
+    });
   }
 };
 
@@ -415,6 +543,8 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
              "TCPTransport: rank {} is outside a world of size {}", rank, world_size);
   const auto deadline = Clock::now() + options.timeout;
   impl_->rank = rank;
+  impl_->fail_all_on_peer_loss = options.fail_all_on_peer_loss;
+  impl_->store = store;
   impl_->conns.resize(static_cast<std::size_t>(world_size));
   const Handshake mine{Handshake::kMagic, Handshake::kVersion,
                        static_cast<std::uint32_t>(world_size), static_cast<std::uint32_t>(rank),
@@ -496,10 +626,12 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
 }
 
 TCPTransport::~TCPTransport() {
+  // Not aborted before: an orderly close, announced with a goodbye.
   impl_->abort(error<NetworkError>(__FILE__, __LINE__,
-                                   fmt::format("rank {}: the TCP transport was destroyed", rank_)));
-  // After close_all (posted by abort) the read loops and writes end with errors; then, without
-  // the guard, run() returns.
+                                   fmt::format("rank {}: the TCP transport was destroyed", rank_)),
+               /*orderly=*/true);
+  // After close_all the read loops and writes end with errors; then, without the guard, run()
+  // returns.
   asio::post(impl_->io, [impl = impl_.get()] { impl->guard.reset(); });
   impl_->thread.join();
 }

@@ -16,12 +16,20 @@
 // the oldest message from (peer, tag); a message that arrives before its irecv is buffered in an
 // unexpected queue per (peer, tag). A receive whose size differs from the message fails with
 // InvalidArgument (the message is dropped; the sender has already completed). A lost connection
-// fails every pending and later request with that peer with a NetworkError naming it.
+// fails every pending and later request with that peer with a NetworkError naming it; with
+// options.fail_all_on_peer_loss (what a ProcessGroup wants: one lost rank means the group cannot
+// finish any collective) it aborts the whole transport with that error instead.
+//
+// Orderly close: the destructor of a transport that was not aborted sends each peer a goodbye
+// frame (tcp_wire.h) before closing, so a peer tells a rank that finished from one that died:
+// after a goodbye, requests with that rank fail ("closed its transport") but the peer's other
+// connections stay up.
 //
 // Lifetime: requests hold the transport's state by shared_ptr and may outlive it. Destroying a
 // request whose payload is on the wire waits for that transfer to end (so a buffer is never
 // written after its request is gone). The destructor fails pending requests, closes the sockets
-// and joins the io thread.
+// and joins the io thread. The transport keeps the store alive (a store server hosted in this
+// process must outlive the connections set up through it).
 #pragma once
 
 #include <chrono>
@@ -38,9 +46,16 @@
 namespace c10d::gloo_like {
 
 struct TCPTransportOptions {
-  std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1";  // the address to listen on and publish (IPv4 or IPv6)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // for the whole setup
+  bool fail_all_on_peer_loss = false;
 };
+
+// The local address of the interface this host would use to reach `host` (a name or an
+// address), found by connecting a UDP socket (no packet is sent); "" when `host` does not
+// resolve or no route leads there. On a machine with several interfaces this is the address
+// the other ranks, which reach the same store, can reach this one at.
+std::string local_address_towards(const std::string& host);
 
 class TCPTransport final : public transport::Transport {
  public:

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace c10d::gloo_like {
 
 std::vector<std::byte> encode_handshake(const Handshake& h) {
@@ -43,6 +45,25 @@ std::optional<std::string> handshake_mismatch(const Handshake& mine, const Hands
                        theirs.group, mine.group);
   }
   return std::nullopt;
+}
+
+std::vector<std::byte> encode_abort_notice(const AbortNotice& notice) {
+  const std::size_t n = std::min(notice.message.size(), kMaxAbortMessageBytes);
+  std::vector<std::byte> out;
+  put_le(out, kAbortTag);
+  put_le(out, static_cast<std::uint64_t>(4 + n));
+  put_le(out, static_cast<std::uint32_t>(notice.lost_rank));
+  const auto* p = reinterpret_cast<const std::byte*>(notice.message.data());
+  out.insert(out.end(), p, p + n);
+  return out;
+}
+
+AbortNotice decode_abort_notice(std::span<const std::byte> payload) {
+  AbortNotice notice;
+  if (payload.size() < 4) return notice;
+  notice.lost_rank = static_cast<std::int32_t>(get_le<std::uint32_t>(payload.data()));
+  notice.message.assign(reinterpret_cast<const char*>(payload.data() + 4), payload.size() - 4);
+  return notice;
 }
 
 }  // namespace c10d::gloo_like

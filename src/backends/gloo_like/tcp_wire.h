@@ -10,6 +10,13 @@
 //   +----------+-------------+-----------------+
 //   | tag u64  | length u64  | length bytes    |
 //   +----------+-------------+-----------------+
+// Goodbye: a message frame with tag kGoodbyeTag and length 0, the last frame of an orderly close.
+// Abort notice: the last frame of a transport that aborted, tag kAbortTag, whose payload is
+//   +---------------+------------------------------------------+
+//   | lost_rank i32 | message bytes (<= kMaxAbortMessageBytes)  |
+//   +---------------+------------------------------------------+
+// lost_rank is the rank whose loss caused the abort (-1: none, e.g. a timeout or abort()), so a
+// rank that hears of a failure second-hand still names the rank that failed first.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +27,20 @@
 #include <vector>
 
 namespace c10d::gloo_like {
+
+// No op uses this tag: it has the user bit and a group id above transport::kMaxGroups.
+inline constexpr std::uint64_t kGoodbyeTag = ~std::uint64_t{0};
+inline constexpr std::uint64_t kAbortTag = ~std::uint64_t{0} - 1;
+inline constexpr std::size_t kMaxAbortMessageBytes = 4096;
+
+struct AbortNotice {
+  std::int32_t lost_rank = -1;
+  std::string message;
+};
+// The whole frame (header and payload); the message is cut to kMaxAbortMessageBytes.
+std::vector<std::byte> encode_abort_notice(const AbortNotice& notice);
+// The payload (after the header); at least 4 bytes.
+AbortNotice decode_abort_notice(std::span<const std::byte> payload);
 
 // The handshake frame above.
 struct Handshake {

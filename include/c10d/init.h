@@ -1,0 +1,63 @@
+// init_process_group: from an init method to a working ProcessGroup, in one call.
+//
+//   auto pg = c10d::init_process_group({.backend = "tcp", .init_method = "env://"});
+//   auto t = c10d::Tensor::from_vector(std::vector<float>{1, 2, 3}, c10d::DType::kFloat32);
+//   pg->all_reduce({t})->wait();
+//
+// Every field has a default taken from the environment, so a program started by c10drun (or
+// by mpirun, for rank and size) needs none:
+//   backend      "tcp" (C10D_BACKEND)
+//   init_method  "env://" (C10D_INIT_METHOD); tcp://host:port and file:///path as rendezvous.h
+//   rank, world_size  RANK / WORLD_SIZE, then OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE
+//   timeout      the default per-op timeout of the group (C10D_TIMEOUT_MS), and the bound on
+//                the rendezvous and connection set-up
+//   algo         forced algorithms, as C10D_ALGO: "ring", or "all_reduce=ring,broadcast=tree"
+//                (all_reduce: ring|hd; broadcast: tree|chain; an unknown name is an error)
+// The group keeps its store alive. C10D_DEBUG=DETAIL turns on the collective fingerprint
+// check (every rank compares op, dtype, count, root and sequence before each collective).
+//
+// Errors: InvalidArgument naming the field or variable that is missing or wrong, Unsupported
+// for a backend not built in, TimeoutError / NetworkError / StoreError from set-up.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "c10d/process_group.h"
+#include "c10d/store.h"
+#include "c10d/types.h"
+
+namespace c10d {
+
+struct InitOptions {
+  std::string backend;      // empty: C10D_BACKEND, else "tcp"
+  std::string init_method;  // empty: C10D_INIT_METHOD, else "env://"
+  int rank = -1;            // < 0: from the URL or the environment
+  int world_size = -1;
+  std::optional<Milliseconds> timeout;  // unset: C10D_TIMEOUT_MS, else kDefaultTimeout
+  std::string algo;                     // empty: C10D_ALGO
+  std::shared_ptr<Store> store;         // when set, used instead of the init method's store
+};
+
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
+
+// Options of a ProcessGroup over the TCP transport.
+struct ProcessGroupTCPOptions {
+  Milliseconds timeout = kDefaultTimeout;  // per op, unless the op's options say otherwise
+  // The address this rank listens on and publishes. Empty: the local address of the interface
+  // that routes to `store_host` (so a machine with several interfaces picks the one its peers
+  // reach), or 127.0.0.1 when that is empty too.
+  std::string host;
+  std::string store_host;
+  std::string algo;  // empty: C10D_ALGO
+  std::string group_name = "default";
+};
+
+// A ProcessGroup of `world_size` ranks over TCP, meeting through `store`. Blocks until every
+// rank has connected (bounded by options.timeout).
+std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> store, int rank,
+                                                     int world_size,
+                                                     const ProcessGroupTCPOptions& options = {});
+
+}  // namespace c10d

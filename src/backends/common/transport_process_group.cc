@@ -1,0 +1,831 @@
+// TransportProcessGroup: argument checks on the caller's thread, one worker thread running the
+// collectives in issue order, and one completer thread for point-to-point ops.
+//
+// Words used here:
+//  - op: one call of the ProcessGroup API, queued as a PendingOp with its Work, its sequence
+//    number, its fingerprint and a closure that runs it against a Context.
+//  - failure: the first error any op meets once it has started. It is kept in `failure_`, the
+//    transport is aborted with it (so the peers' connections close and they fail too), and every
+//    pending and later op of this group fails with it.
+//  - point-to-point (p2p): send and recv. The worker posts their requests in issue order (that
+//    fixes the matching order) and hands them to the completer, which tests them until done:
+//    a recv waiting for a peer never blocks the collectives queued behind it.
+#include "backends/common/transport_process_group.h"
+
+#include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <thread>
+
+#include "algorithms/all_gather.h"
+#include "algorithms/all_to_all.h"
+#include "algorithms/barrier.h"
+#include "algorithms/context.h"
+#include "algorithms/gather_scatter.h"
+#include "algorithms/halving_doubling_all_reduce.h"
+#include "algorithms/reduce_kernels.h"
+#include "algorithms/reduce_scatter.h"
+#include "algorithms/ring_all_reduce.h"
+#include "algorithms/tree.h"
+#include "c10d/errors.h"
+#include "core/check.h"
+#include "core/logging.h"
+#include "transport/sub_transport.h"
+
+namespace c10d::backends {
+namespace {
+
+using algorithms::Context;
+using transport::Clock;
+
+// Below this many bytes all_reduce takes halving-doubling (2 log2 n message latencies), above
+// it the ring (bandwidth-optimal, 2(n-1) latencies).
+constexpr std::int64_t kHalvingDoublingMaxBytes = 256 << 10;
+
+// ---- Algorithm choice ----
+
+struct AlgoChoice {
+  enum class AllReduce { kAuto, kRing, kHalvingDoubling } all_reduce = AllReduce::kAuto;
+  enum class Broadcast { kAuto, kTree, kChain } broadcast = Broadcast::kAuto;
+};
+
+AlgoChoice parse_algo(std::string_view spec, std::string_view source) {
+  AlgoChoice choice;
+  const auto bad = [&](std::string_view entry) {
+    C10D_THROW(InvalidArgument,
+               "{} '{}': cannot read '{}'; expected 'ring', 'hd', or a list like "
+               "'all_reduce=ring|hd|auto,broadcast=tree|chain|auto'",
+               source, spec, entry);
+  };
+  while (!spec.empty()) {
+    const auto comma = spec.find(',');
+    const std::string_view entry = spec.substr(0, comma);
+    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+    if (entry.empty()) continue;
+    const auto eq = entry.find('=');
+    const std::string_view op = eq == std::string_view::npos ? "all_reduce" : entry.substr(0, eq);
+    const std::string_view algo = eq == std::string_view::npos ? entry : entry.substr(eq + 1);
+    if (op == "all_reduce") {
+      if (algo == "ring") {
+        choice.all_reduce = AlgoChoice::AllReduce::kRing;
+      } else if (algo == "hd" || algo == "halving_doubling") {
+        choice.all_reduce = AlgoChoice::AllReduce::kHalvingDoubling;
+      } else if (algo == "auto") {
+        choice.all_reduce = AlgoChoice::AllReduce::kAuto;
+      } else {
+        bad(entry);
+      }
+    } else if (op == "broadcast") {
+      if (algo == "tree") {
+        choice.broadcast = AlgoChoice::Broadcast::kTree;
+      } else if (algo == "chain" || algo == "pipelined") {
+        choice.broadcast = AlgoChoice::Broadcast::kChain;
+      } else if (algo == "auto") {
+        choice.broadcast = AlgoChoice::Broadcast::kAuto;
+      } else {
+        bad(entry);
+      }
+    } else {
+      bad(entry);
+    }
+  }
+  return choice;
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  if (!fallback.empty()) return fallback;
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::string() : std::string(value);
+}
+
+bool detail_from_env() {
+  const char* value = std::getenv("C10D_DEBUG");
+  return value != nullptr && std::string_view(value) == "DETAIL";
+}
+
+// ---- Fingerprints (C10D_DEBUG=DETAIL) ----
+
+// What a collective call looks like to its peers. 32 bytes on the wire, little-endian.
+struct Fingerprint {
+  static constexpr std::size_t kBytes = 32;
+  std::string_view op;  // static strings: the op names below
+  std::uint8_t op_id = 0;
+  std::uint8_t dtype = 0xff;  // 0xff: no tensor
+  std::uint8_t reduce_op = 0xff;
+  std::int32_t root = -1;
+  std::int64_t count = -1;  // -1: not compared (uneven all_to_all splits)
+  std::uint64_t sequence = 0;
+
+  std::array<std::byte, kBytes> encode() const {
+    std::array<std::byte, kBytes> out{};
+    std::size_t at = 0;
+    const auto put = [&](std::uint64_t v, std::size_t n) {
+      for (std::size_t i = 0; i < n; ++i) out[at++] = std::byte((v >> (8 * i)) & 0xff);
+    };
+    put(op_id, 1);
+    put(dtype, 1);
+    put(reduce_op, 1);
+    put(0, 1);
+    put(static_cast<std::uint32_t>(root), 4);
+    put(static_cast<std::uint64_t>(count), 8);
+    put(sequence, 8);
+    return out;
+  }
+};
+
+constexpr std::array<std::string_view, 14> kOpNames = {"?",
+                                                       "all_reduce",
+                                                       "broadcast",
+                                                       "reduce",
+                                                       "all_gather",
+                                                       "all_gather_into_tensor",
+                                                       "reduce_scatter",
+                                                       "reduce_scatter_tensor",
+                                                       "all_to_all",
+                                                       "gather",
+                                                       "scatter",
+                                                       "barrier",
+                                                       "send",
+                                                       "recv"};
+
+std::uint8_t op_id(std::string_view name) {
+  const auto it = std::find(kOpNames.begin(), kOpNames.end(), name);
+  return static_cast<std::uint8_t>(it - kOpNames.begin());
+}
+
+std::string describe_fingerprint(std::span<const std::byte, Fingerprint::kBytes> b) {
+  const auto get = [&](std::size_t at, std::size_t n) {
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(b[at + i]) << (8 * i);
+    return v;
+  };
+  const auto id = get(0, 1);
+  const auto dtype = get(1, 1);
+  const auto redop = get(2, 1);
+  const auto root = static_cast<std::int32_t>(get(4, 4));
+  const auto count = static_cast<std::int64_t>(get(8, 8));
+  std::string s(id < kOpNames.size() ? kOpNames[id] : std::string_view("unknown op"));
+  std::vector<std::string> parts;
+  if (dtype < kNumDTypes) parts.emplace_back(dtype_name(static_cast<DType>(dtype)));
+  if (count >= 0) parts.push_back(fmt::format("count {}", count));
+  if (redop <= static_cast<std::uint64_t>(ReduceOp::kPremulSum)) {
+    parts.emplace_back(reduce_op_name(static_cast<ReduceOp>(redop)));
+  }
+  if (root >= 0) parts.push_back(fmt::format("root {}", root));
+  return fmt::format("{}({}) #{}", s, fmt::join(parts, ", "), get(16, 8));
+}
+
+// ---- Tensor helpers ----
+
+std::span<std::byte> bytes_of(const Tensor& t) {
+  return {static_cast<std::byte*>(t.raw_data()), t.nbytes()};
+}
+
+void check_defined(const Tensor& t, std::string_view op, std::string_view what) {
+  C10D_CHECK(t.defined(), "{}: {} is an undefined tensor", op, what);
+  t.raw_data();  // materializes a lazy value here, on the caller's thread
+}
+
+void check_like(const Tensor& t, const Tensor& like, std::string_view op, std::string_view what) {
+  check_defined(t, op, what);
+  C10D_CHECK(t.dtype() == like.dtype() && t.numel() == like.numel(),
+             "{}: {} is {} but must match the input's {}", op, what, t.to_string(),
+             like.to_string());
+}
+
+// ---- The group ----
+
+struct PendingOp {
+  std::shared_ptr<Work> work;
+  Fingerprint fingerprint;
+  bool collective = true;
+  Clock::duration timeout{};
+  // Collectives: runs the op; returns its outputs.
+  std::function<std::vector<Tensor>(const Context&)> run;
+  // Point-to-point: posts the op's requests.
+  std::function<std::vector<std::unique_ptr<transport::Request>>(transport::Transport&,
+                                                                 transport::Tag)>
+      post;
+  std::uint32_t user_tag = 0;
+  std::vector<Tensor> outputs;  // p2p result
+};
+
+struct PostedP2P {
+  std::shared_ptr<Work> work;
+  std::vector<std::unique_ptr<transport::Request>> requests;
+  std::vector<Tensor> outputs;
+  Clock::time_point deadline;
+};
+
+std::uint32_t child_group_id(std::uint32_t parent, std::uint32_t index) {
+  // splitmix64 of (parent, index), folded into 1..kMaxGroups-1: the same on every rank.
+  std::uint64_t z = (static_cast<std::uint64_t>(parent) << 32 | index) + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return 1 + static_cast<std::uint32_t>(z % (transport::kMaxGroups - 1));
+}
+
+class TransportProcessGroup final : public ProcessGroup {
+ public:
+  TransportProcessGroup(std::shared_ptr<transport::Transport> transport,
+                        TransportProcessGroupOptions options)
+      : ProcessGroup(transport->rank(), transport->size()),
+        transport_(std::move(transport)),
+        options_(std::move(options)),
+        detail_(options_.detail < 0 ? detail_from_env() : options_.detail > 0) {
+    const std::string algo = env_or("C10D_ALGO", options_.algo);
+    algo_ = parse_algo(algo, options_.algo.empty() ? "C10D_ALGO" : "the algo option");
+    C10D_CHECK(options_.group_id < transport::kMaxGroups, "group id {} is not below {}",
+               options_.group_id, transport::kMaxGroups);
+    C10D_CHECK(options_.timeout.count() > 0, "the group timeout must be positive, not {} ms",
+               options_.timeout.count());
+    if (!options_.ring_order.empty()) {
+      C10D_CHECK(static_cast<int>(options_.ring_order.size()) == size(),
+                 "ring order lists {} ranks for a group of {}", options_.ring_order.size(), size());
+    }
+    ring_.order = options_.ring_order;
+    worker_ = std::thread([this] { work_loop(); });
+  }
+
+  ~TransportProcessGroup() override {
+    const auto reason = std::make_exception_ptr(Error(fmt::format(
+        "rank {}: group {} was destroyed with this op pending", rank(), options_.group_id)));
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      for (auto& op : queue_) op.work->finish_with_error(reason);
+      queue_.clear();
+      // An op still running holds the worker in a transport wait: only an abort releases it.
+      if (running_) transport_->abort(reason);
+    }
+    cv_.notify_all();
+    p2p_cv_.notify_all();
+    worker_.join();
+    if (completer_.joinable()) completer_.join();
+    for (auto& p : posted_) p.work->finish_with_error(reason);
+  }
+
+  std::string backend_name() const override { return options_.backend_name; }
+
+  std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors,
+                                   const AllreduceOptions& opts) override {
+    constexpr std::string_view kOp = "all_reduce";
+    C10D_CHECK(!tensors.empty(), "{}: no tensors", kOp);
+    for (const auto& t : tensors) check_like(t, tensors[0], kOp, "a tensor");
+    algorithms::validate_reduction(tensors[0].dtype(), opts.reduce.op);
+    return enqueue(kOp, collective_fp(kOp, tensors[0], opts.reduce.op, -1, total(tensors)),
+                   opts.timeout, [this, tensors, r = opts.reduce](const Context& ctx) {
+                     for (const auto& t : tensors) all_reduce_one(ctx, t, r);
+                     return tensors;
+                   });
+  }
+
+  std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors,
+                                  const BroadcastOptions& opts) override {
+    constexpr std::string_view kOp = "broadcast";
+    C10D_CHECK(!tensors.empty(), "{}: no tensors", kOp);
+    for (const auto& t : tensors) check_defined(t, kOp, "a tensor");
+    check_root(kOp, opts.root);
+    const std::int64_t threshold = algo_.broadcast == AlgoChoice::Broadcast::kTree ? INT64_MAX
+                                   : algo_.broadcast == AlgoChoice::Broadcast::kChain
+                                       ? 0
+                                       : algorithms::kDefaultBroadcastThresholdBytes;
+    return enqueue(kOp, collective_fp(kOp, tensors[0], std::nullopt, opts.root, total(tensors)),
+                   opts.timeout, [tensors, root = opts.root, threshold](const Context& ctx) {
+                     for (const auto& t : tensors) {
+                       algorithms::broadcast(ctx, bytes_of(t), root, threshold);
+                     }
+                     return tensors;
+                   });
+  }
+
+  std::shared_ptr<Work> reduce(Tensor tensor, const ReduceOptions& opts) override {
+    constexpr std::string_view kOp = "reduce";
+    check_defined(tensor, kOp, "the tensor");
+    check_root(kOp, opts.root);
+    algorithms::validate_reduction(tensor.dtype(), opts.reduce.op);
+    return enqueue(kOp, collective_fp(kOp, tensor, opts.reduce.op, opts.root, tensor.numel()),
+                   opts.timeout, [tensor, opts](const Context& ctx) {
+                     algorithms::tree_reduce(ctx, tensor.dtype(), opts.reduce, tensor.raw_data(),
+                                             tensor.numel(), opts.root);
+                     return std::vector<Tensor>{tensor};
+                   });
+  }
+
+  std::shared_ptr<Work> all_gather(std::vector<Tensor> outputs, Tensor input,
+                                   const AllgatherOptions& opts) override {
+    constexpr std::string_view kOp = "all_gather";
+    check_defined(input, kOp, "the input");
+    check_count(kOp, "outputs", outputs.size());
+    for (const auto& t : outputs) check_like(t, input, kOp, "an output");
+    return enqueue(kOp, collective_fp(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
+                   [this, outputs, input](const Context& ctx) {
+                     const std::size_t block = input.nbytes();
+                     std::vector<std::byte> all(block * outputs.size());
+                     algorithms::all_gather(ctx, bytes_of(input), all, ring_);
+                     for (std::size_t r = 0; r < outputs.size(); ++r) {
+                       if (block > 0)
+                         std::memcpy(outputs[r].raw_data(), all.data() + r * block, block);
+                     }
+                     return outputs;
+                   });
+  }
+
+  std::shared_ptr<Work> all_gather_into_tensor(Tensor output, Tensor input,
+                                               const AllgatherOptions& opts) override {
+    constexpr std::string_view kOp = "all_gather_into_tensor";
+    check_defined(input, kOp, "the input");
+    check_defined(output, kOp, "the output");
+    C10D_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() * size(),
+               "{}: the output is {} but must hold {} x the input's {}", kOp, output.to_string(),
+               size(), input.to_string());
+    return enqueue(kOp, collective_fp(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
+                   [this, output, input](const Context& ctx) {
+                     algorithms::all_gather(ctx, bytes_of(input), bytes_of(output), ring_);
+                     return std::vector<Tensor>{output};
+                   });
+  }
+
+  std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs,
+                                       const ReduceScatterOptions& opts) override {
+    constexpr std::string_view kOp = "reduce_scatter";
+    check_defined(output, kOp, "the output");
+    check_count(kOp, "inputs", inputs.size());
+    for (const auto& t : inputs) check_like(t, output, kOp, "an input");
+    algorithms::validate_reduction(output.dtype(), opts.reduce.op);
+    return enqueue(kOp, collective_fp(kOp, output, opts.reduce.op, -1, output.numel()),
+                   opts.timeout, [this, output, inputs, r = opts.reduce](const Context& ctx) {
+                     const std::size_t block = output.nbytes();
+                     std::vector<std::byte> all(block * inputs.size());
+                     for (std::size_t q = 0; q < inputs.size(); ++q) {
+                       if (block > 0)
+                         std::memcpy(all.data() + q * block, inputs[q].raw_data(), block);
+                     }
+                     algorithms::reduce_scatter(ctx, output.dtype(), r, all.data(),
+                                                output.raw_data(), output.numel(), ring_);
+                     return std::vector<Tensor>{output};
+                   });
+  }
+
+  std::shared_ptr<Work> reduce_scatter_tensor(Tensor output, Tensor input,
+                                              const ReduceScatterOptions& opts) override {
+    constexpr std::string_view kOp = "reduce_scatter_tensor";
+    check_defined(input, kOp, "the input");
+    check_defined(output, kOp, "the output");
+    C10D_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size(),
+               "{}: the input is {} but must hold {} x the output's {}", kOp, input.to_string(),
+               size(), output.to_string());
+    algorithms::validate_reduction(output.dtype(), opts.reduce.op);
+    return enqueue(kOp, collective_fp(kOp, output, opts.reduce.op, -1, output.numel()),
+                   opts.timeout, [this, output, input, r = opts.reduce](const Context& ctx) {
+                     algorithms::reduce_scatter(ctx, output.dtype(), r, input.raw_data(),
+                                                output.raw_data(), output.numel(), ring_);
+                     return std::vector<Tensor>{output};
+                   });
+  }
+
+  std::shared_ptr<Work> all_to_all(Tensor output, Tensor input,
+                                   const AllToAllOptions& opts) override {
+    constexpr std::string_view kOp = "all_to_all";
+    check_defined(input, kOp, "the input");
+    check_defined(output, kOp, "the output");
+    C10D_CHECK(input.dim() >= 1 && output.dim() >= 1,
+               "{}: input {} and output {} need a first dimension to split", kOp, input.to_string(),
+               output.to_string());
+    C10D_CHECK(input.dtype() == output.dtype(), "{}: input {} and output {} differ in dtype", kOp,
+               input.to_string(), output.to_string());
+    const auto row_bytes = [](const Tensor& t) {
+      return t.shape()[0] == 0 ? std::int64_t{-1}
+                               : static_cast<std::int64_t>(t.nbytes()) / t.shape()[0];
+    };
+    const std::int64_t in_row = row_bytes(input);
+    const std::int64_t out_row = row_bytes(output);
+    C10D_CHECK(in_row < 0 || out_row < 0 || in_row == out_row,
+               "{}: a row of the input {} and of the output {} differ in size", kOp,
+               input.to_string(), output.to_string());
+    const std::int64_t row = std::max<std::int64_t>({in_row, out_row, 0});
+    auto split = [&](const std::vector<std::int64_t>& sizes, const Tensor& t,
+                     std::string_view which, std::vector<std::int64_t>& counts,
+                     std::vector<std::int64_t>& offsets) {
+      const std::int64_t rows = t.shape()[0];
+      if (sizes.empty()) {
+        C10D_CHECK(rows % size() == 0,
+                   "{}: the {} has {} rows, which do not split equally over {} ranks", kOp, which,
+                   rows, size());
+      } else {
+        C10D_CHECK(static_cast<int>(sizes.size()) == size(),
+                   "{}: {} split sizes has {} entries for a group of {}", kOp, which, sizes.size(),
+                   size());
+      }
+      std::int64_t at = 0;
+      for (int r = 0; r < size(); ++r) {
+        const std::int64_t n = sizes.empty() ? rows / size() : sizes[static_cast<std::size_t>(r)];
+        C10D_CHECK(n >= 0, "{}: {} split size {} for rank {} is negative", kOp, which, n, r);
+        counts.push_back(n * row);
+        offsets.push_back(at * row);
+        at += n;
+      }
+      C10D_CHECK(at == rows, "{}: {} split sizes add up to {} rows but the tensor has {}", kOp,
+                 which, at, rows);
+    };
+    std::vector<std::int64_t> send_counts, send_offsets, recv_counts, recv_offsets;
+    split(opts.input_split_sizes, input, "input", send_counts, send_offsets);
+    split(opts.output_split_sizes, output, "output", recv_counts, recv_offsets);
+    const bool even = opts.input_split_sizes.empty() && opts.output_split_sizes.empty();
+    return enqueue(kOp, collective_fp(kOp, input, std::nullopt, -1, even ? input.numel() : -1),
+                   opts.timeout, [=](const Context& ctx) {
+                     algorithms::all_to_allv(ctx, bytes_of(input), send_counts, send_offsets,
+                                             bytes_of(output), recv_counts, recv_offsets);
+                     return std::vector<Tensor>{output};
+                   });
+  }
+
+  std::shared_ptr<Work> gather(std::vector<Tensor> outputs, Tensor input,
+                               const GatherOptions& opts) override {
+    constexpr std::string_view kOp = "gather";
+    check_defined(input, kOp, "the input");
+    check_root(kOp, opts.root);
+    if (rank() == opts.root) {
+      check_count(kOp, "outputs", outputs.size());
+      for (const auto& t : outputs) check_like(t, input, kOp, "an output");
+    } else {
+      C10D_CHECK(outputs.empty(), "{}: rank {} is not the root ({}) and must pass no outputs", kOp,
+                 rank(), opts.root);
+    }
+    return enqueue(kOp, collective_fp(kOp, input, std::nullopt, opts.root, input.numel()),
+                   opts.timeout, [outputs, input, root = opts.root](const Context& ctx) {
+                     std::vector<std::span<std::byte>> spans;
+                     for (const auto& t : outputs) spans.push_back(bytes_of(t));
+                     algorithms::gather(ctx, bytes_of(input), spans, root);
+                     return outputs;
+                   });
+  }
+
+  std::shared_ptr<Work> scatter(Tensor output, std::vector<Tensor> inputs,
+                                const ScatterOptions& opts) override {
+    constexpr std::string_view kOp = "scatter";
+    check_defined(output, kOp, "the output");
+    check_root(kOp, opts.root);
+    if (rank() == opts.root) {
+      check_count(kOp, "inputs", inputs.size());
+      for (const auto& t : inputs) check_like(t, output, kOp, "an input");
+    } else {
+      C10D_CHECK(inputs.empty(), "{}: rank {} is not the root ({}) and must pass no inputs", kOp,
+                 rank(), opts.root);
+    }
+    return enqueue(kOp, collective_fp(kOp, output, std::nullopt, opts.root, output.numel()),
+                   opts.timeout, [output, inputs, root = opts.root](const Context& ctx) {
+                     std::vector<std::span<const std::byte>> spans;
+                     for (const auto& t : inputs) spans.emplace_back(bytes_of(t));
+                     algorithms::scatter(ctx, spans, bytes_of(output), root);
+                     return std::vector<Tensor>{output};
+                   });
+  }
+
+  std::shared_ptr<Work> barrier(const BarrierOptions& opts) override {
+    Fingerprint fp;
+    fp.op = "barrier";
+    return enqueue("barrier", fp, opts.timeout, [](const Context& ctx) {
+      algorithms::barrier(ctx);
+      return std::vector<Tensor>{};
+    });
+  }
+
+  std::shared_ptr<Work> send(std::vector<Tensor> tensors, int dst_rank,
+                             const SendRecvOptions& opts) override {
+    return point_to_point("send", std::move(tensors), dst_rank, opts);
+  }
+
+  std::shared_ptr<Work> recv(std::vector<Tensor> tensors, int src_rank,
+                             const SendRecvOptions& opts) override {
+    return point_to_point("recv", std::move(tensors), src_rank, opts);
+  }
+
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override {
+    C10D_CHECK(!ranks.empty(), "new_group: no ranks");
+    std::vector<int> seen(static_cast<std::size_t>(size()), 0);
+    for (int r : ranks) {
+      C10D_CHECK(r >= 0 && r < size(), "new_group: rank {} is outside the group of size {}", r,
+                 size());
+      C10D_CHECK(seen[static_cast<std::size_t>(r)]++ == 0, "new_group: rank {} is listed twice", r);
+    }
+    std::uint32_t index;
+    {
+      std::lock_guard lock(mu_);
+      index = next_child_++;
+    }
+    if (!seen[static_cast<std::size_t>(rank())]) return nullptr;
+    TransportProcessGroupOptions child = options_;
+    child.group_id = child_group_id(options_.group_id, index);
+    child.ring_order.clear();
+    child.detail = detail_ ? 1 : 0;
+    child.algo = options_.algo;
+    return std::make_shared<TransportProcessGroup>(
+        std::make_shared<transport::SubTransport>(transport_, ranks), std::move(child));
+  }
+
+  void abort() override {
+    fail(std::make_exception_ptr(
+        Error(fmt::format("rank {}: group {} was aborted", rank(), options_.group_id))));
+  }
+
+ private:
+  // ---- Checks and fingerprints (caller's thread) ----
+
+  void check_root(std::string_view op, int root) const {
+    C10D_CHECK(root >= 0 && root < size(), "{}: root {} is outside the group of size {}", op, root,
+               size());
+  }
+  void check_count(std::string_view op, std::string_view what, std::size_t n) const {
+    C10D_CHECK(static_cast<int>(n) == size(), "{}: {} has {} tensors for a group of {}", op, what,
+               n, size());
+  }
+  static std::int64_t total(const std::vector<Tensor>& tensors) {
+    std::int64_t n = 0;
+    for (const auto& t : tensors) n += t.numel();
+    return n;
+  }
+  static Fingerprint collective_fp(std::string_view op, const Tensor& t,
+                                   std::optional<ReduceOp> reduce_op, int root,
+                                   std::int64_t count) {
+    Fingerprint fp;
+    fp.op = op;
+    fp.dtype = static_cast<std::uint8_t>(t.dtype());
+    if (reduce_op) fp.reduce_op = static_cast<std::uint8_t>(*reduce_op);
+    fp.root = root;
+    fp.count = count;
+    return fp;
+  }
+
+  // ---- Queueing ----
+
+  std::shared_ptr<Work> enqueue(std::string_view op, Fingerprint fp,
+                                std::optional<Milliseconds> timeout,
+                                std::function<std::vector<Tensor>(const Context&)> run) {
+    PendingOp p;
+    p.fingerprint = fp;
+    p.run = std::move(run);
+    return push(op, std::move(p), timeout);
+  }
+
+  std::shared_ptr<Work> push(std::string_view op, PendingOp p,
+                             std::optional<Milliseconds> timeout) {
+    const Milliseconds t = timeout.value_or(options_.timeout);
+    C10D_CHECK(t.count() > 0, "{}: the timeout must be positive, not {} ms", op, t.count());
+    p.timeout = t;
+    p.fingerprint.op = op;
+    p.fingerprint.op_id = op_id(op);
+    std::shared_ptr<Work> work;
+    {
+      std::lock_guard lock(mu_);
+      // Collectives and point-to-point ops count apart: only collectives must agree across
+      // ranks (their tag is the sequence); p2p ops are matched by their user tag.
+      const std::uint64_t seq = p.collective ? next_sequence_++ : next_p2p_++;
+      p.fingerprint.sequence = seq;
+      work = std::make_shared<Work>(std::string(op), seq);
+      p.work = work;
+      if (failure_) {
+        work->finish_with_error(failure_);
+        return work;
+      }
+      C10D_CHECK(!stopping_, "{}: the group is being destroyed", op);
+      queue_.push_back(std::move(p));
+    }
+    cv_.notify_all();
+    return work;
+  }
+
+  std::shared_ptr<Work> point_to_point(std::string_view op, std::vector<Tensor> tensors, int peer,
+                                       const SendRecvOptions& opts) {
+    C10D_CHECK(!tensors.empty(), "{}: no tensors", op);
+    for (const auto& t : tensors) check_defined(t, op, "a tensor");
+    C10D_CHECK(peer >= 0 && peer < size() && peer != rank(),
+               "{}: rank {} cannot {} rank {} in a group of size {}", op, rank(),
+               op == "send" ? "send to" : "receive from", peer, size());
+    C10D_CHECK(opts.tag >= 0, "{}: tag {} is negative", op, opts.tag);
+    PendingOp p;
+    p.collective = false;
+    p.user_tag = static_cast<std::uint32_t>(opts.tag);
+    p.outputs = tensors;
+    const bool is_send = op == "send";
+    p.post = [tensors, peer, is_send](transport::Transport& t, transport::Tag tag) {
+      std::vector<std::unique_ptr<transport::Request>> requests;
+      for (const auto& tensor : tensors) {
+        requests.push_back(is_send ? t.isend(peer, tag, bytes_of(tensor))
+                                   : t.irecv(peer, tag, bytes_of(tensor)));
+      }
+      return requests;
+    };
+    return push(op, std::move(p), opts.timeout);
+  }
+
+  // ---- Running (worker thread) ----
+
+  // Records the group's first failure, fails everything queued, and aborts the transport so the
+  // peers fail too. Later ops fail with the same error.
+  void fail(std::exception_ptr e) {
+    std::deque<PendingOp> dropped;
+    {
+      std::lock_guard lock(mu_);
+      if (failure_) return;
+      failure_ = e;
+      dropped.swap(queue_);
+    }
+    transport_->abort(e);
+    for (auto& op : dropped) op.work->finish_with_error(e);
+    p2p_cv_.notify_all();
+  }
+
+  void work_loop() {
+    for (;;) {
+      PendingOp op;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        op = std::move(queue_.front());
+        queue_.pop_front();
+        running_ = true;
+      }
+      Outcome outcome = run_op(op);
+      {
+        // Cleared before the Work completes: a caller that destroys the group as soon as its
+        // last op is done must find nothing running (else the destructor aborts the transport).
+        std::lock_guard lock(mu_);
+        running_ = false;
+      }
+      if (outcome.error) {
+        op.work->finish_with_error(outcome.error);
+      } else if (op.collective) {
+        op.work->finish(std::move(outcome.outputs));
+      }
+    }
+  }
+
+  struct Outcome {
+    std::vector<Tensor> outputs;
+    std::exception_ptr error;
+  };
+
+  Outcome run_op(PendingOp& op) {
+    const std::uint64_t seq = op.fingerprint.sequence;
+    const auto deadline = Clock::now() + op.timeout;
+    try {
+      if (op.collective) {
+        const Context ctx{*transport_, transport::make_tag(options_.group_id, seq), deadline};
+        if (detail_) {
+          // Every rank sees the same fingerprints and fails this op alike, so the sequence
+          // numbers stay in step and the group stays usable.
+          if (auto mismatch = check_fingerprints(op.fingerprint, deadline)) return {{}, mismatch};
+        }
+        return {op.run(ctx), nullptr};
+      }
+      PostedP2P posted{op.work,
+                       op.post(*transport_, transport::user_tag(options_.group_id, op.user_tag)),
+                       std::move(op.outputs), deadline};
+      {
+        std::lock_guard lock(mu_);
+        posted_.push_back(std::move(posted));
+        if (!completer_.joinable()) completer_ = std::thread([this] { complete_loop(); });
+      }
+      p2p_cv_.notify_all();
+      return {};
+    } catch (...) {
+      fail(std::current_exception());
+      // The group's first failure is the cause: report it, whichever op met it first.
+      std::lock_guard lock(mu_);
+      return {{}, failure_};
+    }
+  }
+
+  // All-gathers the fingerprints on the control tag and compares them with rank 0's; the
+  // InvalidArgument that names the ranks that differ, or null.
+  std::exception_ptr check_fingerprints(const Fingerprint& fp, Clock::time_point deadline) {
+    const Context ctx{*transport_, transport::control_tag(options_.group_id, fp.sequence),
+                      deadline};
+    const auto mine = fp.encode();
+    std::vector<std::byte> all(Fingerprint::kBytes * static_cast<std::size_t>(size()));
+    algorithms::all_gather(ctx, mine, all);
+    const auto at = [&](int r) {
+      return std::span<const std::byte, Fingerprint::kBytes>(
+          all.data() + Fingerprint::kBytes * static_cast<std::size_t>(r), Fingerprint::kBytes);
+    };
+    std::vector<std::string> differ;
+    for (int r = 1; r < size(); ++r) {
+      if (std::memcmp(at(r).data(), at(0).data(), Fingerprint::kBytes) != 0) {
+        differ.push_back(fmt::format("rank {} called {}", r, describe_fingerprint(at(r))));
+      }
+    }
+    if (differ.empty()) return nullptr;
+    return std::make_exception_ptr(InvalidArgument(
+        fmt::format("C10D_DEBUG=DETAIL: the ranks of group {} called different collectives: rank "
+                    "0 called {} but {}",
+                    options_.group_id, describe_fingerprint(at(0)), fmt::join(differ, ", "))));
+  }
+
+  void all_reduce_one(const Context& ctx, const Tensor& t, const Reduction& r) const {
+    const bool ring = algo_.all_reduce == AlgoChoice::AllReduce::kRing ||
+                      (algo_.all_reduce == AlgoChoice::AllReduce::kAuto &&
+                       static_cast<std::int64_t>(t.nbytes()) >= kHalvingDoublingMaxBytes);
+    if (ring) {
+      algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(), ring_);
+    } else {
+      algorithms::halving_doubling_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel());
+    }
+  }
+
+  // ---- Point-to-point completion (completer thread) ----
+
+  void complete_loop() {
+    auto nap = std::chrono::microseconds(20);
+    std::unique_lock lock(mu_);
+    for (;;) {
+      if (posted_.empty()) {
+        if (stopping_) return;
+        p2p_cv_.wait(lock, [&] { return stopping_ || !posted_.empty(); });
+        continue;
+      }
+      bool progressed = false;
+      for (auto it = posted_.begin(); it != posted_.end();) {
+        std::exception_ptr error = failure_;
+        bool done = error != nullptr;
+        if (!done) {
+          try {
+            done = std::all_of(it->requests.begin(), it->requests.end(),
+                               [](const auto& r) { return r->test(); });
+            if (!done && Clock::now() >= it->deadline) {
+              C10D_THROW(TimeoutError, "rank {}: {} #{} timed out", rank(), it->work->op_name(),
+                         it->work->sequence());
+            }
+          } catch (...) {
+            error = std::current_exception();
+            done = true;
+          }
+        }
+        if (!done) {
+          ++it;
+          continue;
+        }
+        PostedP2P finished = std::move(*it);
+        it = posted_.erase(it);
+        progressed = true;
+        lock.unlock();
+        if (error) {
+          fail(error);
+          finished.work->finish_with_error(error);
+        } else {
+          finished.work->finish(std::move(finished.outputs));
+        }
+        finished.requests.clear();
+        lock.lock();
+      }
+      if (stopping_) {
+        // The destructor fails what is left after joining.
+        return;
+      }
+      nap = progressed ? std::chrono::microseconds(20)
+                       : std::min(nap * 2, std::chrono::microseconds(1000));
+      if (!posted_.empty()) p2p_cv_.wait_for(lock, nap);
+    }
+  }
+
+  const std::shared_ptr<transport::Transport> transport_;
+  const TransportProcessGroupOptions options_;
+  const bool detail_;
+  AlgoChoice algo_;
+  algorithms::RingOptions ring_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;       // queue_ or stopping_ changed; waits on mu_
+  std::condition_variable p2p_cv_;   // posted_ or stopping_ changed; waits on mu_
+  std::deque<PendingOp> queue_;      // GUARDED_BY(mu_)
+  std::list<PostedP2P> posted_;      // GUARDED_BY(mu_)
+  std::uint64_t next_sequence_ = 0;  // GUARDED_BY(mu_); collectives
+  std::uint64_t next_p2p_ = 0;       // GUARDED_BY(mu_); sends and recvs
+  std::uint32_t next_child_ = 0;     // GUARDED_BY(mu_)
+  std::exception_ptr failure_;       // GUARDED_BY(mu_)
+  bool stopping_ = false;            // GUARDED_BY(mu_)
+  bool running_ = false;             // GUARDED_BY(mu_)
+  std::thread worker_;
+  std::thread completer_;  // started by the worker at the first p2p op; GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> make_transport_process_group(
+    std::shared_ptr<transport::Transport> transport, TransportProcessGroupOptions options) {
+  C10D_CHECK(transport != nullptr, "make_transport_process_group: no transport");
+  return std::make_shared<TransportProcessGroup>(std::move(transport), std::move(options));
+}
+
+}  // namespace c10d::backends

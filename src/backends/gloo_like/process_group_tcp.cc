@@ -1,0 +1,31 @@
+// make_process_group_tcp (include/c10d/init.h): the TCP transport under the shared
+// TransportProcessGroup.
+#include "backends/common/transport_process_group.h"
+#include "backends/gloo_like/tcp_transport.h"
+#include "c10d/init.h"
+#include "core/check.h"
+
+namespace c10d {
+
+std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> store, int rank,
+                                                     int world_size,
+                                                     const ProcessGroupTCPOptions& options) {
+  C10D_CHECK(store != nullptr, "make_process_group_tcp: needs a store");
+  gloo_like::TCPTransportOptions transport_options;
+  transport_options.host = options.host;
+  if (transport_options.host.empty() && !options.store_host.empty()) {
+    transport_options.host = gloo_like::local_address_towards(options.store_host);
+  }
+  if (transport_options.host.empty()) transport_options.host = "127.0.0.1";
+  transport_options.timeout = options.timeout;
+  transport_options.fail_all_on_peer_loss = true;
+  auto transport = std::make_shared<gloo_like::TCPTransport>(std::move(store), rank, world_size,
+                                                             options.group_name, transport_options);
+  backends::TransportProcessGroupOptions pg_options;
+  pg_options.backend_name = "tcp";
+  pg_options.timeout = options.timeout;
+  pg_options.algo = options.algo;
+  return backends::make_transport_process_group(std::move(transport), std::move(pg_options));
+}
+
+}  // namespace c10d

@@ -1,0 +1,70 @@
+// init_process_group (include/c10d/init.h): fills InitOptions from the environment, meets the
+// other ranks through rendezvous(), and builds the chosen backend's group.
+#include <charconv>
+#include <cstdlib>
+#include <string_view>
+
+#include "c10d/errors.h"
+#include "c10d/init.h"
+#include "c10d/rendezvous.h"
+#include "core/check.h"
+
+namespace c10d {
+namespace {
+
+std::string from_env(const std::string& value, const char* name, const char* fallback) {
+  if (!value.empty()) return value;
+  const char* env = std::getenv(name);
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(fallback);
+}
+
+Milliseconds timeout_from(const std::optional<Milliseconds>& given) {
+  if (given) {
+    C10D_CHECK(given->count() > 0, "init_process_group: timeout must be positive, not {} ms",
+               given->count());
+    return *given;
+  }
+  const char* env = std::getenv("C10D_TIMEOUT_MS");
+  if (env == nullptr || *env == '\0') return kDefaultTimeout;
+  long long ms = 0;
+  const std::string_view text(env);
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ms);
+  C10D_CHECK(ec == std::errc() && end == text.data() + text.size() && ms > 0,
+             "C10D_TIMEOUT_MS '{}' is not a positive number of milliseconds", text);
+  return Milliseconds(ms);
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
+  const std::string backend = from_env(options.backend, "C10D_BACKEND", "tcp");
+  const std::string init_method = from_env(options.init_method, "C10D_INIT_METHOD", "env://");
+  const Milliseconds timeout = timeout_from(options.timeout);
+  if (backend != "tcp" && backend != "gloo") {
+    if (backend == "mpi" || backend == "ici") {
+      C10D_THROW(Unsupported, "init_process_group: backend '{}' is not built into this library",
+                 backend);
+    }
+    C10D_THROW(InvalidArgument, "init_process_group: unknown backend '{}' (expected tcp, mpi, ici)",
+               backend);
+  }
+
+  RendezvousResult rv;
+  if (options.store) {
+    C10D_CHECK(options.rank >= 0 && options.world_size >= 1 && options.rank < options.world_size,
+               "init_process_group with a store needs rank and world_size (got rank {} of {})",
+               options.rank, options.world_size);
+    rv.store = options.store;
+    rv.rank = options.rank;
+    rv.world_size = options.world_size;
+  } else {
+    rv = rendezvous(init_method, options.rank, options.world_size, timeout);
+  }
+  ProcessGroupTCPOptions tcp;
+  tcp.timeout = timeout;
+  tcp.store_host = rv.store_host;
+  tcp.algo = options.algo;
+  return make_process_group_tcp(rv.store, rv.rank, rv.world_size, tcp);
+}
+
+}  // namespace c10d

@@ -1,0 +1,37 @@
+#include "transport/sub_transport.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace c10d::transport {
+
+SubTransport::SubTransport(std::shared_ptr<Transport> parent, std::vector<int> ranks)
+    : parent_(std::move(parent)), ranks_(std::move(ranks)) {
+  C10D_CHECK(parent_ != nullptr, "SubTransport: needs a parent transport");
+  std::vector<int> seen(static_cast<std::size_t>(parent_->size()), 0);
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    const int r = ranks_[i];
+    C10D_CHECK(r >= 0 && r < parent_->size(), "subgroup rank {} is outside a group of size {}", r,
+               parent_->size());
+    C10D_CHECK(seen[static_cast<std::size_t>(r)]++ == 0, "subgroup lists rank {} twice", r);
+    if (r == parent_->rank()) rank_ = static_cast<int>(i);
+  }
+  C10D_CHECK(rank_ >= 0, "subgroup does not include this rank ({})", parent_->rank());
+}
+
+int SubTransport::parent_rank(int peer) const {
+  C10D_CHECK(peer >= 0 && peer < size(), "subgroup rank {}: bad peer {} in a subgroup of size {}",
+             rank_, peer, size());
+  return ranks_[static_cast<std::size_t>(peer)];
+}
+
+std::unique_ptr<Request> SubTransport::isend(int peer, Tag tag, std::span<const std::byte> data) {
+  return parent_->isend(parent_rank(peer), tag, data);
+}
+
+std::unique_ptr<Request> SubTransport::irecv(int peer, Tag tag, std::span<std::byte> data) {
+  return parent_->irecv(parent_rank(peer), tag, data);
+}
+
+}  // namespace c10d::transport

@@ -1,0 +1,36 @@
+// SubTransport: a view of a parent Transport restricted to some of its ranks, renumbered, for
+// subgroups (ProcessGroup::new_group). Rank i of the view is rank ranks[i] of the parent; no
+// connection is made, the parent's carry the bytes. The view does not touch tags: a subgroup's
+// ops are told apart from its parent's by the group id in their tags (transport.h).
+//
+// abort() aborts the parent: the connections are shared, so a view cannot fail alone.
+// Thread-safety and request lifetime are the parent's.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace c10d::transport {
+
+class SubTransport final : public Transport {
+ public:
+  // `ranks`: distinct ranks of `parent`, including parent->rank(). Throws InvalidArgument.
+  SubTransport(std::shared_ptr<Transport> parent, std::vector<int> ranks);
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(ranks_.size()); }
+  std::unique_ptr<Request> isend(int peer, Tag tag, std::span<const std::byte> data) override;
+  std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data) override;
+  void abort(std::exception_ptr reason) override { parent_->abort(std::move(reason)); }
+
+ private:
+  int parent_rank(int peer) const;
+
+  std::shared_ptr<Transport> parent_;
+  std::vector<int> ranks_;
+  int rank_ = -1;
+};
+
+}  // namespace c10d::transport

@@ -1,0 +1,306 @@
+// The TCP ProcessGroup with every rank a thread over real loopback sockets: the group behaviour
+// the conformance suite does not cover (it checks values): peer loss fails every rank quickly,
+// naming the lost rank; abort releases waiters; DETAIL fingerprints catch mismatched calls;
+// timeouts; subgroups share the connections; point-to-point does not block collectives; the
+// algorithm override is checked.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "c10d/errors.h"
+#include "c10d/init.h"
+#include "c10d/store.h"
+
+namespace c10d {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::atomic<int> group_counter{0};
+
+// Runs fn(rank, group) on n threads; rethrows the first error.
+void run_group(int n, const std::function<void(int, std::shared_ptr<ProcessGroup>&)>& fn,
+               ProcessGroupTCPOptions options = {}) {
+  auto store = std::make_shared<HashStore>(20s);
+  options.group_name = "pg" + std::to_string(group_counter++);
+  if (options.timeout == kDefaultTimeout) options.timeout = 20s;
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto pg = make_process_group_tcp(store, r, n, options);
+        fn(r, pg);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+Tensor filled(std::int64_t n, float v) {
+  return Tensor::from_vector(std::vector<float>(static_cast<std::size_t>(n), v), DType::kFloat32);
+}
+
+template <typename E>
+std::string error_of(const std::shared_ptr<Work>& work, Milliseconds timeout = 10s) {
+  try {
+    work->wait(timeout);
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an error from " << work->op_name();
+  return "";
+}
+
+TEST(ProcessGroupTCPTest, AllReduceBothAlgorithmsAndBackToBackOps) {
+  run_group(3, [](int r, std::shared_ptr<ProcessGroup>& pg) {
+    EXPECT_EQ(pg->backend_name(), "tcp");
+    std::vector<Tensor> ts;
+    std::vector<std::shared_ptr<Work>> works;
+    for (std::int64_t n : {1, 1000, 300000}) {  // 1.2 MB takes the ring
+      ts.push_back(filled(n, static_cast<float>(r + 1)));
+      works.push_back(pg->all_reduce({ts.back()}));
+    }
+    for (std::size_t i = 0; i < works.size(); ++i) {
+      works[i]->wait(20s);
+      EXPECT_EQ(works[i]->sequence(), i);
+      const float* d = ts[i].data<float>();
+      EXPECT_EQ(d[0], 6.0f);
+      EXPECT_EQ(d[ts[i].numel() - 1], 6.0f);
+    }
+  });
+}
+
+TEST(ProcessGroupTCPTest, ForcedAlgorithmsGiveTheSameAnswerAndBadNamesAreRejected) {
+  for (const char* algo : {"ring", "hd", "all_reduce=ring,broadcast=tree", "broadcast=chain"}) {
+    ProcessGroupTCPOptions options;
+    options.algo = algo;
+    run_group(
+        3,
+        [](int r, std::shared_ptr<ProcessGroup>& pg) {
+          auto t = filled(5000, static_cast<float>(r));
+          pg->all_reduce({t})->wait(20s);
+          EXPECT_EQ(t.data<float>()[4999], 3.0f);
+          auto b = filled(70000, static_cast<float>(r));
+          BroadcastOptions bo;
+          bo.root = 2;
+          pg->broadcast({b}, bo)->wait(20s);
+          EXPECT_EQ(b.data<float>()[69999], 2.0f);
+        },
+        options);
+  }
+  ProcessGroupTCPOptions bad;
+  bad.algo = "all_reduce=bogus";
+  try {
+    run_group(
+        1, [](int, std::shared_ptr<ProcessGroup>&) {}, bad);
+    FAIL() << "a bad algorithm name was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("bogus"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ProcessGroupTCPTest, BadArgumentsFailOnTheCallersThreadAndQueueNothing) {
+  run_group(2, [](int r, std::shared_ptr<ProcessGroup>& pg) {
+    auto t = Tensor::from_vector(std::vector<std::int32_t>{1, 2}, DType::kInt32);
+    AllreduceOptions avg;
+    avg.reduce.op = ReduceOp::kAvg;
+    EXPECT_THROW(pg->all_reduce({t}, avg), InvalidArgument);
+    BroadcastOptions root;
+    root.root = 5;
+    EXPECT_THROW(pg->broadcast({t}, root), InvalidArgument);
+    EXPECT_THROW(pg->send({t}, r), InvalidArgument);
+    EXPECT_THROW(pg->all_gather({t}, t), InvalidArgument);  // one output for two ranks
+    // The group still works, and the rejected calls took no sequence numbers on the wire.
+    pg->all_reduce({t})->wait(20s);
+    EXPECT_EQ(t.data<std::int32_t>()[1], 4);
+  });
+}
+
+TEST(ProcessGroupTCPTest, LostPeerFailsEveryRanksPendingAndLaterOpsNamingIt) {
+  std::barrier sync(3);
+  run_group(3, [&](int r, std::shared_ptr<ProcessGroup>& pg) {
+    auto t = filled(100000, 1.0f);
+    pg->all_reduce({t})->wait(20s);
+    sync.arrive_and_wait();
+    if (r == 1) {
+      pg->abort();  // closes its sockets without a goodbye: what the others see when it dies
+      return;
+    }
+    const auto start = Clock::now();
+    auto work = pg->all_reduce({t});
+    const std::string message = error_of<NetworkError>(work);
+    EXPECT_LT(Clock::now() - start, 5s);
+    EXPECT_NE(message.find("peer rank 1"), std::string::npos) << message;
+    // Later ops fail at once with the same cause.
+    const std::string later = error_of<NetworkError>(pg->barrier());
+    EXPECT_NE(later.find("peer rank 1"), std::string::npos) << later;
+  });
+}
+
+TEST(ProcessGroupTCPTest, AbortReleasesAWaiterBlockedOnAPeerThatNeverComes) {
+  run_group(2, [](int r, std::shared_ptr<ProcessGroup>& pg) {
+    if (r == 1) {
+      std::this_thread::sleep_for(300ms);
+      return;  // never joins the all_reduce; destroys its group (goodbye) at the end
+    }
+    auto t = filled(10, 1.0f);
+    auto work = pg->all_reduce({t});
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(100ms);
+      pg->abort();
+    });
+    const auto start = Clock::now();
+    EXPECT_THROW(work->wait(10s), Error);
+    EXPECT_LT(Clock::now() - start, 5s);
+    aborter.join();
+    EXPECT_THROW(pg->barrier()->wait(1s), Error);
+  });
+}
+
+TEST(ProcessGroupTCPTest, OpTimeoutFailsTheOpAndNamesIt) {
+  run_group(2, [](int r, std::shared_ptr<ProcessGroup>& pg) {
+    if (r == 1) {
+      std::this_thread::sleep_for(1500ms);
+      return;
+    }
+    BarrierOptions opts;
+    opts.timeout = 200ms;
+    const auto start = Clock::now();
+    const std::string message = error_of<TimeoutError>(pg->barrier(opts));
+    EXPECT_LT(Clock::now() - start, 1500ms);
+    EXPECT_NE(message.find("timed out"), std::string::npos) << message;
+  });
+}
+
+TEST(ProcessGroupTCPTest, DetailFingerprintsNameTheRanksAndBothCalls) {
+  setenv("C10D_DEBUG", "DETAIL", 1);
+  run_group(3, [](int r, std::shared_ptr<ProcessGroup>& pg) {
+    auto t = filled(8, 1.0f);
+    pg->all_reduce({t})->wait(20s);  // agreeing calls pass
+    std::shared_ptr<Work> work;
+    if (r == 2) {
+      BroadcastOptions bo;
+      bo.root = 1;
+      work = pg->broadcast({t}, bo);
+    } else {
+      work = pg->all_reduce({t});
+    }
+    const std::string message = error_of<InvalidArgument>(work);
+    EXPECT_NE(message.find("rank 0 called all_reduce(float32, count 8, sum) #1"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("rank 2 called broadcast(float32, count 8, root 1) #1"),
+              std::string::npos)
+        << message;
+    // Every rank failed the same op, so the sequence numbers agree and the group goes on.
+    pg->all_reduce({t})->wait(20s);
+  });
+  unsetenv("C10D_DEBUG");
+}
+
+TEST(ProcessGroupTCPTest, SubgroupsShareConnectionsAndRunBesideTheParent) {
+  run_group(4, [](int r, std::shared_ptr<ProcessGroup>& pg) {
+    auto odd = pg->new_group({3, 1});  // rank 3 becomes subgroup rank 0
+    auto all = pg->new_group({0, 1, 2, 3});
+    ASSERT_NE(all, nullptr);
+    if (r % 2 == 0) {
+      EXPECT_EQ(odd, nullptr);
+    } else {
+      ASSERT_NE(odd, nullptr);
+      EXPECT_EQ(odd->size(), 2);
+      EXPECT_EQ(odd->rank(), r == 3 ? 0 : 1);
+    }
+    auto parent_t = filled(1000, 1.0f);
+    auto parent_work = pg->all_reduce({parent_t});
+    auto all_t = filled(1000, static_cast<float>(r));
+    auto all_work = all->all_reduce({all_t});
+    if (odd) {
+      auto t = filled(1000, static_cast<float>(r));
+      BroadcastOptions bo;
+      bo.root = 1;  // global rank 1
+      odd->broadcast({t}, bo)->wait(20s);
+      EXPECT_EQ(t.data<float>()[999], 1.0f);
+    }
+    parent_work->wait(20s);
+    all_work->wait(20s);
+    EXPECT_EQ(parent_t.data<float>()[0], 4.0f);
+    EXPECT_EQ(all_t.data<float>()[0], 6.0f);
+  });
+}
+
+TEST(ProcessGroupTCPTest, PendingRecvDoesNotBlockCollectivesAndTagsMatchOutOfOrder) {
+  run_group(2, [](int r, std::shared_ptr<ProcessGroup>& pg) {
+    auto a = filled(4, 0.0f);
+    auto b = filled(4, 0.0f);
+    if (r == 0) {
+      SendRecvOptions t2;
+      t2.tag = 2;
+      auto recv2 = pg->recv({b}, 1, t2);  // posted first, sent last
+      SendRecvOptions t1;
+      t1.tag = 1;
+      auto recv1 = pg->recv({a}, 1, t1);
+      auto x = filled(4, 1.0f);
+      pg->all_reduce({x})->wait(20s);  // runs while both receives are pending
+      EXPECT_EQ(x.data<float>()[0], 2.0f);
+      recv1->wait(20s);
+      recv2->wait(20s);
+      EXPECT_EQ(a.data<float>()[0], 11.0f);
+      EXPECT_EQ(b.data<float>()[0], 22.0f);
+    } else {
+      auto x = filled(4, 1.0f);
+      pg->all_reduce({x})->wait(20s);
+      SendRecvOptions t1;
+      t1.tag = 1;
+      pg->send({filled(4, 11.0f)}, 0, t1)->wait(20s);
+      SendRecvOptions t2;
+      t2.tag = 2;
+      pg->send({filled(4, 22.0f)}, 0, t2)->wait(20s);
+    }
+  });
+}
+
+TEST(ProcessGroupTCPTest, InitProcessGroupOverFileAndTcpUrls) {
+  const std::string path =
+      ::testing::TempDir() + "/c10d_init_" + std::to_string(::getpid()) + "_store";
+  std::remove(path.c_str());
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(3);
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        InitOptions o;
+        o.init_method = "file://" + path;
+        o.rank = r;
+        o.world_size = 3;
+        o.timeout = 20s;
+        auto pg = init_process_group(o);
+        auto t = filled(10, 1.0f);
+        pg->all_reduce({t})->wait(20s);
+        if (t.data<float>()[9] != 3.0f) throw Error("wrong all_reduce result");
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  std::remove(path.c_str());
+  InitOptions bad;
+  bad.backend = "carrier-pigeon";
+  EXPECT_THROW(init_process_group(bad), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace c10d
