@@ -1,0 +1,151 @@
+// The launcher's pure parts, in-process: its command line (launch_options.h) and the cutting
+// of child output into prefixed lines (line_prefixer.h).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "launcher/launch_options.h"
+#include "launcher/line_prefixer.h"
+
+namespace c10d::launcher {
+namespace {
+
+LaunchOptions parse(const std::vector<std::string>& args) { return parse_launch_options(args); }
+
+// The UsageError's message for `args`, or "" when they parse.
+std::string usage_error(const std::vector<std::string>& args) {
+  try {
+    parse(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(LaunchOptionsTest, DefaultsToOneProcessOnOneNodeWithAFreePort) {
+  const LaunchOptions options = parse({"train", "--lr", "0.1"});
+  EXPECT_EQ(options.nproc_per_node, 1);
+  EXPECT_EQ(options.nnodes, 1);
+  EXPECT_EQ(options.node_rank, 0);
+  EXPECT_EQ(options.master_addr, "127.0.0.1");
+  EXPECT_FALSE(options.master_port.has_value());
+  EXPECT_EQ(options.grace_period, Milliseconds(5000));
+  EXPECT_EQ(options.program, (std::vector<std::string>{"train", "--lr", "0.1"}));
+  EXPECT_TRUE(options.hosts_store());
+}
+
+TEST(LaunchOptionsTest, FlagsStopAtTheProgramAndItsFlagsPassThrough) {
+  const LaunchOptions options = parse({"--nproc-per-node", "2", "prog", "--nnodes", "5", "--help"});
+  EXPECT_EQ(options.nproc_per_node, 2);
+  EXPECT_EQ(options.nnodes, 1);
+  EXPECT_FALSE(options.help);
+  EXPECT_EQ(options.program, (std::vector<std::string>{"prog", "--nnodes", "5", "--help"}));
+}
+
+TEST(LaunchOptionsTest, DoubleDashEndsTheFlags) {
+  const LaunchOptions options = parse({"--nproc-per-node=2", "--", "--odd-program", "x"});
+  EXPECT_EQ(options.program, (std::vector<std::string>{"--odd-program", "x"}));
+}
+
+TEST(LaunchOptionsTest, AcceptsEqualsAndTorchrunUnderscoreSpellings) {
+  const LaunchOptions options =
+      parse({"--nproc_per_node=4", "--nnodes", "3", "--node_rank=2", "--master_addr", "10.0.0.1",
+             "--master-port=29500", "--grace-period-ms", "100", "prog"});
+  EXPECT_EQ(options.nproc_per_node, 4);
+  EXPECT_EQ(options.nnodes, 3);
+  EXPECT_EQ(options.node_rank, 2);
+  EXPECT_EQ(options.master_addr, "10.0.0.1");
+  EXPECT_EQ(options.master_port, 29500);
+  EXPECT_EQ(options.grace_period, Milliseconds(100));
+  EXPECT_FALSE(options.hosts_store());
+  EXPECT_EQ(options.world_size(), 12);
+  EXPECT_EQ(options.global_rank(0), 8);
+  EXPECT_EQ(options.global_rank(3), 11);
+}
+
+TEST(LaunchOptionsTest, HelpAnywhereAmongTheFlagsWins) {
+  EXPECT_TRUE(parse({"--nproc-per-node", "2", "--help"}).help);
+  EXPECT_TRUE(parse({"-h"}).help);
+  EXPECT_NE(launch_usage().find("usage:"), std::string_view::npos);
+}
+
+TEST(LaunchOptionsTest, BadCommandLinesNameTheFlag) {
+  EXPECT_EQ(usage_error({}), "missing the program to run");
+  EXPECT_EQ(usage_error({"--nproc-per-node", "2"}), "missing the program to run");
+  EXPECT_EQ(usage_error({"--nproc-per-node", "0", "p"}),
+            "--nproc-per-node 0 is out of range [1, 4096]");
+  EXPECT_EQ(usage_error({"--nproc-per-node", "2x", "p"}),
+            "--nproc-per-node '2x' is not an integer");
+  EXPECT_EQ(usage_error({"--nproc-per-node", "", "p"}), "--nproc-per-node '' is not an integer");
+  EXPECT_EQ(usage_error({"--nnodes", "99999999999999999999", "p"}),
+            "--nnodes 99999999999999999999 is out of range [1, 100000]");
+  EXPECT_EQ(usage_error({"--nnodes", "2", "--node-rank", "2", "--master-port", "1", "p"}),
+            "--node-rank 2 is out of range [0, 1] for --nnodes 2");
+  EXPECT_EQ(usage_error({"--node-rank", "1", "p"}),
+            "--node-rank 1 is out of range [0, 0] for --nnodes 1");
+  EXPECT_NE(usage_error({"--nnodes", "2", "p"}).find("--master-port is required"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--nnodes", "2", "--master-port", "0", "p"}).find("--master-port 0"),
+            std::string::npos);
+  EXPECT_EQ(usage_error({"--master-port", "65536", "p"}),
+            "--master-port 65536 is out of range [0, 65535]");
+  EXPECT_EQ(usage_error({"--master-addr=", "p"}), "--master-addr is empty");
+  EXPECT_EQ(usage_error({"--grace-period-ms", "-1", "p"}),
+            "--grace-period-ms -1 is out of range [0, 86400000]");
+  EXPECT_EQ(usage_error({"--bogus", "p"}), "unknown flag '--bogus'");
+  EXPECT_EQ(usage_error({"--bogus=1", "p"}), "unknown flag '--bogus'");
+  EXPECT_EQ(usage_error({"-x", "p"}), "unknown flag '-x'");
+  EXPECT_EQ(usage_error({"--nnodes"}), "--nnodes needs a value");
+  EXPECT_EQ(usage_error({"--nnodes", "1", "--nnodes=1", "p"}), "--nnodes is given twice");
+}
+
+// Feeds `pieces` to a prefixer with the given limit and returns everything it produced,
+// finish() included.
+std::string prefixed(const std::vector<std::string>& pieces, std::size_t max_line_bytes = 64) {
+  LinePrefixer lines("[rank 7]: ", max_line_bytes);
+  std::string out;
+  for (const std::string& piece : pieces) lines.feed(piece, out);
+  lines.finish(out);
+  return out;
+}
+
+TEST(LinePrefixerTest, PrefixesEveryWholeLine) {
+  EXPECT_EQ(prefixed({"a\nbb\n"}), "[rank 7]: a\n[rank 7]: bb\n");
+  EXPECT_EQ(prefixed({"\n\n"}), "[rank 7]: \n[rank 7]: \n");
+  EXPECT_EQ(prefixed({""}), "");
+}
+
+TEST(LinePrefixerTest, JoinsALineThatArrivesInPieces) {
+  LinePrefixer lines("[rank 7]: ");
+  std::string out;
+  lines.feed("hel", out);
+  EXPECT_EQ(out, "") << "half a line waits";
+  lines.feed("lo\nwor", out);
+  EXPECT_EQ(out, "[rank 7]: hello\n");
+  lines.feed("ld\n", out);
+  EXPECT_EQ(out, "[rank 7]: hello\n[rank 7]: world\n");
+}
+
+TEST(LinePrefixerTest, FinishEndsAnUnfinishedLastLine) {
+  EXPECT_EQ(prefixed({"a\n", "tail"}), "[rank 7]: a\n[rank 7]: tail\n");
+}
+
+TEST(LinePrefixerTest, CutsLinesLongerThanTheLimitIntoPrefixedPieces) {
+  EXPECT_EQ(prefixed({"abcdefghij\n"}, 4), "[rank 7]: abcd\n[rank 7]: efgh\n[rank 7]: ij\n");
+  // The same line arriving byte by byte is cut the same way.
+  std::vector<std::string> bytes;
+  for (char c : std::string("abcdefghij\n")) bytes.emplace_back(1, c);
+  EXPECT_EQ(prefixed(bytes, 4), "[rank 7]: abcd\n[rank 7]: efgh\n[rank 7]: ij\n");
+  // A line of exactly the limit stays one line, however it arrives.
+  EXPECT_EQ(prefixed({"abcd", "\n"}, 4), "[rank 7]: abcd\n");
+  EXPECT_EQ(prefixed({"abcdefgh", "\n"}, 4), "[rank 7]: abcd\n[rank 7]: efgh\n");
+  // A newline-free stream never holds more than the limit.
+  LinePrefixer lines("> ", 4);
+  std::string out;
+  lines.feed("0123456789", out);
+  EXPECT_EQ(out, "> 0123\n> 4567\n");
+}
+
+}  // namespace
+}  // namespace c10d::launcher

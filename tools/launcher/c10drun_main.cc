@@ -1,0 +1,155 @@
+// c10drun: the launcher (like torchrun). Starts N processes of one program on this node, gives
+// each its rank through the environment, hosts the rendezvous store they meet in, relays their
+// output line by line, and stops them all when one fails.
+//
+//   c10drun [--nproc-per-node N] [--nnodes M --node-rank R --master-addr A --master-port P]
+//           [--grace-period-ms G] [--] PROGRAM [ARGS...]
+//
+// Flags (launch_options.h; "--name=value" works too, and '_' for '-'):
+//   --nproc-per-node N   processes on this node (default 1)
+//   --nnodes M           nodes in the job, each running its own c10drun (default 1)
+//   --node-rank R        this node, 0..M-1 (default 0)
+//   --master-addr A      where the store listens (default 127.0.0.1)
+//   --master-port P      the store's port; required with M > 1. With one node and no port, the
+//                        store takes a free port.
+//   --grace-period-ms G  after a failure or a stop signal, how long before SIGKILL (5000)
+// PROGRAM is looked up in PATH.
+//
+// The store: node 0 hosts a TCPStoreServer in this process, listening on A:P; other nodes host
+// nothing. It lives until every local process has ended. It uses C10D_STORE_TOKEN when set.
+//
+// Environment of local process i (every other variable is inherited, C10D_STORE_TOKEN too):
+//   RANK=R*N+i  LOCAL_RANK=i  WORLD_SIZE=M*N  LOCAL_WORLD_SIZE=N  GROUP_RANK=R
+//   MASTER_ADDR=A  MASTER_PORT=<the store's port>  C10D_STORE_EXTERNAL=1
+// so c10d::rendezvous("env://") connects every rank, rank 0 included, to the launcher's store.
+//
+// Output: each line a process writes is prefixed with "[rank RANK]: " and written whole, its
+// stdout to the launcher's stdout and its stderr to the launcher's stderr. The launcher's own
+// messages go to stderr, starting with "c10drun: ".
+//
+// Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every process; then, as after a
+// failure, processes still running after the grace period get SIGKILL. A process that fails
+// (non-zero exit, or killed by a signal) is reported as the cause, e.g.
+//   c10drun: rank 2 (pid 1234) failed: exited with code 3
+// and the others get SIGTERM; those that then end abnormally are reported as "stopped".
+//
+// Exit status: 0 every process exited 0; 1 one failed (or could not be started, or the store
+// could not listen); 2 bad usage (the error names the flag, then the usage); 128+S stopped by
+// signal S.
+//
+// Threads: the main thread does everything (supervisor.h: one poll() loop over a signalfd and
+// the children's pipes); the hosted store runs on its own io thread (tcp_store_server.h). The
+// handled signals are blocked before that thread starts, so only the signalfd sees them and no
+// signal handler runs anywhere.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "c10d/errors.h"
+#include "core/logging.h"
+#include "launcher/launch_options.h"
+#include "launcher/spawn.h"
+#include "launcher/supervisor.h"
+#include "store/tcp_store_server.h"
+
+namespace c10d::launcher {
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+// Makes sure descriptors 0, 1 and 2 are open (on /dev/null if need be), so that no pipe of the
+// launcher's lands on them and gets mistaken for a standard stream.
+void ensure_standard_fds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    // open() returns the lowest free descriptor, which is this one: the lower ones are open.
+    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) ::open("/dev/null", O_RDWR);
+  }
+}
+
+// Blocks the signals the supervisor handles in this thread (and so in every thread started
+// later) and returns a signalfd that reads them. `previous` receives the mask before.
+UniqueFd take_over_signals(sigset_t& previous) {
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (int signal : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&handled, signal);
+  if (const int rc = ::pthread_sigmask(SIG_BLOCK, &handled, &previous); rc != 0) {
+    throw Error(fmt::format("pthread_sigmask failed: {}", std::strerror(rc)));
+  }
+  UniqueFd fd(::signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (!fd) throw Error(fmt::format("signalfd failed: {}", std::strerror(errno)));
+  // A reader of our output that goes away must not kill the launcher (and orphan the
+  // children); writes then fail with EPIPE instead. Children get the default back (spawn.h).
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, nullptr);
+  return fd;
+}
+
+int launch(const LaunchOptions& options) {
+  ensure_standard_fds();
+  InheritedState inherited{};
+  UniqueFd signals = take_over_signals(inherited.signal_mask);
+  ::getrlimit(RLIMIT_NOFILE, &inherited.open_files);
+
+  std::unique_ptr<TCPStoreServer> server;
+  std::uint16_t port = options.master_port.value_or(0);
+  if (options.hosts_store()) {
+    store::raise_open_file_limit();  // one connection per rank of the whole job
+    store::ServerOptions server_options;
+    server_options.host = options.master_addr;
+    server_options.port = port;
+    if (const char* token = std::getenv("C10D_STORE_TOKEN")) server_options.token = token;
+    server = std::make_unique<TCPStoreServer>(server_options);
+    port = server->port();
+    C10D_LOG_INFO("c10drun: store listening on {}:{}", options.master_addr, port);
+  }
+
+  std::map<std::string, std::string> env = {
+      {"WORLD_SIZE", std::to_string(options.world_size())},
+      {"LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node)},
+      {"GROUP_RANK", std::to_string(options.node_rank)},
+      {"MASTER_ADDR", options.master_addr},
+      {"MASTER_PORT", std::to_string(port)},
+      {"C10D_STORE_EXTERNAL", "1"},
+  };
+  Supervisor supervisor(options, std::move(env), inherited, signals.get());
+  const int status = supervisor.run();
+  if (server) server->stop();
+  return status;
+}
+
+}  // namespace
+}  // namespace c10d::launcher
+
+int main(int argc, char** argv) {
+  namespace launcher = c10d::launcher;
+  launcher::LaunchOptions options;
+  try {
+    options = launcher::parse_launch_options(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const launcher::UsageError& e) {
+    std::cerr << "c10drun: " << e.what() << "\n\n" << launcher::launch_usage();
+    return launcher::kExitUsage;
+  }
+  if (options.help) {
+    std::cout << launcher::launch_usage();
+    return 0;
+  }
+  try {
+    return launcher::launch(options);
+  } catch (const std::exception& e) {
+    std::cerr << "c10drun: " << e.what() << '\n';
+    return launcher::kExitFailure;
+  }
+}

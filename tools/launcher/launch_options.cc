@@ -1,0 +1,151 @@
+#include "launcher/launch_options.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <set>
+
+namespace c10d::launcher {
+namespace {
+
+constexpr std::string_view kUsage = R"(usage:
+  c10drun [--nproc-per-node N] [--nnodes M --node-rank R --master-addr A --master-port P]
+          [--grace-period-ms G] [--] PROGRAM [ARGS...]
+
+Starts N copies of PROGRAM (found through PATH) on this node, as ranks R*N .. R*N+N-1 of a
+world of M*N, and hosts the rendezvous store they meet in (on node 0).
+
+  --nproc-per-node N   processes on this node (default 1, at most 4096)
+  --nnodes M           nodes in the job (default 1); each node runs its own c10drun
+  --node-rank R        this node, 0 .. M-1 (default 0); node 0 hosts the store
+  --master-addr A      the store's host (default 127.0.0.1); node 0 listens on it
+  --master-port P      the store's port; needed with --nnodes > 1 (default: a free port)
+  --grace-period-ms G  after a failure or a stop signal, how long the processes get to
+                       exit before SIGKILL (default 5000)
+  --help               this text
+
+Each process gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
+MASTER_PORT and C10D_STORE_EXTERNAL=1, so c10d::rendezvous("env://") finds the store;
+C10D_STORE_TOKEN passes through (and the hosted store requires it). Every line a process
+prints is prefixed with "[rank R]: " (stdout to stdout, stderr to stderr). SIGINT, SIGTERM,
+SIGHUP and SIGQUIT are forwarded to every process. When one fails, the others get SIGTERM.
+
+exit status: 0 every process exited 0; 1 a process failed (or the launcher could not start
+them); 2 usage error; 128+S the launcher was stopped by signal S
+)";
+
+enum class Flag { kNprocPerNode, kNnodes, kNodeRank, kMasterAddr, kMasterPort, kGracePeriodMs };
+
+const std::map<std::string, Flag, std::less<>>& flag_names() {
+  static const std::map<std::string, Flag, std::less<>> kNames = {
+      {"nproc-per-node", Flag::kNprocPerNode}, {"nnodes", Flag::kNnodes},
+      {"node-rank", Flag::kNodeRank},          {"master-addr", Flag::kMasterAddr},
+      {"master-port", Flag::kMasterPort},      {"grace-period-ms", Flag::kGracePeriodMs},
+  };
+  return kNames;
+}
+
+// A decimal integer in [lo, hi]; `flag` ("--nnodes") names it in the error.
+long long parse_integer(std::string_view flag, const std::string& text, long long lo,
+                        long long hi) {
+  long long value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec == std::errc::invalid_argument || ptr != end) {
+    throw UsageError(fmt::format("{} '{}' is not an integer", flag, text));
+  }
+  if (ec == std::errc::result_out_of_range || value < lo || value > hi) {
+    throw UsageError(fmt::format("{} {} is out of range [{}, {}]", flag, text, lo, hi));
+  }
+  return value;
+}
+
+// Applies one flag's value to `options`.
+void apply(Flag flag, std::string_view spelled, const std::string& value, LaunchOptions& options) {
+  switch (flag) {
+    case Flag::kNprocPerNode:
+      options.nproc_per_node = static_cast<int>(parse_integer(spelled, value, 1, kMaxProcsPerNode));
+      break;
+    case Flag::kNnodes:
+      options.nnodes = static_cast<int>(parse_integer(spelled, value, 1, kMaxNodes));
+      break;
+    case Flag::kNodeRank:
+      options.node_rank = static_cast<int>(parse_integer(spelled, value, 0, kMaxNodes - 1));
+      break;
+    case Flag::kMasterAddr:
+      if (value.empty()) throw UsageError(fmt::format("{} is empty", spelled));
+      options.master_addr = value;
+      break;
+    case Flag::kMasterPort:
+      options.master_port = static_cast<std::uint16_t>(parse_integer(spelled, value, 0, 65535));
+      break;
+    case Flag::kGracePeriodMs:
+      options.grace_period = Milliseconds(parse_integer(spelled, value, 0, 24LL * 3600 * 1000));
+      break;
+  }
+}
+
+// The checks that involve more than one flag.
+void check_consistent(const LaunchOptions& options) {
+  if (options.node_rank >= options.nnodes) {
+    throw UsageError(fmt::format("--node-rank {} is out of range [0, {}] for --nnodes {}",
+                                 options.node_rank, options.nnodes - 1, options.nnodes));
+  }
+  if (options.nnodes > 1 && !options.master_port) {
+    throw UsageError(
+        "--master-port is required with --nnodes > 1 (every node must know where the store is)");
+  }
+  if (options.nnodes > 1 && *options.master_port == 0) {
+    throw UsageError("--master-port 0 (a free port) only works with --nnodes 1");
+  }
+  if (options.program.empty()) throw UsageError("missing the program to run");
+}
+
+}  // namespace
+
+LaunchOptions parse_launch_options(const std::vector<std::string>& args) {
+  LaunchOptions options;
+  std::set<Flag> seen;  // to catch a flag given twice
+  std::size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') break;  // the program
+    if (arg == "-h" || arg == "--help") {
+      options.help = true;
+      return options;
+    }
+    if (arg[1] != '-') throw UsageError(fmt::format("unknown flag '{}'", arg));
+    const std::size_t eq = arg.find('=');
+    std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    std::replace(name.begin(), name.end(), '_', '-');
+    const auto it = flag_names().find(name);
+    if (it == flag_names().end()) {
+      throw UsageError(fmt::format("unknown flag '{}'", arg.substr(0, eq)));
+    }
+    const std::string spelled = "--" + name;
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else {
+      if (i + 1 >= args.size()) throw UsageError(fmt::format("{} needs a value", spelled));
+      value = args[++i];
+    }
+    if (!seen.insert(it->second).second) {
+      throw UsageError(fmt::format("{} is given twice", spelled));
+    }
+    apply(it->second, spelled, value, options);
+  }
+  options.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  check_consistent(options);
+  return options;
+}
+
+std::string_view launch_usage() { return kUsage; }
+
+}  // namespace c10d::launcher

@@ -1,0 +1,78 @@
+// Starting one child process for the launcher: fork, then in the child wire stdout and stderr
+// to fresh pipes, undo what the launcher changed in itself, and exec the program.
+//
+// The child inherits none of the launcher's other descriptors (the store server's sockets
+// among them): every descriptor above stderr is closed before exec, as Python's subprocess
+// does. It gets back the launcher's original signal mask, the default SIGPIPE action and the
+// original open-file limit. It dies with the launcher (PR_SET_PDEATHSIG SIGKILL), whose store
+// it could not use anyway. When exec fails, the child prints
+//   c10drun: cannot run 'PROGRAM': REASON
+// on its stderr and exits 127, as a shell does.
+//
+// Between fork and exec the child runs only async-signal-safe calls: the launcher has other
+// threads (the store server's), which may hold locks at the moment of the fork.
+#pragma once
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace c10d::launcher {
+
+// An owned file descriptor, closed on destruction.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { reset(); }
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = other.release();
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset();
+
+ private:
+  int fd_ = -1;
+};
+
+// What a child gets back from before the launcher changed it.
+struct InheritedState {
+  sigset_t signal_mask;  // the launcher blocks the signals it reads through a signalfd
+  rlimit open_files;     // the launcher raises its own limit to host the store
+};
+
+// A started child: its pid and the read ends (non-blocking) of its stdout and stderr pipes.
+struct SpawnedChild {
+  pid_t pid = -1;
+  UniqueFd out;
+  UniqueFd err;
+};
+
+// This process's environment with `overrides` set (replacing any variable of the same name),
+// as "NAME=value" entries.
+std::vector<std::string> environment_with(const std::map<std::string, std::string>& overrides);
+
+// Starts `argv` (argv[0] looked up in PATH) with exactly the environment `env`. Throws
+// c10d::Error when a pipe or the fork fails; a failing exec shows in the child's exit status.
+SpawnedChild spawn_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                         const InheritedState& inherited);
+
+}  // namespace c10d::launcher

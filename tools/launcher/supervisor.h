@@ -1,0 +1,103 @@
+// Supervisor: runs the local processes of one node from start to end, on the launcher's one
+// thread.
+//
+// run() starts every process, then loops on one poll() over a signalfd and the read ends of
+// every child's stdout and stderr pipes:
+//  - output: whatever a pipe holds is read (without blocking), cut into lines prefixed with
+//    "[rank R]: " and written, whole lines only, to the launcher's stdout or stderr;
+//  - SIGCHLD: exited children are reaped; before one's exit is reported, its pipes are drained,
+//    so its last words come before the verdict;
+//  - SIGINT, SIGTERM, SIGHUP, SIGQUIT: forwarded to every running child (each time one
+//    arrives), and the stop clock starts.
+// The first child to fail (a non-zero exit or a signal) while nobody asked to stop is the
+// cause, reported as "failed"; every running child then gets SIGTERM. Children that end
+// abnormally after that are reported as "stopped". Once stopping, children still running after
+// the grace period get SIGKILL; one that outlives even that (stuck in the kernel) is left
+// behind after a further bound, so the launcher never hangs while stopping.
+//
+// Exit status of run(): 0 when every child exited 0; 1 when one failed or could not be
+// started; otherwise 128 + the first stop signal received.
+//
+// Not thread-safe; one per launcher. The signals read through signal_fd must be blocked in
+// every thread of the process.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "launcher/launch_options.h"
+#include "launcher/line_prefixer.h"
+#include "launcher/spawn.h"
+
+namespace c10d::launcher {
+
+class Supervisor {
+ public:
+  // `env`: the variables every child gets on top of the launcher's environment (RANK and
+  // LOCAL_RANK are added per child). `signal_fd`: a non-blocking signalfd for SIGCHLD and the
+  // stop signals; not owned.
+  Supervisor(const LaunchOptions& options, std::map<std::string, std::string> env,
+             const InheritedState& inherited, int signal_fd);
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  int run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  // One output stream of a child, relayed to the launcher's `target` descriptor.
+  struct Stream {
+    UniqueFd fd;  // the pipe's read end; closed at end of stream
+    LinePrefixer lines;
+    int target;
+  };
+
+  struct Child {
+    int rank;
+    pid_t pid = -1;
+    bool running = false;
+    Stream out;
+    Stream err;
+  };
+
+  enum class Phase {
+    kRunning,   // nobody failed, nobody asked to stop
+    kStopping,  // a child failed or a stop signal came: waiting up to the grace period
+    kKilling,   // the grace period is over: survivors got SIGKILL
+  };
+
+  void start_all();
+  void wait_for_events();
+  void read_signals();
+  void reap();
+  void on_exit(Child& child, int status);
+  void on_stop_signal(int signal);
+  void stop_after_failure();
+  void kill_survivors();
+  void drain(Stream& stream);
+  void finish_output();
+  void report(const std::string& line) const;
+
+  const LaunchOptions& options_;
+  std::map<std::string, std::string> env_;
+  InheritedState inherited_;
+  int signal_fd_;
+
+  std::vector<Child> children_;
+  std::unordered_map<pid_t, std::size_t> index_of_pid_;
+  int running_ = 0;
+  Phase phase_ = Phase::kRunning;
+  Clock::time_point kill_at_;     // kStopping: when survivors get SIGKILL
+  Clock::time_point give_up_at_;  // kKilling: when the launcher stops waiting for them
+  bool failed_ = false;
+  int stop_signal_ = 0;  // the first stop signal received
+  std::vector<char> read_buffer_;
+};
+
+}  // namespace c10d::launcher
