@@ -1,0 +1,94 @@
+// pg_fault_child: one rank of the process-group fault tests. Joins the group with
+// c10d::init_process_group() (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the environment)
+// and runs one scenario:
+//
+//   kill VICTIM     every rank loops all_reduce on 4 MiB; rank VICTIM starts its 20th and
+//                   SIGKILLs itself while it runs. Survivors print "FAILED <ms> <message>" (ms
+//                   since their failing op was issued) and exit 3.
+//   mismatch        with C10D_DEBUG=DETAIL: rank 1 calls broadcast while the others call
+//                   all_reduce; every rank prints "MISMATCH <message>" and exits 3.
+//   ok              20 all_reduces, checked; prints "OK" and exits 0.
+// Any other outcome prints "UNEXPECTED ..." and exits 1. Every wait is bounded (30 s).
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "c10d/c10d.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+int run(const std::string& scenario, int victim) {
+  c10d::InitOptions options;
+  options.timeout = 30s;
+  auto pg = c10d::init_process_group(options);
+  const int rank = pg->rank();
+  auto t = c10d::Tensor::empty({1 << 20}, c10d::DType::kFloat32);
+  if (scenario == "mismatch") {
+    std::shared_ptr<c10d::Work> work;
+    if (rank == 1) {
+      work = pg->broadcast({t});
+    } else {
+      work = pg->all_reduce({t});
+    }
+    try {
+      work->wait(30s);
+    } catch (const c10d::InvalidArgument& e) {
+      fmt::print("MISMATCH {}\n", e.what());
+      std::fflush(stdout);
+      return 3;
+    }
+    fmt::print("UNEXPECTED: the mismatched collective succeeded\n");
+    return 1;
+  }
+  for (int i = 0; i < 200; ++i) {
+    float* d = t.data<float>();
+    for (std::int64_t j = 0; j < t.numel(); ++j) d[j] = 1.0f;
+    const auto issued = Clock::now();
+    auto work = pg->all_reduce({t});
+    if (scenario == "kill" && rank == victim && i == 19) {
+      std::this_thread::sleep_for(2ms);  // let the all_reduce get onto the wire
+      ::raise(SIGKILL);
+    }
+    try {
+      work->wait(30s);
+    } catch (const c10d::Error& e) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - issued).count();
+      fmt::print("FAILED {} {}\n", ms, e.what());
+      std::fflush(stdout);
+      return 3;
+    }
+    if (d[0] != static_cast<float>(pg->size()) || d[t.numel() - 1] != d[0]) {
+      fmt::print("UNEXPECTED: wrong value {} in iteration {}\n", d[0], i);
+      return 1;
+    }
+    if (scenario == "ok" && i == 19) {
+      fmt::print("OK\n");
+      return 0;
+    }
+  }
+  fmt::print("UNEXPECTED: nothing failed\n");
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: pg_fault_child kill VICTIM | mismatch | ok\n");
+    return 2;
+  }
+  try {
+    return run(argv[1], argc > 2 ? std::atoi(argv[2]) : -1);
+  } catch (const std::exception& e) {
+    fmt::print("UNEXPECTED: {}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,105 @@
+// Fault tests of the TCP process group with real processes: a rank killed with SIGKILL in the
+// middle of an all_reduce makes every other rank fail within 5 s with an error naming it, and
+// c10drun exit non-zero naming it; mismatched collectives under C10D_DEBUG=DETAIL fail on every
+// rank with both calls named.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <memory>
+#include <regex>
+#include <vector>
+
+#include "../store/child_process.h"
+#include "store/tcp_store_server.h"
+
+namespace c10d {
+namespace {
+
+using namespace std::chrono_literals;
+using test::ChildProcess;
+using test::EnvChanges;
+using test::TempDir;
+
+std::string child_path() { return (test::build_dir() / "tests" / "pg_fault_child").string(); }
+std::string launcher_path() { return (test::build_dir() / "tools" / "c10drun").string(); }
+
+struct Ranks {
+  TempDir dir;
+  std::unique_ptr<TCPStoreServer> server;
+  std::vector<std::unique_ptr<ChildProcess>> children;
+
+  Ranks(int n, const std::vector<std::string>& args, const EnvChanges& extra = {}) {
+    server = std::make_unique<TCPStoreServer>(store::ServerOptions{});
+    for (int r = 0; r < n; ++r) {
+      EnvChanges env = extra;
+      env["RANK"] = std::to_string(r);
+      env["WORLD_SIZE"] = std::to_string(n);
+      env["MASTER_ADDR"] = "127.0.0.1";
+      env["MASTER_PORT"] = std::to_string(server->port());
+      env["C10D_STORE_EXTERNAL"] = "1";
+      std::vector<std::string> argv{child_path()};
+      argv.insert(argv.end(), args.begin(), args.end());
+      children.push_back(
+          std::make_unique<ChildProcess>(argv, env, dir.path(), "rank" + std::to_string(r)));
+    }
+  }
+};
+
+TEST(ProcessGroupFaultTest, KilledRankFailsEveryOtherRankQuicklyNamingIt) {
+  constexpr int kVictim = 2;
+  Ranks ranks(4, {"kill", std::to_string(kVictim)});
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  const auto victim = ranks.children[kVictim]->wait(deadline);
+  ASSERT_FALSE(victim.exited) << ranks.children[kVictim]->describe();
+  EXPECT_EQ(victim.signal, SIGKILL);
+  const auto died = std::chrono::steady_clock::now();
+  for (int r = 0; r < 4; ++r) {
+    if (r == kVictim) continue;
+    auto& child = *ranks.children[static_cast<std::size_t>(r)];
+    const auto exit = child.wait(died + 5s);
+    EXPECT_FALSE(exit.timed_out) << "rank " << r << " still running 5 s after rank 2 died";
+    EXPECT_EQ(exit.code, 3) << child.describe();
+    const std::string out = child.out();
+    EXPECT_NE(out.find("FAILED"), std::string::npos) << out;
+    EXPECT_NE(out.find("rank 2"), std::string::npos) << "rank " << r << ": " << out;
+  }
+}
+
+TEST(ProcessGroupFaultTest, MismatchedCollectivesUnderDetailFailOnEveryRankNamingBothCalls) {
+  Ranks ranks(3, {"mismatch"}, {{"C10D_DEBUG", "DETAIL"}});
+  for (int r = 0; r < 3; ++r) {
+    auto& child = *ranks.children[static_cast<std::size_t>(r)];
+    const auto exit = child.wait(std::chrono::steady_clock::now() + 30s);
+    EXPECT_EQ(exit.code, 3) << child.describe();
+    const std::string out = child.out();
+    EXPECT_NE(out.find("rank 0 called all_reduce(float32, count 1048576, sum) #0"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("rank 1 called broadcast(float32, count 1048576, root 0) #0"),
+              std::string::npos)
+        << out;
+  }
+}
+
+TEST(ProcessGroupFaultTest, LauncherExitsNonZeroNamingTheKilledRank) {
+  TempDir dir;
+  ChildProcess launcher({launcher_path(), "--nproc-per-node", "3", child_path(), "kill", "1"}, {},
+                        dir.path(), "c10drun");
+  const auto exit = launcher.wait(std::chrono::steady_clock::now() + 60s);
+  EXPECT_FALSE(exit.timed_out);
+  EXPECT_NE(exit.code, 0) << launcher.describe();
+  const std::string err = launcher.err();
+  EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("SIGKILL"), std::string::npos) << err;
+}
+
+TEST(ProcessGroupFaultTest, HealthyRunUnderTheLauncherExitsZero) {
+  TempDir dir;
+  ChildProcess launcher({launcher_path(), "--nproc-per-node", "3", child_path(), "ok"}, {},
+                        dir.path(), "c10drun");
+  const auto exit = launcher.wait(std::chrono::steady_clock::now() + 60s);
+  EXPECT_EQ(exit.code, 0) << launcher.describe() << launcher.out() << launcher.err();
+}
+
+}  // namespace
+}  // namespace c10d
