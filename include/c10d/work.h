@@ -11,6 +11,7 @@
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -58,6 +59,7 @@ class Future : public std::enable_shared_from_this<Future> {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool completed_ = false;           // GUARDED_BY(mu_)
+  std::atomic<bool> done_{false};    // completed_, readable without mu_ (waiters poll it)
   std::vector<Tensor> value_;        // GUARDED_BY(mu_); immutable once completed
   std::exception_ptr error_;         // GUARDED_BY(mu_); immutable once completed
   std::vector<Callback> callbacks_;  // GUARDED_BY(mu_)

@@ -1,6 +1,7 @@
 #include "c10d/work.h"
 
 #include "core/check.h"
+#include "core/spin_wait.h"
 
 namespace c10d {
 
@@ -11,6 +12,7 @@ void Future::mark_completed(std::vector<Tensor> value) {
     C10D_CHECK(!completed_, "future completed twice");
     completed_ = true;
     value_ = std::move(value);
+    done_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();
@@ -25,6 +27,7 @@ void Future::set_error(std::exception_ptr error) {
     C10D_CHECK(!completed_, "future completed twice");
     completed_ = true;
     error_ = std::move(error);
+    done_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();
@@ -47,8 +50,12 @@ std::exception_ptr Future::exception() const {
 }
 
 bool Future::wait_for(Milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (core::spin_until([&] { return done_.load(std::memory_order_acquire); }, deadline)) {
+    return true;
+  }
   std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, timeout, [&] { return completed_; });
+  return cv_.wait_until(lock, deadline, [&] { return completed_; });
 }
 
 void Future::wait(Milliseconds timeout) const {

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -39,6 +40,7 @@
 #include "c10d/errors.h"
 #include "core/check.h"
 #include "core/logging.h"
+#include "core/spin_wait.h"
 #include "transport/sub_transport.h"
 
 namespace c10d::backends {
@@ -265,6 +267,7 @@ class TransportProcessGroup final : public ProcessGroup {
       stopping_ = true;
       for (auto& op : queue_) op.work->finish_with_error(reason);
       queue_.clear();
+      queued_.store(0, std::memory_order_relaxed);
       // An op still running holds the worker in a transport wait: only an abort releases it.
       if (running_) transport_->abort(reason);
     }
@@ -600,6 +603,7 @@ class TransportProcessGroup final : public ProcessGroup {
       }
       C10D_CHECK(!stopping_, "{}: the group is being destroyed", op);
       queue_.push_back(std::move(p));
+      queued_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
     return work;
@@ -640,6 +644,7 @@ class TransportProcessGroup final : public ProcessGroup {
       if (failure_) return;
       failure_ = e;
       dropped.swap(queue_);
+      queued_.store(0, std::memory_order_relaxed);
     }
     transport_->abort(e);
     for (auto& op : dropped) op.work->finish_with_error(e);
@@ -649,12 +654,16 @@ class TransportProcessGroup final : public ProcessGroup {
   void work_loop() {
     for (;;) {
       PendingOp op;
+      // Training loops issue the next op right after the last one completes: poll for it
+      // briefly before sleeping (core/spin_wait.h).
+      core::spin_until([&] { return queued_.load(std::memory_order_acquire) > 0; });
       {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
         if (queue_.empty()) return;
         op = std::move(queue_.front());
         queue_.pop_front();
+        queued_.fetch_sub(1, std::memory_order_relaxed);
         running_ = true;
       }
       Outcome outcome = run_op(op);
@@ -806,16 +815,17 @@ class TransportProcessGroup final : public ProcessGroup {
   algorithms::RingOptions ring_;
 
   std::mutex mu_;
-  std::condition_variable cv_;       // queue_ or stopping_ changed; waits on mu_
-  std::condition_variable p2p_cv_;   // posted_ or stopping_ changed; waits on mu_
-  std::deque<PendingOp> queue_;      // GUARDED_BY(mu_)
-  std::list<PostedP2P> posted_;      // GUARDED_BY(mu_)
-  std::uint64_t next_sequence_ = 0;  // GUARDED_BY(mu_); collectives
-  std::uint64_t next_p2p_ = 0;       // GUARDED_BY(mu_); sends and recvs
-  std::uint32_t next_child_ = 0;     // GUARDED_BY(mu_)
-  std::exception_ptr failure_;       // GUARDED_BY(mu_)
-  bool stopping_ = false;            // GUARDED_BY(mu_)
-  bool running_ = false;             // GUARDED_BY(mu_)
+  std::condition_variable cv_;          // queue_ or stopping_ changed; waits on mu_
+  std::condition_variable p2p_cv_;      // posted_ or stopping_ changed; waits on mu_
+  std::deque<PendingOp> queue_;         // GUARDED_BY(mu_)
+  std::atomic<std::size_t> queued_{0};  // queue_.size(), for the worker to poll without mu_
+  std::list<PostedP2P> posted_;         // GUARDED_BY(mu_)
+  std::uint64_t next_sequence_ = 0;     // GUARDED_BY(mu_); collectives
+  std::uint64_t next_p2p_ = 0;          // GUARDED_BY(mu_); sends and recvs
+  std::uint32_t next_child_ = 0;        // GUARDED_BY(mu_)
+  std::exception_ptr failure_;          // GUARDED_BY(mu_)
+  bool stopping_ = false;               // GUARDED_BY(mu_)
+  bool running_ = false;                // GUARDED_BY(mu_)
   std::thread worker_;
   std::thread completer_;  // started by the worker at the first p2p op; GUARDED_BY(mu_)
 };

@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "core/spin_wait.h"
 #include "store/asio.h"
 
 // clang-format off
@@ -41,6 +43,11 @@ using transport::Tag;
 namespace {
 
 constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 40;
+// Sends up to this size are written by the posting thread when the connection is idle.
+constexpr std::size_t kDirectWriteBytes = 64 << 10;
+// Messages from this size up wait in the socket for their irecv (Impl::park_until_posted).
+constexpr std::uint64_t kParkBytes = 64 << 10;
+constexpr std::chrono::milliseconds kParkGrace{20};
 
 template <typename E>
 std::exception_ptr error(const char* file, int line, const std::string& message) {
@@ -123,6 +130,7 @@ struct Op {
   std::span<const std::byte> send_data;
   std::span<std::byte> recv_data;
   std::array<std::byte, 16> header{};  // a send's frame header
+  std::size_t written = 0;             // bytes of header + payload already written
   const Clock::time_point posted_at = Clock::now();
   bool in_flight = false;  // GUARDED_BY(Impl::mu_)
   std::atomic<bool> done{false};
@@ -144,7 +152,10 @@ struct Op {
 };
 
 struct Unexpected {
-  std::vector<std::byte> data;
+  // Default-initialized (no zero fill: the payload overwrites every byte).
+  std::unique_ptr<std::byte[]> bytes;
+  std::size_t size = 0;
+  std::span<std::byte> data() const { return {bytes.get(), size}; }
   bool complete = false;       // the payload is all here
   std::shared_ptr<Op> waiter;  // an irecv that matched it while its payload was on the wire
 };
@@ -158,6 +169,10 @@ struct Connection {
   // A send whose write failed: the read side tells why (an abort notice or a goodbye may still
   // be in the receive buffer), so the op fails when the connection is killed.
   std::shared_ptr<Op> failed_write;
+  // A large message whose irecv is not posted yet waits in the kernel (the read loop parks on
+  // this timer) instead of being copied through an unexpected buffer; see read_loop.
+  std::shared_ptr<asio::steady_timer> park_timer;  // io thread creates and cancels
+  Tag parked_tag = 0;
   std::map<Tag, std::deque<std::shared_ptr<Op>>> recvs;  // pending irecvs per tag
   // Shared with the read loop, which may still be filling the newest entry when a failure clears
   // the queue.
@@ -216,6 +231,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     Connection& c = *conns[static_cast<std::size_t>(peer)];
     error_code ignored;
     c.socket.close(ignored);  // io thread: ends the other direction too
+    if (c.park_timer) c.park_timer->cancel();
     if (!c.dead) {
       c.dead = why ? std::move(why)
                    : error<NetworkError>(__FILE__, __LINE__,
@@ -255,13 +271,30 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         c->socket.non_blocking(true, ec);
         if (!ec) asio::write(c->socket, asio::buffer(frame), ec);
       }
+      close_all();  // under mu_: a thread writing directly (submit) never sees a closed fd
     }
-    close_all();
   }
 
-  void close_all() {  // io thread
+  // The io thread's loop: polls the reactor while messages keep coming, blocks in epoll after
+  // core::spin_window() without any (core/spin_wait.h says why).
+  void run() {
+    auto last_work = Clock::now();
+    while (!io.stopped()) {
+      if (io.poll() > 0) {
+        last_work = Clock::now();
+      } else if (Clock::now() - last_work > core::spin_window()) {
+        io.run_one();
+        last_work = Clock::now();
+      } else if (Clock::now() - last_work > core::kHotSpin) {
+        sched_yield();
+      }
+    }
+  }
+
+  void close_all() {  // io thread, under mu_
     for (auto& c : conns) {
       if (!c) continue;
+      if (c->park_timer) c->park_timer->cancel();
       error_code ignored;
       c->socket.shutdown(tcp::socket::shutdown_both, ignored);
       c->socket.close(ignored);
@@ -279,8 +312,11 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       op->in_flight = true;
       c.writing = true;
     }
+    const std::size_t skip = op->written;
     std::array<asio::const_buffer, 2> bufs{
-        asio::buffer(op->header), asio::buffer(op->send_data.data(), op->send_data.size())};
+        asio::buffer(op->header) + std::min(skip, op->header.size()),
+        asio::buffer(op->send_data.data(), op->send_data.size()) +
+            (skip > op->header.size() ? skip - op->header.size() : 0)};
     asio::async_write(c.socket, bufs,
                       [self = shared_from_this(), op, peer](error_code ec, std::size_t) {
                         Connection& conn = *self->conns[static_cast<std::size_t>(peer)];
@@ -300,6 +336,27 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
                         }
                         self->write_next(peer);
                       });
+  }
+
+  // Io thread. A large message with no receive posted for it yet is left in the socket (the
+  // sender is flow-controlled meanwhile) for up to kParkGrace, so that the irecv that is surely
+  // coming reads it straight into its buffer: buffering it would cost an allocation, page
+  // faults and a copy, several times the transfer itself. submit() ends the wait when the
+  // receive is posted, close_all() and kill_locked() when the connection goes. After the grace
+  // the message is buffered anyway: a receiver may wait for a later message on this connection
+  // first (another tag), so parking must never be forever.
+  asio::awaitable<void> park_until_posted(Connection& c, Tag tag) {
+    {
+      std::lock_guard lock(mu_);
+      auto it = c.recvs.find(tag);
+      if ((it != c.recvs.end() && !it->second.empty()) || c.dead || aborted) co_return;
+      c.park_timer = std::make_shared<asio::steady_timer>(io, kParkGrace);
+      c.parked_tag = tag;
+    }
+    error_code ignored;
+    co_await c.park_timer->async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+    std::lock_guard lock(mu_);
+    c.park_timer.reset();
   }
 
   asio::awaitable<void> read_loop(int peer) {  // io thread
@@ -346,6 +403,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         ec = asio::error::message_size;
         break;
       }
+      if (len >= kParkBytes) co_await park_until_posted(c, tag);
       std::shared_ptr<Op> target;
       std::span<std::byte> into;
       std::shared_ptr<Unexpected> entry;
@@ -372,9 +430,10 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         } else {
           auto& q = c.unexpected[tag];
           entry = std::make_shared<Unexpected>();
-          entry->data.resize(len);
+          entry->bytes = std::make_unique_for_overwrite<std::byte[]>(len);
+          entry->size = len;
           q.push_back(entry);
-          into = entry->data;
+          into = entry->data();
         }
       }
       if (!into.empty()) {
@@ -394,8 +453,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         auto it = c.unexpected.find(tag);
         if (entry->waiter && !entry->waiter->done && it != c.unexpected.end() &&
             it->second.front() == entry) {  // matched while on the wire: hand over, drop it
-          if (!entry->data.empty()) {
-            std::memcpy(entry->waiter->recv_data.data(), entry->data.data(), entry->data.size());
+          if (entry->size > 0) {
+            std::memcpy(entry->waiter->recv_data.data(), entry->bytes.get(), entry->size);
           }
           entry->waiter->complete_locked(nullptr);
           it->second.pop_front();
@@ -415,6 +474,14 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     }
     Connection& c = *conns[static_cast<std::size_t>(op->peer)];
     if (op->is_send) {
+      // A small send on an idle connection is written here, on the caller's thread: handing it
+      // to the io thread would cost a wake-up, longer than the write. Under mu_, so the io
+      // thread cannot close the socket meanwhile; the write never blocks.
+      if (!c.writing && c.sends.empty() && !c.dead && op->bytes() <= kDirectWriteBytes &&
+          write_now_locked(c, *op)) {
+        op->complete_locked(nullptr);
+        return;
+      }
       c.sends.push_back(op);
       lock.unlock();
       asio::post(io, [self = shared_from_this(), peer = op->peer] { self->write_next(peer); });
@@ -433,25 +500,46 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         return;
       }
       c.recvs[op->tag].push_back(op);
+      if (c.park_timer && c.parked_tag == op->tag) {
+        asio::post(io, [self = shared_from_this(), peer = op->peer] {
+          std::lock_guard relock(self->mu_);
+          auto& conn = *self->conns[static_cast<std::size_t>(peer)];
+          if (conn.park_timer) conn.park_timer->cancel();
+        });
+      }
       return;
     }
     Unexpected& m = **u;
-    if (m.data.size() != op->recv_data.size()) {
+    if (m.size != op->recv_data.size()) {
       op->complete_locked(error<InvalidArgument>(
           __FILE__, __LINE__,
           fmt::format("{}: size mismatch: the receive buffer has {} bytes but the message from "
                       "peer rank {} has {} bytes",
-                      op->describe(), op->recv_data.size(), op->peer, m.data.size())));
+                      op->describe(), op->recv_data.size(), op->peer, m.size)));
     } else if (!m.complete) {
       m.waiter = op;
       op->in_flight = true;
       return;
     } else {
-      if (!m.data.empty()) std::memcpy(op->recv_data.data(), m.data.data(), m.data.size());
+      if (m.size > 0) std::memcpy(op->recv_data.data(), m.bytes.get(), m.size);
       op->complete_locked(nullptr);
     }
     it->second.erase(u);
     if (it->second.empty()) c.unexpected.erase(it);
+  }
+
+  // Requires mu_. Writes as much of `op`'s frame as the socket takes without blocking; true
+  // when all of it went. A failed write is left for the io thread to meet and report.
+  static bool write_now_locked(Connection& c, Op& op) {
+    const std::size_t skip = op.written;
+    iovec iov[2] = {{op.header.data() + skip, op.header.size() - skip},
+                    {const_cast<std::byte*>(op.send_data.data()), op.send_data.size()}};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = op.send_data.empty() ? 1 : 2;
+    const ssize_t n = ::sendmsg(c.socket.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) op.written += static_cast<std::size_t>(n);
+    return op.written == op.header.size() + op.send_data.size();
   }
 
   void cancel(const std::shared_ptr<Op>& op) {
@@ -517,6 +605,7 @@ class TCPRequest final : public transport::Request {
     return true;
   }
   void wait(Clock::time_point deadline) override {
+    core::spin_until([&] { return op_->done.load(std::memory_order_acquire); }, deadline);
     std::unique_lock lock(impl_->mu_);
     if (!op_->cv.wait_until(lock, deadline, [&] { return op_->done.load(); })) {
       const auto ms =
@@ -622,7 +711,7 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
     asio::co_spawn(io, impl_->read_loop(peer), asio::detached);
   }
   impl_->guard.emplace(asio::make_work_guard(io));
-  impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
+  impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
 }
 
 TCPTransport::~TCPTransport() {
