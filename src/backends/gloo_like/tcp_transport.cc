@@ -45,9 +45,9 @@ namespace {
 constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 40;
 // Sends up to this size are written by the posting thread when the connection is idle.
 constexpr std::size_t kDirectWriteBytes = 64 << 10;
-// Messages from this size up wait in the socket for their irecv (Impl::park_until_posted).
+// Messages from this size up wait in the socket for their irecv (see Impl::drain).
 constexpr std::uint64_t kParkBytes = 64 << 10;
-constexpr std::chrono::milliseconds kParkGrace{20};
+constexpr std::chrono::milliseconds kParkGrace{2};
 
 template <typename E>
 std::exception_ptr error(const char* file, int line, const std::string& message) {
@@ -94,6 +94,18 @@ Handshake read_handshake(tcp::socket& s, Clock::time_point deadline, const std::
   io_exact(s, name, true, deadline, what);
   h.group.assign(reinterpret_cast<const char*>(name.data()), name.size());
   return h;
+}
+
+// Socket buffers big enough that a segment of a large message goes out in one write and the
+// sender is not throttled by window updates, each of which would cost the receiver a wake-up.
+// The kernel caps the request at net.core.{w,r}mem_max.
+constexpr int kSocketBufferBytes = 8 << 20;
+
+template <typename Socket>
+void size_buffers(Socket& s) {
+  error_code ignored;  // a smaller buffer is slower, not wrong
+  s.set_option(asio::socket_base::send_buffer_size(kSocketBufferBytes), ignored);
+  s.set_option(asio::socket_base::receive_buffer_size(kSocketBufferBytes), ignored);
 }
 
 }  // namespace
@@ -169,15 +181,33 @@ struct Connection {
   // A send whose write failed: the read side tells why (an abort notice or a goodbye may still
   // be in the receive buffer), so the op fails when the connection is killed.
   std::shared_ptr<Op> failed_write;
-  // A large message whose irecv is not posted yet waits in the kernel (the read loop parks on
-  // this timer) instead of being copied through an unexpected buffer; see read_loop.
-  std::shared_ptr<asio::steady_timer> park_timer;  // io thread creates and cancels
+  // The read side parks a large message whose irecv is not posted yet (see Impl::drain).
+  bool parked = false;
   Tag parked_tag = 0;
   std::map<Tag, std::deque<std::shared_ptr<Op>>> recvs;  // pending irecvs per tag
   // Shared with the read loop, which may still be filling the newest entry when a failure clears
   // the queue.
   std::map<Tag, std::list<std::shared_ptr<Unexpected>>> unexpected;
   std::exception_ptr dead;  // why the connection is gone
+
+  // ---- Read side (Impl::try_drain). Whoever holds read_owner reads the socket: the io thread
+  // when it is readable, or a thread waiting for a message from this peer. ----
+  std::atomic<bool> read_owner{false};
+  std::atomic<bool> drain_again{false};  // set by a thread that found read_owner taken
+  std::atomic<bool> read_closed{false};  // end of stream or error seen; nothing more to read
+  // Owned by the read_owner holder:
+  std::array<std::byte, 16> header{};
+  std::size_t header_got = 0;
+  bool in_payload = false;
+  Tag tag = 0;
+  std::uint64_t len = 0;
+  std::uint64_t got = 0;
+  std::span<std::byte> into;
+  std::shared_ptr<Op> target;         // the irecv being filled
+  std::shared_ptr<Unexpected> entry;  // or the unexpected buffer
+  bool abort_body = false;            // or an abort notice's payload
+  std::vector<std::byte> scratch;     // abort notice, or a message whose size mismatched
+  Clock::time_point park_deadline{};
 };
 
 struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
@@ -229,9 +259,9 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   void kill_locked(int peer, const error_code& ec, std::exception_ptr why = nullptr,
                    bool fatal = true, int lost_rank = -2) {
     Connection& c = *conns[static_cast<std::size_t>(peer)];
-    error_code ignored;
-    c.socket.close(ignored);  // io thread: ends the other direction too
-    if (c.park_timer) c.park_timer->cancel();
+    // Shut down, never closed before the transport goes: another thread may be reading the fd,
+    // and a closed fd number can be reused.
+    ::shutdown(c.socket.native_handle(), SHUT_RDWR);
     if (!c.dead) {
       c.dead = why ? std::move(why)
                    : error<NetworkError>(__FILE__, __LINE__,
@@ -291,13 +321,9 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     }
   }
 
-  void close_all() {  // io thread, under mu_
+  void close_all() {  // under mu_; see kill_locked for why nothing is closed
     for (auto& c : conns) {
-      if (!c) continue;
-      if (c->park_timer) c->park_timer->cancel();
-      error_code ignored;
-      c->socket.shutdown(tcp::socket::shutdown_both, ignored);
-      c->socket.close(ignored);
+      if (c) ::shutdown(c->socket.native_handle(), SHUT_RDWR);
     }
   }
 
@@ -338,132 +364,215 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
                       });
   }
 
-  // Io thread. A large message with no receive posted for it yet is left in the socket (the
-  // sender is flow-controlled meanwhile) for up to kParkGrace, so that the irecv that is surely
-  // coming reads it straight into its buffer: buffering it would cost an allocation, page
-  // faults and a copy, several times the transfer itself. submit() ends the wait when the
-  // receive is posted, close_all() and kill_locked() when the connection goes. After the grace
-  // the message is buffered anyway: a receiver may wait for a later message on this connection
-  // first (another tag), so parking must never be forever.
-  asio::awaitable<void> park_until_posted(Connection& c, Tag tag) {
-    {
-      std::lock_guard lock(mu_);
-      auto it = c.recvs.find(tag);
-      if ((it != c.recvs.end() && !it->second.empty()) || c.dead || aborted) co_return;
-      c.park_timer = std::make_shared<asio::steady_timer>(io, kParkGrace);
-      c.parked_tag = tag;
+  // ---- Read side ----
+  //
+  // A connection's bytes are read by whichever thread holds its read_owner flag, in drain():
+  // the io thread when epoll says the socket is readable, or a thread waiting in
+  // TCPRequest::wait/test for a message from this peer, which then reads its message itself
+  // instead of waiting for the io thread to wake (a wake-up costs more than a small message's
+  // whole trip). drain() reads without blocking until the socket is empty, so a thread that
+  // finds the flag taken only sets drain_again, and the holder drains once more before it lets
+  // go: no readiness is ever lost between two threads.
+  //
+  // Parking: a message of kParkBytes or more whose irecv is not posted yet is left in the
+  // socket (the sender is flow-controlled meanwhile) until the irecv comes or kParkGrace
+  // passes, so it is read straight into the receiver's buffer: buffering it would cost an
+  // allocation, page faults and a copy, several times the transfer itself. After the grace it
+  // is buffered anyway, since the receiver may wait for a later message on this connection
+  // first (another tag).
+
+  void try_drain(int peer) {
+    Connection& c = *conns[static_cast<std::size_t>(peer)];
+    c.drain_again.store(true);
+    if (c.read_owner.exchange(true)) return;  // the holder will see drain_again
+    for (;;) {
+      c.drain_again.store(false);
+      drain(c, peer);
+      c.read_owner.store(false);
+      if (!c.drain_again.load() || c.read_owner.exchange(true)) return;
     }
-    error_code ignored;
-    co_await c.park_timer->async_wait(asio::redirect_error(asio::use_awaitable, ignored));
-    std::lock_guard lock(mu_);
-    c.park_timer.reset();
   }
 
-  asio::awaitable<void> read_loop(int peer) {  // io thread
-    auto keep = shared_from_this();
+  // Io thread: wait for the socket to become readable, drain, and wait again.
+  void arm_read(int peer) {
     Connection& c = *conns[static_cast<std::size_t>(peer)];
-    std::array<std::byte, 16> header{};
-    std::vector<std::byte> discard;
-    error_code ec;
-    for (;;) {
-      co_await asio::async_read(c.socket, asio::buffer(header),
-                                asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) break;
-      const Tag tag = get_le<std::uint64_t>(header.data());
-      const std::uint64_t len = get_le<std::uint64_t>(header.data() + 8);
-      if (tag == kGoodbyeTag && len == 0) {
-        std::lock_guard lock(mu_);
-        kill_locked(
-            peer, ec,
-            error<NetworkError>(__FILE__, __LINE__,
-                                fmt::format("rank {}: peer rank {} closed its transport (it "
-                                            "finished or destroyed its group)",
-                                            rank, peer)),
-            /*fatal=*/false);
-        co_return;
-      }
-      if (tag == kAbortTag && len >= 4 && len <= 4 + kMaxAbortMessageBytes) {
-        std::vector<std::byte> body(len);
-        co_await asio::async_read(c.socket, asio::buffer(body),
-                                  asio::redirect_error(asio::use_awaitable, ec));
-        std::lock_guard lock(mu_);
-        if (ec) break;
-        const AbortNotice notice = decode_abort_notice(body);
-        const std::string cause = notice.lost_rank >= 0
-                                      ? fmt::format("peer rank {} is gone", notice.lost_rank)
-                                      : fmt::format("peer rank {} aborted", peer);
-        kill_locked(peer, ec,
-                    error<NetworkError>(__FILE__, __LINE__,
-                                        fmt::format("rank {}: {} (rank {} reports: {})", rank,
-                                                    cause, peer, notice.message)),
-                    /*fatal=*/true, notice.lost_rank);
-        co_return;
-      }
-      if (len > kMaxMessageBytes) {
-        ec = asio::error::message_size;
-        break;
-      }
-      if (len >= kParkBytes) co_await park_until_posted(c, tag);
-      std::shared_ptr<Op> target;
-      std::span<std::byte> into;
-      std::shared_ptr<Unexpected> entry;
-      {
-        std::lock_guard lock(mu_);
-        auto it = c.recvs.find(tag);
-        if (it != c.recvs.end() && !it->second.empty()) {
-          target = it->second.front();
-          it->second.pop_front();
-          if (it->second.empty()) c.recvs.erase(it);
-          if (target->recv_data.size() != len) {
-            target->complete_locked(error<InvalidArgument>(
-                __FILE__, __LINE__,
-                fmt::format("{}: size mismatch: the receive buffer has {} bytes but the message "
-                            "from peer rank {} has {} bytes",
-                            target->describe(), target->recv_data.size(), peer, len)));
-            target.reset();
-            discard.resize(len);
-            into = discard;
-          } else {
-            target->in_flight = true;
-            into = target->recv_data;
+    if (c.read_closed.load()) return;
+    c.socket.async_wait(tcp::socket::wait_read, [self = shared_from_this(), peer](error_code ec) {
+      if (ec == asio::error::operation_aborted) return;
+      self->arm_read(peer);
+      // After arming: bytes that came since the last drain raised no new edge for the wait.
+      self->try_drain(peer);
+    });
+  }
+
+  // Holder of c.read_owner. Reads, without blocking, until the socket is empty, the message in
+  // front is parked, or the stream ended.
+  void drain(Connection& c, int peer) {
+    const int fd = c.socket.native_handle();
+    while (!c.read_closed.load()) {
+      if (!c.in_payload) {
+        if (c.header_got < c.header.size()) {
+          const ssize_t n = ::recv(fd, c.header.data() + c.header_got,
+                                   c.header.size() - c.header_got, MSG_DONTWAIT);
+          if (n <= 0) {
+            if (!read_failed(c, peer, n)) return;
+            continue;
           }
-        } else {
-          auto& q = c.unexpected[tag];
-          entry = std::make_shared<Unexpected>();
-          entry->bytes = std::make_unique_for_overwrite<std::byte[]>(len);
-          entry->size = len;
-          q.push_back(entry);
-          into = entry->data();
+          c.header_got += static_cast<std::size_t>(n);
+          if (c.header_got < c.header.size()) continue;
+          c.tag = get_le<std::uint64_t>(c.header.data());
+          c.len = get_le<std::uint64_t>(c.header.data() + 8);
+          if (!read_control_frame(c, peer)) return;
+          if (c.in_payload) continue;  // an abort notice's payload
         }
+        std::lock_guard lock(mu_);
+        if (!start_payload_locked(c, peer)) return;  // parked
       }
-      if (!into.empty()) {
-        co_await asio::async_read(c.socket, asio::buffer(into.data(), into.size()),
-                                  asio::redirect_error(asio::use_awaitable, ec));
-      }
-      std::lock_guard lock(mu_);
-      if (ec) {
-        kill_locked(peer, ec);
-        if (target) target->complete_locked(aborted ? aborted : c.dead);
-        co_return;
-      }
-      if (target) {
-        target->complete_locked(nullptr);
-      } else if (entry) {
-        entry->complete = true;
-        auto it = c.unexpected.find(tag);
-        if (entry->waiter && !entry->waiter->done && it != c.unexpected.end() &&
-            it->second.front() == entry) {  // matched while on the wire: hand over, drop it
-          if (entry->size > 0) {
-            std::memcpy(entry->waiter->recv_data.data(), entry->bytes.get(), entry->size);
-          }
-          entry->waiter->complete_locked(nullptr);
-          it->second.pop_front();
-          if (it->second.empty()) c.unexpected.erase(it);
+      if (c.got < c.len) {
+        const ssize_t n = ::recv(fd, c.into.data() + c.got, static_cast<std::size_t>(c.len - c.got),
+                                 MSG_DONTWAIT);
+        if (n <= 0) {
+          if (!read_failed(c, peer, n)) return;
+          continue;
         }
+        c.got += static_cast<std::uint64_t>(n);
+        if (c.got < c.len) continue;
       }
+      finish_payload(c, peer);
     }
+  }
+
+  // recv returned n <= 0: false when the socket is merely empty (come back later), true when
+  // the caller should loop (EINTR, or the stream ended and read_closed is now set).
+  bool read_failed(Connection& c, int peer, ssize_t n) {
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    if (n < 0 && errno == EINTR) return true;
+    const error_code ec =
+        n == 0 ? error_code(asio::error::eof) : error_code(errno, boost::system::system_category());
     std::lock_guard lock(mu_);
+    c.read_closed.store(true);
     kill_locked(peer, ec);
+    if (c.target) c.target->complete_locked(aborted ? aborted : c.dead);
+    c.target.reset();
+    return true;
+  }
+
+  // A header just arrived. Handles goodbye and abort frames and bad lengths (true: go on
+  // reading; false: the stream is over).
+  bool read_control_frame(Connection& c, int peer) {
+    if (c.tag == kGoodbyeTag && c.len == 0) {
+      std::lock_guard lock(mu_);
+      c.read_closed.store(true);
+      kill_locked(peer, {},
+                  error<NetworkError>(__FILE__, __LINE__,
+                                      fmt::format("rank {}: peer rank {} closed its transport (it "
+                                                  "finished or destroyed its group)",
+                                                  rank, peer)),
+                  /*fatal=*/false);
+      return false;
+    }
+    if (c.tag == kAbortTag && c.len >= 4 && c.len <= 4 + kMaxAbortMessageBytes) {
+      c.scratch.resize(c.len);
+      c.into = c.scratch;
+      c.got = 0;
+      c.abort_body = true;
+      c.in_payload = true;
+      return true;
+    }
+    if (c.len > kMaxMessageBytes) {
+      std::lock_guard lock(mu_);
+      c.read_closed.store(true);
+      kill_locked(peer, asio::error::message_size);
+      return false;
+    }
+    return true;
+  }
+
+  // Requires mu_. Chooses where the payload of the message in front goes: its irecv, an
+  // unexpected buffer, or nowhere yet (parked: false).
+  bool start_payload_locked(Connection& c, int peer) {
+    auto it = c.recvs.find(c.tag);
+    c.got = 0;
+    if (it != c.recvs.end() && !it->second.empty()) {
+      c.target = it->second.front();
+      it->second.pop_front();
+      if (it->second.empty()) c.recvs.erase(it);
+      if (c.target->recv_data.size() != c.len) {
+        c.target->complete_locked(error<InvalidArgument>(
+            __FILE__, __LINE__,
+            fmt::format("{}: size mismatch: the receive buffer has {} bytes but the message "
+                        "from peer rank {} has {} bytes",
+                        c.target->describe(), c.target->recv_data.size(), c.target->peer, c.len)));
+        c.target.reset();
+        c.scratch.resize(c.len);
+        c.into = c.scratch;
+      } else {
+        c.target->in_flight = true;
+        c.into = c.target->recv_data;
+      }
+    } else {
+      const auto now = Clock::now();
+      if (c.len >= kParkBytes && !c.dead && !aborted) {
+        if (!c.parked) {
+          c.parked = true;
+          c.parked_tag = c.tag;
+          c.park_deadline = now + kParkGrace;
+          asio::post(io, [self = shared_from_this(), peer] {
+            auto timer = std::make_shared<asio::steady_timer>(self->io, kParkGrace);
+            timer->async_wait([self, timer, peer](error_code) { self->try_drain(peer); });
+          });
+          return false;
+        }
+        if (now < c.park_deadline) return false;
+      }
+      c.entry = std::make_shared<Unexpected>();
+      c.entry->bytes = std::make_unique_for_overwrite<std::byte[]>(c.len);
+      c.entry->size = c.len;
+      c.unexpected[c.tag].push_back(c.entry);
+      c.into = c.entry->data();
+    }
+    c.parked = false;
+    c.in_payload = true;
+    return true;
+  }
+
+  // The payload in front is all here: complete its irecv, or offer the buffered message.
+  void finish_payload(Connection& c, int peer) {
+    std::lock_guard lock(mu_);
+    c.in_payload = false;
+    c.header_got = 0;
+    if (c.abort_body) {
+      c.abort_body = false;
+      c.read_closed.store(true);
+      const AbortNotice notice = decode_abort_notice(c.scratch);
+      const std::string cause = notice.lost_rank >= 0
+                                    ? fmt::format("peer rank {} is gone", notice.lost_rank)
+                                    : fmt::format("peer rank {} aborted", peer);
+      kill_locked(peer, {},
+                  error<NetworkError>(__FILE__, __LINE__,
+                                      fmt::format("rank {}: {} (rank {} reports: {})", rank, cause,
+                                                  peer, notice.message)),
+                  /*fatal=*/true, notice.lost_rank);
+      return;
+    }
+    if (c.target) {
+      c.target->complete_locked(nullptr);
+      c.target.reset();
+      return;
+    }
+    if (!c.entry) return;  // a mismatched message, dropped
+    std::shared_ptr<Unexpected> entry = std::move(c.entry);
+    entry->complete = true;
+    auto it = c.unexpected.find(c.tag);
+    if (entry->waiter && !entry->waiter->done && it != c.unexpected.end() &&
+        it->second.front() == entry) {  // matched while on the wire: hand over, drop it
+      if (entry->size > 0) {
+        std::memcpy(entry->waiter->recv_data.data(), entry->bytes.get(), entry->size);
+      }
+      entry->waiter->complete_locked(nullptr);
+      it->second.pop_front();
+      if (it->second.empty()) c.unexpected.erase(it);
+    }
   }
 
   void submit(const std::shared_ptr<Op>& op) {
@@ -500,12 +609,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         return;
       }
       c.recvs[op->tag].push_back(op);
-      if (c.park_timer && c.parked_tag == op->tag) {
-        asio::post(io, [self = shared_from_this(), peer = op->peer] {
-          std::lock_guard relock(self->mu_);
-          auto& conn = *self->conns[static_cast<std::size_t>(peer)];
-          if (conn.park_timer) conn.park_timer->cancel();
-        });
+      if (c.parked && c.parked_tag == op->tag) {
+        asio::post(io, [self = shared_from_this(), peer = op->peer] { self->try_drain(peer); });
       }
       return;
     }
@@ -600,12 +705,21 @@ class TCPRequest final : public transport::Request {
       : impl_(std::move(impl)), op_(std::move(op)) {}
   ~TCPRequest() override { impl_->cancel(op_); }
   bool test() override {
+    if (!op_->done.load(std::memory_order_acquire) && !op_->is_send) impl_->try_drain(op_->peer);
     if (!op_->done.load(std::memory_order_acquire)) return false;
     if (op_->error) std::rethrow_exception(op_->error);
     return true;
   }
   void wait(Clock::time_point deadline) override {
-    core::spin_until([&] { return op_->done.load(std::memory_order_acquire); }, deadline);
+    // Poll first, reading this peer's socket ourselves when the io thread is not (see drain).
+    core::spin_until(
+        [&] {
+          if (!op_->is_send && !op_->done.load(std::memory_order_acquire)) {
+            impl_->try_drain(op_->peer);
+          }
+          return op_->done.load(std::memory_order_acquire);
+        },
+        deadline);
     std::unique_lock lock(impl_->mu_);
     if (!op_->cv.wait_until(lock, deadline, [&] { return op_->done.load(); })) {
       const auto ms =
@@ -641,7 +755,11 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   const auto hello = encode_handshake(mine);
   auto& io = impl_->io;
 
-  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address(options.host), 0));
+  const tcp::endpoint listen_at(asio::ip::make_address(options.host), 0);
+  tcp::acceptor acceptor(io, listen_at.protocol());
+  size_buffers(acceptor);  // accepted sockets inherit the sizes
+  acceptor.bind(listen_at);
+  acceptor.listen();
   acceptor.non_blocking(true);
   store->set(fmt::format("{}/addr/{}", group_name, rank),
              fmt::format("{}:{}", options.host, acceptor.local_endpoint().port()));
@@ -652,9 +770,11 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
     C10D_CHECK(colon != std::string::npos, "rank {}: bad address \"{}\" for rank {}", rank, addr,
                peer);
     const std::string what = fmt::format("rank {}: handshake with rank {} at {}", rank, peer, addr);
-    tcp::socket s(io);
-    s.connect(tcp::endpoint(asio::ip::make_address(addr.substr(0, colon)),
-                            static_cast<unsigned short>(std::stoi(addr.substr(colon + 1)))));
+    const tcp::endpoint to(asio::ip::make_address(addr.substr(0, colon)),
+                           static_cast<unsigned short>(std::stoi(addr.substr(colon + 1))));
+    tcp::socket s(io, to.protocol());
+    size_buffers(s);  // before connect, so the window scale is negotiated for them
+    s.connect(to);
     s.set_option(tcp::no_delay(true));
     auto out = hello;
     io_exact(s, out, false, deadline, what);
@@ -708,8 +828,14 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
 
   for (int peer = 0; peer < world_size; ++peer) {
     if (peer == rank) continue;
-    asio::co_spawn(io, impl_->read_loop(peer), asio::detached);
+    impl_->arm_read(peer);
   }
+  // Bytes that arrived during setup raised their readiness edge before anyone waited for it.
+  asio::post(impl_->io, [impl = impl_.get(), world_size] {
+    for (int peer = 0; peer < world_size; ++peer) {
+      if (peer != impl->rank) impl->try_drain(peer);
+    }
+  });
   impl_->guard.emplace(asio::make_work_guard(io));
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
 }
