@@ -1,6 +1,7 @@
 #include "algorithms/gather_scatter.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -31,6 +32,11 @@ void check_buffers(const Context& ctx, const char* op, int root, std::span<const
              buffers[static_cast<std::size_t>(root)].size(), local_bytes);
 }
 
+// The root's own block: the in-place forms pass the same buffer on both sides.
+void copy_own(std::span<const std::byte> from, std::span<std::byte> to) {
+  if (!from.empty() && from.data() != to.data()) std::memmove(to.data(), from.data(), from.size());
+}
+
 }  // namespace
 
 void gather(const Context& ctx, std::span<const std::byte> input,
@@ -46,7 +52,7 @@ void gather(const Context& ctx, std::span<const std::byte> input,
   for (int q = 0; q < ctx.size(); ++q) {
     if (q != root) recvs.push_back(t.irecv(q, ctx.tag, outputs[static_cast<std::size_t>(q)]));
   }
-  std::copy(input.begin(), input.end(), outputs[static_cast<std::size_t>(root)].begin());
+  copy_own(input, outputs[static_cast<std::size_t>(root)]);
   transport::wait_all(recvs, ctx.deadline);
 }
 
@@ -62,8 +68,7 @@ void scatter(const Context& ctx, std::span<const std::span<const std::byte>> inp
   for (int q = 0; q < ctx.size(); ++q) {
     if (q != root) sends.push_back(t.isend(q, ctx.tag, inputs[static_cast<std::size_t>(q)]));
   }
-  const auto own = inputs[static_cast<std::size_t>(root)];
-  std::copy(own.begin(), own.end(), output.begin());
+  copy_own(inputs[static_cast<std::size_t>(root)], output);
   transport::wait_all(sends, ctx.deadline);
 }
 
