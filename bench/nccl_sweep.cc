@@ -1,0 +1,301 @@
+#include "nccl_sweep.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "c10d/tensor.h"
+
+namespace c10d::bench {
+namespace {
+
+bool rooted(Collective c) { return c == Collective::kBroadcast || c == Collective::kReduce; }
+
+// nccl-tests' getFloatStr: `width` characters, with as many decimals as fit.
+std::string float_str(double value, int width) {
+  if (!std::isfinite(value)) return fmt::format("{:>{}}", value, width);
+  int power = 0;
+  for (double v = 1; value >= v && power < 30; v *= 10) ++power;
+  if (power < width - 2) return fmt::format("{:>{}.2f}", value, width);
+  if (power < width - 1) return fmt::format("{:>{}.1f}", value, width);
+  if (power < width + 1) return fmt::format("{:>{}.0f}", value, width);
+  return fmt::format("{:>{}.1e}", value, width);
+}
+
+// One measured (collective, size, form).
+struct Cell {
+  bool measured = false;
+  double time_us = 0;
+  double algbw = 0;
+  double busbw = 0;
+  std::int64_t wrong = 0;
+};
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+class Sweep {
+ public:
+  Sweep(const SweepArgs& args, SweepBackend& backend)
+      : args_(args),
+        backend_(backend),
+        rank_(backend.rank()),
+        n_(backend.size()),
+        element_size_(static_cast<std::int64_t>(element_size(args.dtype))) {}
+
+  int run() {
+    if (rooted(args_.collective) && args_.root >= n_) {
+      if (rank_ == 0) {
+        fmt::print(stderr, "{}: root {} is not a rank of {} ranks\n", args_.program, args_.root,
+                   n_);
+      }
+      return 2;
+    }
+    if (!open_json()) return 2;
+    print_header();
+
+    // Buffers for the largest call: both forms fit in max(send, recv) elements.
+    const OpCall largest = make_call(args_.max_bytes, false);
+    buffer_elements_ =
+        std::max<std::int64_t>({send_elements(largest, n_), recv_elements(largest, n_), 1});
+    send_ = std::make_unique<Storage>(static_cast<std::size_t>(buffer_elements_ * element_size_));
+    recv_ = std::make_unique<Storage>(static_cast<std::size_t>(buffer_elements_ * element_size_));
+
+    warm_up(args_.max_bytes);
+    warm_up(args_.min_bytes);
+
+    std::int64_t failed_cells = 0;
+    double busbw_sum = 0;
+    int busbw_cells = 0;
+    for (std::optional<std::size_t> size = args_.min_bytes; size; size = next_size(*size)) {
+      const OpCall shape = make_call(*size, false);
+      const std::int64_t bytes =
+          std::max(send_elements(shape, n_), recv_elements(shape, n_)) * element_size_;
+      std::string line = fmt::format(
+          "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}", bytes, shape.count, type_name(args_.dtype),
+          is_reduction(args_.collective) ? reduce_op_name(args_.op) : "none",
+          rooted(args_.collective) ? args_.root : -1);
+      for (const bool in_place : {false, true}) {
+        const Cell cell = measure(make_call(*size, in_place), bytes);
+        line += format_cell(cell);
+        if (!cell.measured) continue;
+        busbw_sum += cell.busbw;
+        ++busbw_cells;
+        if (cell.wrong != 0) ++failed_cells;
+        add_json_row(bytes, shape.count, in_place, cell);
+      }
+      if (rank_ == 0) fmt::print("{}\n", line);
+    }
+
+    if (rank_ == 0) {
+      fmt::print("# Out of bounds values : {} {}\n", failed_cells, failed_cells ? "FAILED" : "OK");
+      fmt::print("# Avg bus bandwidth    : {:g}\n", busbw_cells ? busbw_sum / busbw_cells : 0.0);
+      fmt::print("#\n");
+      close_json();
+    }
+    return failed_cells ? 1 : 0;
+  }
+
+ private:
+  // The size after `size`, or nullopt past maxbytes (or if it would not grow).
+  std::optional<std::size_t> next_size(std::size_t size) const {
+    const std::size_t next =
+        args_.step_factor > 1 ? size * args_.step_factor : size + args_.step_bytes;
+    if (next <= size || next > args_.max_bytes) return std::nullopt;
+    if (args_.step_factor > 1 && next / args_.step_factor != size) return std::nullopt;
+    return next;
+  }
+
+  // The call nccl-tests makes for `size` bytes.
+  OpCall make_call(std::size_t size, bool in_place) const {
+    OpCall call;
+    call.collective = args_.collective;
+    call.dtype = args_.dtype;
+    call.op = args_.op;
+    call.root = args_.root;
+    call.in_place = in_place;
+    const auto total = static_cast<std::int64_t>(size) / element_size_;
+    const bool split = args_.collective == Collective::kAllGather ||
+                       args_.collective == Collective::kReduceScatter ||
+                       args_.collective == Collective::kAllToAll;
+    call.count = split ? total / n_ : total;
+    if (!send_) return call;  // shape only
+    auto* const base = static_cast<char*>(recv_->data());
+    call.send = in_place ? base : send_->data();
+    call.recv = base;
+    const std::int64_t block = call.count * element_size_ * rank_;
+    if (in_place && args_.collective == Collective::kAllGather) call.send = base + block;
+    if (in_place && args_.collective == Collective::kReduceScatter) call.recv = base + block;
+    return call;
+  }
+
+  // The first form this backend runs, `warmup_iters` times, untimed and unchecked.
+  void warm_up(std::size_t size) {
+    for (const bool in_place : {false, true}) {
+      if (!backend_.unsupported(args_.collective, in_place).empty()) continue;
+      backend_.prepare(make_call(size, in_place));
+      for (int i = 0; i < args_.warmup_iters; ++i) backend_.start();
+      backend_.complete();
+      return;
+    }
+  }
+
+  Cell measure(const OpCall& call, std::int64_t bytes) {
+    Cell cell;
+    if (!backend_.unsupported(call.collective, call.in_place).empty()) return cell;
+    cell.measured = true;
+    const void* output = backend_.prepare(call);
+    fill_buffers(call, rank_, n_, recv_->data(), buffer_elements_);
+    backend_.start();  // one untimed call, as nccl-tests
+    backend_.complete();
+
+    backend_.barrier();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < args_.iters; ++i) backend_.start();
+    backend_.complete();
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    const double seconds = backend_.max_over_ranks(elapsed.count() / args_.iters);
+
+    cell.time_us = seconds * 1e6;
+    cell.algbw = seconds > 0 ? static_cast<double>(bytes) / 1e9 / seconds : 0;
+    cell.busbw = cell.algbw * bus_factor(call.collective, n_);
+    if (args_.check) {
+      fill_buffers(call, rank_, n_, recv_->data(), buffer_elements_);
+      backend_.start();
+      backend_.complete();
+      cell.wrong = backend_.sum_over_ranks(count_wrong(call, rank_, n_, output));
+    }
+    return cell;
+  }
+
+  std::string format_cell(const Cell& cell) const {
+    if (!cell.measured) {
+      return fmt::format("  {:>7}  {:>6}  {:>6}  {:>6}", "N/A", "N/A", "N/A", "N/A");
+    }
+    return fmt::format("  {}  {}  {}  {:>6}", float_str(cell.time_us, 7), float_str(cell.algbw, 6),
+                       float_str(cell.busbw, 6),
+                       args_.check ? std::to_string(cell.wrong) : std::string("N/A"));
+  }
+
+  void print_header() {
+    // Every rank's pid and host, gathered so rank 0 can list them (nccl-tests' "Using devices").
+    constexpr std::size_t kRecord = 96;
+    std::array<char, kRecord> mine{};
+    std::array<char, 64> host{};
+    gethostname(host.data(), host.size() - 1);
+    fmt::format_to_n(mine.data(), kRecord - 1, "Pid {:>6} on {}", getpid(), host.data());
+    std::vector<char> all(kRecord * static_cast<std::size_t>(n_));
+    backend_.all_gather_bytes(mine, all);
+    if (rank_ != 0) return;
+
+    const std::string step = args_.step_factor > 1 ? fmt::format("{}(factor)", args_.step_factor)
+                                                   : fmt::format("{}(bytes)", args_.step_bytes);
+    fmt::print("# {} {}: backend {}, {} ranks\n", args_.program, collective_name(args_.collective),
+               backend_.name(), n_);
+    fmt::print("# minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} validation: {}\n",
+               args_.min_bytes, args_.max_bytes, step, args_.warmup_iters, args_.iters,
+               args_.check ? 1 : 0);
+    fmt::print("#\n# Using ranks\n");
+    for (int r = 0; r < n_; ++r) fmt::print("#  Rank {:>2} {}\n", r, all.data() + r * kRecord);
+    fmt::print("#\n");
+    for (const bool in_place : {false, true}) {
+      const std::string why = backend_.unsupported(args_.collective, in_place);
+      if (!why.empty()) {
+        fmt::print("# {} columns N/A: {}\n#\n", in_place ? "in-place" : "out-of-place", why);
+      }
+    }
+    fmt::print(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                "
+        "       in-place          \n",
+        "", "", "", "", "");
+    fmt::print(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:>7}  {:>6}  "
+        "{:>6} {:>6}\n",
+        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+        "algbw", "busbw", "#wrong");
+    fmt::print(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  {:>7}  {:>6}  "
+        "{:>6}  {:>5}\n",
+        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+        "");
+  }
+
+  // Rank 0 opens the JSON file; every rank learns whether it could.
+  bool open_json() {
+    if (args_.json_path.empty()) return true;
+    std::int64_t failed = 0;
+    if (rank_ == 0) {
+      json_.reset(std::fopen(args_.json_path.c_str(), "w"));
+      if (!json_) {
+        fmt::print(stderr, "{}: cannot write {}: {}\n", args_.program, args_.json_path,
+                   std::strerror(errno));
+        failed = 1;
+      } else {
+        fmt::print(json_.get(), "[");
+      }
+    }
+    return backend_.sum_over_ranks(failed) == 0;
+  }
+
+  void add_json_row(std::int64_t bytes, std::int64_t count, bool in_place, const Cell& cell) {
+    if (!json_) return;
+    fmt::print(json_.get(),
+               "{}\n  {{\"collective\": \"{}\", \"backend\": \"{}\", \"world_size\": {}, "
+               "\"size\": {}, \"count\": {}, \"type\": \"{}\", \"redop\": \"{}\", \"root\": {}, "
+               "\"in_place\": {}, \"time_us\": {}, \"algbw\": {}, \"busbw\": {}, \"wrong\": {}}}",
+               json_rows_++ ? "," : "", collective_name(args_.collective), backend_.name(), n_,
+               bytes, count, type_name(args_.dtype),
+               is_reduction(args_.collective) ? reduce_op_name(args_.op) : "none",
+               rooted(args_.collective) ? args_.root : -1, in_place, cell.time_us, cell.algbw,
+               cell.busbw, args_.check ? std::to_string(cell.wrong) : std::string("null"));
+  }
+
+  void close_json() {
+    if (!json_) return;
+    fmt::print(json_.get(), "\n]\n");
+    json_.reset();
+  }
+
+  const SweepArgs& args_;
+  SweepBackend& backend_;
+  const int rank_;
+  const int n_;
+  const std::int64_t element_size_;
+  std::int64_t buffer_elements_ = 0;
+  std::unique_ptr<Storage> send_;  // zeroed, 64-byte aligned
+  std::unique_ptr<Storage> recv_;
+  std::unique_ptr<std::FILE, FileCloser> json_;  // rank 0 only
+  int json_rows_ = 0;
+};
+
+}  // namespace
+
+double bus_factor(Collective collective, int world_size) {
+  const double n = world_size;
+  switch (collective) {
+    case Collective::kAllReduce:
+      return 2 * (n - 1) / n;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll:
+      return (n - 1) / n;
+    default:
+      return 1;
+  }
+}
+
+int run_sweep(const SweepArgs& args, SweepBackend& backend) { return Sweep(args, backend).run(); }
+
+}  // namespace c10d::bench

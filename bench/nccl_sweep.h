@@ -1,0 +1,71 @@
+// nccl_sweep: the nccl-tests bandwidth sweep, written once for c10d-bench (the ProcessGroup
+// API) and c10d-mpi-reference (plain MPI calls). A program parses its flags here, wraps its
+// communication library in a SweepBackend, and calls run_sweep().
+//
+// Flags: sweep_args.h.
+//
+// What a size means, as in nccl-tests: `size` is the larger of the send and receive buffer in
+// bytes; `count` the per-rank element count of the call (all_gather: elements each rank sends;
+// reduce_scatter: each rank receives; all_to_all: each pair exchanges). algbw = size / time;
+// busbw = algbw * factor, factor 2(n-1)/n for all_reduce, (n-1)/n for all_gather,
+// reduce_scatter and all_to_all, 1 for broadcast and reduce.
+//
+// Timing: a barrier, then `iters` calls issued back to back, then a wait for all of them; time
+// = elapsed / iters, and the row shows the largest time over the ranks (an all-reduce MAX over
+// the group itself), so every rank computes the same row and rank 0 prints it. Each timed
+// batch is preceded by one untimed call. Checking (-c 1) refills the inputs, runs one call and
+// counts wrong elements on every rank (sweep_data.h), summed over the ranks.
+//
+// In place, as nccl-tests means it: all_reduce, broadcast, reduce and all_to_all use one buffer
+// for input and output; all_gather's input is this rank's block of the output; reduce_scatter's
+// output is this rank's block of the input. A backend that cannot express one of the two forms
+// of a collective says why (SweepBackend::unsupported); its columns then print N/A, the reason
+// is printed once above the table, and its rows are left out of the JSON.
+//
+// Exit status of run_sweep: 0, or 1 when any element was wrong, or 2 for an argument that is
+// only checkable once the world size is known (the root).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "c10d/types.h"
+#include "sweep_args.h"
+#include "sweep_data.h"
+
+namespace c10d::bench {
+
+// nccl-tests' bus-bandwidth factor.
+double bus_factor(Collective collective, int world_size);
+
+// What run_sweep needs from a communication library. Every method but unsupported() and
+// prepare() is collective: every rank calls it, in the same order.
+class SweepBackend {
+ public:
+  virtual ~SweepBackend() = default;
+  virtual std::string name() const = 0;  // the backend column of the JSON: "tcp", "mpi", ...
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Empty when this backend runs `collective` out of place (in_place false) or in place;
+  // otherwise why it cannot, for the note above the table. The same on every rank.
+  virtual std::string unsupported(Collective collective, bool in_place) const = 0;
+  // Binds the buffers of `call` for the start() calls that follow; returns where this rank's
+  // result lands (call.recv unless the library puts it elsewhere).
+  virtual const void* prepare(const OpCall& call) = 0;
+  // Issues one call of what prepare() bound; complete() waits for every call issued.
+  virtual void start() = 0;
+  virtual void complete() = 0;
+
+  virtual void barrier() = 0;
+  virtual double max_over_ranks(double value) = 0;
+  virtual std::int64_t sum_over_ranks(std::int64_t value) = 0;
+  // Concatenates every rank's `mine` (same length everywhere) into `all`, in rank order.
+  virtual void all_gather_bytes(std::span<const char> mine, std::span<char> all) = 0;
+};
+
+// Runs the sweep of `args` on `backend` and prints it from rank 0. Returns the exit status.
+int run_sweep(const SweepArgs& args, SweepBackend& backend);
+
+}  // namespace c10d::bench
