@@ -5,6 +5,7 @@
 
 #include "algorithms/halving_doubling_pattern.h"
 #include "algorithms/reduce_kernels.h"
+#include "algorithms/scratch.h"
 
 namespace c10d::algorithms {
 namespace {
@@ -37,20 +38,20 @@ void halving_doubling_all_reduce(const Context& ctx, DType dtype, const Reductio
     const HalvingDoublingPattern p(ctx.size(), ctx.rank(), count);
     const std::size_t elem = element_size(dtype);
     const Block all{0, count};
-    std::vector<std::byte> scratch(static_cast<std::size_t>(count) * elem);
+    const Scratch scratch(ScratchSlot::kSegments, static_cast<std::size_t>(count) * elem);
     using Role = HalvingDoublingPattern::FoldRole;
 
     if (p.fold_role() == Role::kSendAndSitOut) {
       exchange(ctx, p.fold_peer(), span_of(data, elem, all), {});
     } else if (p.fold_role() == Role::kReceive) {
-      exchange(ctx, p.fold_peer(), {}, scratch);
+      exchange(ctx, p.fold_peer(), {}, scratch.span());
       reduce_into(dtype, reduction, data, scratch.data(), count);
     }
     if (p.participates()) {
       for (int k = 0; k < p.steps(); ++k) {
         const auto e = p.halving_step(k);
         exchange(ctx, e.peer, span_of(data, elem, e.send),
-                 std::span(scratch).first(static_cast<std::size_t>(e.recv.count) * elem));
+                 scratch.span().first(static_cast<std::size_t>(e.recv.count) * elem));
         reduce_into(dtype, reduction,
                     static_cast<std::byte*>(data) + e.recv.offset * static_cast<std::int64_t>(elem),
                     scratch.data(), e.recv.count);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "algorithms/reduce_kernels.h"
+#include "algorithms/scratch.h"
 #include "core/check.h"
 
 namespace c10d::algorithms {
@@ -21,8 +22,8 @@ void reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction,
 
   // The ring reduces in place and leaves partial sums in the other blocks; the caller's input
   // must stay as it was, so the ring runs on a copy.
-  std::vector<std::byte> scratch(block_bytes * static_cast<std::size_t>(n));
-  if (!scratch.empty()) std::memcpy(scratch.data(), input, scratch.size());
+  const Scratch scratch(ScratchSlot::kInputCopy, block_bytes * static_cast<std::size_t>(n));
+  if (!scratch.span().empty()) std::memcpy(scratch.data(), input, scratch.span().size());
 
   // AVG and PREMUL_SUM accumulate as plain sums (reduce_kernels.h): scale this rank's own
   // contribution once before, divide the result once after.

@@ -7,6 +7,7 @@
 
 #include "algorithms/reduce_kernels.h"
 #include "algorithms/ring_pattern.h"
+#include "algorithms/scratch.h"
 #include "core/check.h"
 
 namespace c10d::algorithms {
@@ -36,7 +37,7 @@ void ring_reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduc
       std::max<std::int64_t>(1, options.segment_bytes / static_cast<std::int64_t>(elem));
   // Two receive slots: one segment is reduced while the next arrives.
   const std::int64_t slot = std::min(seg, block_of(count, n, 0).count);
-  std::vector<std::byte> scratch(2 * static_cast<std::size_t>(slot) * elem);
+  const Scratch scratch(ScratchSlot::kSegments, 2 * static_cast<std::size_t>(slot) * elem);
   auto& t = ctx.transport;
 
   for (int s = 0; s < n - 1; ++s) {

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "algorithms/reduce_kernels.h"
+#include "algorithms/scratch.h"
 #include "core/check.h"
 
 namespace c10d::algorithms {
@@ -137,9 +138,9 @@ void tree_reduce(const Context& ctx, DType dtype, const Reduction& reduction, vo
     std::reverse(children.begin(), children.end());
     // Two receive slots: one child's subtree sum is reduced while the next arrives.
     const std::size_t slots = std::min<std::size_t>(children.size(), 2);
-    std::vector<std::byte> scratch(slots * bytes);
+    const Scratch scratch(ScratchSlot::kSegments, slots * bytes);
     std::array<std::unique_ptr<transport::Request>, 2> pending;
-    auto slot = [&](std::size_t j) { return std::span(scratch).subspan((j % 2) * bytes, bytes); };
+    auto slot = [&](std::size_t j) { return scratch.span().subspan((j % 2) * bytes, bytes); };
     auto post = [&](std::size_t j) { pending[j % 2] = t.irecv(children[j], ctx.tag, slot(j)); };
     for (std::size_t j = 0; j < slots; ++j) post(j);
     for (std::size_t j = 0; j < children.size(); ++j) {

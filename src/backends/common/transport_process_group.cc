@@ -36,6 +36,7 @@
 #include "algorithms/reduce_kernels.h"
 #include "algorithms/reduce_scatter.h"
 #include "algorithms/ring_all_reduce.h"
+#include "algorithms/scratch.h"
 #include "algorithms/tree.h"
 #include "c10d/errors.h"
 #include "core/check.h"
@@ -334,8 +335,9 @@ class TransportProcessGroup final : public ProcessGroup {
     return enqueue(kOp, collective_fp(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
                    [this, outputs, input](const Context& ctx) {
                      const std::size_t block = input.nbytes();
-                     std::vector<std::byte> all(block * outputs.size());
-                     algorithms::all_gather(ctx, bytes_of(input), all, ring_);
+                     const algorithms::Scratch all(algorithms::ScratchSlot::kStaging,
+                                                   block * outputs.size());
+                     algorithms::all_gather(ctx, bytes_of(input), all.span(), ring_);
                      for (std::size_t r = 0; r < outputs.size(); ++r) {
                        if (block > 0)
                          std::memcpy(outputs[r].raw_data(), all.data() + r * block, block);
@@ -369,7 +371,8 @@ class TransportProcessGroup final : public ProcessGroup {
     return enqueue(kOp, collective_fp(kOp, output, opts.reduce.op, -1, output.numel()),
                    opts.timeout, [this, output, inputs, r = opts.reduce](const Context& ctx) {
                      const std::size_t block = output.nbytes();
-                     std::vector<std::byte> all(block * inputs.size());
+                     const algorithms::Scratch all(algorithms::ScratchSlot::kStaging,
+                                                   block * inputs.size());
                      for (std::size_t q = 0; q < inputs.size(); ++q) {
                        if (block > 0)
                          std::memcpy(all.data() + q * block, inputs[q].raw_data(), block);

@@ -47,7 +47,9 @@ constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 40;
 constexpr std::size_t kDirectWriteBytes = 64 << 10;
 // Messages from this size up wait in the socket for their irecv (see Impl::drain).
 constexpr std::uint64_t kParkBytes = 64 << 10;
-constexpr std::chrono::milliseconds kParkGrace{2};
+constexpr std::chrono::milliseconds kParkGrace{20};
+// How often the io thread looks whether it should watch a socket that a waiter is polling.
+constexpr std::chrono::milliseconds kRewatchInterval{1};
 
 template <typename E>
 std::exception_ptr error(const char* file, int line, const std::string& message) {
@@ -195,6 +197,11 @@ struct Connection {
   std::atomic<bool> read_owner{false};
   std::atomic<bool> drain_again{false};  // set by a thread that found read_owner taken
   std::atomic<bool> read_closed{false};  // end of stream or error seen; nothing more to read
+  // Threads polling this connection in Request::wait. While there are any, the io thread stops
+  // watching the socket (its wake-ups would only take the core from the poller; measured in
+  // docs/benchmarks.md) and looks again every kRewatchInterval.
+  std::atomic<int> pollers{0};
+  bool watched = false;  // io thread only: an async_wait for readability is pending
   // Owned by the read_owner holder:
   std::array<std::byte, 16> header{};
   std::size_t header_got = 0;
@@ -305,21 +312,10 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     }
   }
 
-  // The io thread's loop: polls the reactor while messages keep coming, blocks in epoll after
-  // core::spin_window() without any (core/spin_wait.h says why).
-  void run() {
-    auto last_work = Clock::now();
-    while (!io.stopped()) {
-      if (io.poll() > 0) {
-        last_work = Clock::now();
-      } else if (Clock::now() - last_work > core::spin_window()) {
-        io.run_one();
-        last_work = Clock::now();
-      } else if (Clock::now() - last_work > core::kHotSpin) {
-        sched_yield();
-      }
-    }
-  }
+  // The io thread's loop. It does not poll: the threads that wait for messages poll their own
+  // sockets (see drain), and an io thread polling beside them only takes their cores (measured
+  // in docs/benchmarks.md).
+  void run() { io.run(); }
 
   void close_all() {  // under mu_; see kill_locked for why nothing is closed
     for (auto& c : conns) {
@@ -393,14 +389,35 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     }
   }
 
-  // Io thread: wait for the socket to become readable, drain, and wait again.
-  void arm_read(int peer) {
+  // Io thread: wait for the socket to become readable, drain, and wait again; unless a thread
+  // is polling the socket itself, in which case look again in kRewatchInterval.
+  void watch(int peer) {
     Connection& c = *conns[static_cast<std::size_t>(peer)];
-    if (c.read_closed.load()) return;
+    if (c.watched || c.read_closed.load()) return;
+    c.watched = true;
     c.socket.async_wait(tcp::socket::wait_read, [self = shared_from_this(), peer](error_code ec) {
+      Connection& conn = *self->conns[static_cast<std::size_t>(peer)];
+      conn.watched = false;
       if (ec == asio::error::operation_aborted) return;
-      self->arm_read(peer);
-      // After arming: bytes that came since the last drain raised no new edge for the wait.
+      if (conn.pollers.load() > 0) {
+        self->rewatch_later(peer);
+        return;
+      }
+      self->watch(peer);
+      // After watching again: bytes that came since the last drain raised no new edge.
+      self->try_drain(peer);
+    });
+  }
+
+  void rewatch_later(int peer) {  // io thread
+    auto timer = std::make_shared<asio::steady_timer>(io, kRewatchInterval);
+    timer->async_wait([self = shared_from_this(), timer, peer](error_code) {
+      Connection& c = *self->conns[static_cast<std::size_t>(peer)];
+      if (c.pollers.load() > 0) {
+        self->rewatch_later(peer);
+        return;
+      }
+      self->watch(peer);
       self->try_drain(peer);
     });
   }
@@ -711,15 +728,27 @@ class TCPRequest final : public transport::Request {
     return true;
   }
   void wait(Clock::time_point deadline) override {
-    // Poll first, reading this peer's socket ourselves when the io thread is not (see drain).
-    core::spin_until(
-        [&] {
-          if (!op_->is_send && !op_->done.load(std::memory_order_acquire)) {
+    // Poll first, reading this peer's socket ourselves (see drain). Before sleeping, make sure
+    // the io thread watches the socket again.
+    if (!op_->is_send) {
+      Connection& c = *impl_->conns[static_cast<std::size_t>(op_->peer)];
+      c.pollers.fetch_add(1);
+      const bool done = core::spin_until(
+          [&] {
+            if (op_->done.load(std::memory_order_acquire)) return true;
             impl_->try_drain(op_->peer);
-          }
-          return op_->done.load(std::memory_order_acquire);
-        },
-        deadline);
+            return op_->done.load(std::memory_order_acquire);
+          },
+          deadline);
+      if (c.pollers.fetch_sub(1) == 1 && !done) {
+        asio::post(impl_->io, [impl = impl_, peer = op_->peer] {
+          impl->watch(peer);
+          impl->try_drain(peer);
+        });
+      }
+    } else {
+      core::spin_until([&] { return op_->done.load(std::memory_order_acquire); }, deadline);
+    }
     std::unique_lock lock(impl_->mu_);
     if (!op_->cv.wait_until(lock, deadline, [&] { return op_->done.load(); })) {
       const auto ms =
@@ -828,7 +857,7 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
 
   for (int peer = 0; peer < world_size; ++peer) {
     if (peer == rank) continue;
-    impl_->arm_read(peer);
+    impl_->watch(peer);
   }
   // Bytes that arrived during setup raised their readiness edge before anyone waited for it.
   asio::post(impl_->io, [impl = impl_.get(), world_size] {
