@@ -3,7 +3,9 @@
 // polls; a small collective's whole round trip is shorter than one wake-up. So a waiter that
 // expects its event soon polls first: without yielding for kHotSpin, then yielding the core
 // between polls until spin_window() (ranks may outnumber cores, and a yielding poller lets the
-// thread it waits for run), and only then blocks. Measured in docs/benchmarks.md.
+// thread it waits for run), and only then blocks. kHotSpin is 20 µs because sched_yield is a
+// costly system call here: an 8-byte all_reduce of 2 ranks took 82-90 µs with 20 against
+// 128-130 with 5 (at 4 ranks on 2 cores, 480 against 440). See docs/benchmarks.md.
 #pragma once
 
 #include <sched.h>
@@ -13,7 +15,7 @@
 
 namespace c10d::core {
 
-inline constexpr std::chrono::microseconds kHotSpin{5};
+inline constexpr std::chrono::microseconds kHotSpin{20};
 
 // The whole polling window: 50 µs, or C10D_SPIN_US (0 turns polling off).
 inline std::chrono::microseconds spin_window() {

@@ -51,8 +51,7 @@ std::exception_ptr Future::exception() const {
 
 bool Future::wait_for(Milliseconds timeout) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  static const bool fspin = !getenv("X_NO_FUTURE_SPIN");
-  if (fspin && core::spin_until([&] { return done_.load(std::memory_order_acquire); }, deadline)) {
+  if (core::spin_until([&] { return done_.load(std::memory_order_acquire); }, deadline)) {
     return true;
   }
   std::unique_lock<std::mutex> lock(mu_);

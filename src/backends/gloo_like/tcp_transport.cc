@@ -45,6 +45,8 @@ namespace {
 constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 40;
 // Sends up to this size are written by the posting thread when the connection is idle.
 constexpr std::size_t kDirectWriteBytes = 64 << 10;
+// What a polling thread writes of one send per call before it reads again.
+constexpr std::size_t kProgressWriteBytes = 512 << 10;
 // Messages from this size up wait in the socket for their irecv (see Impl::drain).
 constexpr std::uint64_t kParkBytes = 64 << 10;
 constexpr std::chrono::milliseconds kParkGrace{20};
@@ -227,6 +229,10 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;  // io thread
   std::mutex mu_;
   std::exception_ptr aborted;  // GUARDED_BY(mu_)
+  // Threads polling in Request::wait. While there are any, they write queued sends themselves
+  // (progress_sends) and the io thread is not asked to: a send and a receive then progress on
+  // one thread, as in an MPI progress loop, instead of two threads taking turns on a core.
+  std::atomic<int> progressors{0};
 
   // Why `op` cannot start. A receive from a dead peer may still match a message it sent.
   std::exception_ptr refusal_locked(const Op& op) {
@@ -604,11 +610,15 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       // to the io thread would cost a wake-up, longer than the write. Under mu_, so the io
       // thread cannot close the socket meanwhile; the write never blocks.
       if (!c.writing && c.sends.empty() && !c.dead && op->bytes() <= kDirectWriteBytes &&
-          write_now_locked(c, *op)) {
+          write_some(c, *op, kDirectWriteBytes)) {
         op->complete_locked(nullptr);
         return;
       }
       c.sends.push_back(op);
+      // A thread polling in Request::wait writes it (progress_sends); with none, the io thread.
+      // Read under mu_: a poller that leaves checks the queues under mu_ after it has counted
+      // itself out, so the send is never left to nobody.
+      if (progressors.load() > 0) return;
       lock.unlock();
       asio::post(io, [self = shared_from_this(), peer = op->peer] { self->write_next(peer); });
       return;
@@ -650,18 +660,68 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     if (it->second.empty()) c.unexpected.erase(it);
   }
 
-  // Requires mu_. Writes as much of `op`'s frame as the socket takes without blocking; true
-  // when all of it went. A failed write is left for the io thread to meet and report.
-  static bool write_now_locked(Connection& c, Op& op) {
+  // Writes as much of `op`'s frame, up to `cap` bytes, as the socket takes without blocking;
+  // true when all of it has gone. The caller owns the connection's write side (mu_ held, or
+  // `writing` set). A failed write is left for the io thread to meet and report.
+  static bool write_some(Connection& c, Op& op, std::size_t cap) {
+    const std::size_t head = op.header.size();
+    const std::size_t total = head + op.send_data.size();
     const std::size_t skip = op.written;
-    iovec iov[2] = {{op.header.data() + skip, op.header.size() - skip},
-                    {const_cast<std::byte*>(op.send_data.data()), op.send_data.size()}};
+    iovec iov[2];
+    int n_iov = 0;
+    if (skip < head) iov[n_iov++] = {op.header.data() + skip, head - skip};
+    const std::size_t from = skip > head ? skip - head : 0;
+    if (from < op.send_data.size()) {
+      iov[n_iov++] = {const_cast<std::byte*>(op.send_data.data()) + from,
+                      std::min(op.send_data.size() - from, cap)};
+    }
+    if (n_iov == 0) return true;
     msghdr msg{};
     msg.msg_iov = iov;
-    msg.msg_iovlen = op.send_data.empty() ? 1 : 2;
+    msg.msg_iovlen = static_cast<std::size_t>(n_iov);
     const ssize_t n = ::sendmsg(c.socket.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) op.written += static_cast<std::size_t>(n);
-    return op.written == op.header.size() + op.send_data.size();
+    return op.written == total;
+  }
+
+  // A polling thread: writes what the sockets take of every idle connection's queued sends,
+  // at most kProgressWriteBytes per call and connection, so that reads interleave. The
+  // connection is marked `writing` meanwhile, so neither the io thread nor another poller
+  // writes it too; the fd is never closed while the transport lives (kill_locked).
+  void progress_sends() {
+    for (std::size_t p = 0; p < conns.size(); ++p) {
+      Connection* c = conns[p].get();
+      if (c == nullptr) continue;
+      std::shared_ptr<Op> op;
+      {
+        std::lock_guard lock(mu_);
+        if (c->writing || c->sends.empty() || c->dead || aborted) continue;
+        op = c->sends.front();
+        op->in_flight = true;
+        c->writing = true;
+      }
+      const bool all = write_some(*c, *op, kProgressWriteBytes);
+      std::lock_guard lock(mu_);
+      c->writing = false;
+      if (all) {
+        c->sends.pop_front();
+        op->complete_locked(nullptr);
+      } else {
+        op->in_flight = false;
+      }
+    }
+  }
+
+  // A poller counts itself out; the last one hands queued sends to the io thread.
+  void leave_progress() {
+    if (progressors.fetch_sub(1) != 1) return;
+    std::lock_guard lock(mu_);
+    for (std::size_t p = 0; p < conns.size(); ++p) {
+      Connection* c = conns[p].get();
+      if (c == nullptr || c->writing || c->sends.empty()) continue;
+      asio::post(
+          io, [self = shared_from_this(), peer = static_cast<int>(p)] { self->write_next(peer); });
+    }
   }
 
   void cancel(const std::shared_ptr<Op>& op) {
@@ -728,27 +788,26 @@ class TCPRequest final : public transport::Request {
     return true;
   }
   void wait(Clock::time_point deadline) override {
-    // Poll first, reading this peer's socket ourselves (see drain). Before sleeping, make sure
-    // the io thread watches the socket again.
-    if (!op_->is_send) {
-      Connection& c = *impl_->conns[static_cast<std::size_t>(op_->peer)];
-      c.pollers.fetch_add(1);
-      const bool done = core::spin_until(
-          [&] {
-            if (op_->done.load(std::memory_order_acquire)) return true;
-            impl_->try_drain(op_->peer);
-            return op_->done.load(std::memory_order_acquire);
-          },
-          deadline);
-      if (c.pollers.fetch_sub(1) == 1 && !done) {
-        asio::post(impl_->io, [impl = impl_, peer = op_->peer] {
-          impl->watch(peer);
-          impl->try_drain(peer);
-        });
-      }
-    } else {
-      core::spin_until([&] { return op_->done.load(std::memory_order_acquire); }, deadline);
+    // Poll first: write queued sends and read this peer's socket ourselves (see drain and
+    // progress_sends). Before sleeping, make sure the io thread watches the socket again.
+    impl_->progressors.fetch_add(1);
+    Connection& c = *impl_->conns[static_cast<std::size_t>(op_->peer)];
+    if (!op_->is_send) c.pollers.fetch_add(1);
+    const bool done = core::spin_until(
+        [&] {
+          if (op_->done.load(std::memory_order_acquire)) return true;
+          impl_->progress_sends();
+          if (!op_->is_send) impl_->try_drain(op_->peer);
+          return op_->done.load(std::memory_order_acquire);
+        },
+        deadline);
+    if (!op_->is_send && c.pollers.fetch_sub(1) == 1 && !done) {
+      asio::post(impl_->io, [impl = impl_, peer = op_->peer] {
+        impl->watch(peer);
+        impl->try_drain(peer);
+      });
     }
+    impl_->leave_progress();
     std::unique_lock lock(impl_->mu_);
     if (!op_->cv.wait_until(lock, deadline, [&] { return op_->done.load(); })) {
       const auto ms =
