@@ -47,7 +47,16 @@ void halving_doubling_all_reduce(const Context& ctx, DType dtype, const Reductio
       exchange(ctx, p.fold_peer(), {}, scratch.span());
       reduce_into(dtype, reduction, data, scratch.data(), count);
     }
-    if (p.participates()) {
+    if (p.participates() && static_cast<std::int64_t>(count * elem) <= kRecursiveDoublingMaxBytes) {
+      // Recursive doubling: the whole vector at every step, so log2(pof2) messages instead of
+      // twice that. Each rank combines its own and its peer's partial in the same order-free
+      // way (reduce_into is commutative), so every rank ends with the same bits.
+      for (int k = 0; k < p.steps(); ++k) {
+        exchange(ctx, p.halving_step(k).peer, span_of(data, elem, all),
+                 scratch.span().first(static_cast<std::size_t>(count) * elem));
+        reduce_into(dtype, reduction, data, scratch.data(), count);
+      }
+    } else if (p.participates()) {
       for (int k = 0; k < p.steps(); ++k) {
         const auto e = p.halving_step(k);
         exchange(ctx, e.peer, span_of(data, elem, e.send),

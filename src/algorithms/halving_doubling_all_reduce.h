@@ -12,6 +12,11 @@
 
 namespace c10d::algorithms {
 
+// Vectors up to this size skip the halving: after the fold, every step exchanges the whole
+// vector (recursive doubling), log2(n) messages instead of 2 log2(n); above it the halving's
+// smaller messages win.
+inline constexpr std::int64_t kRecursiveDoublingMaxBytes = 4 << 10;
+
 // Reduces `count` elements of `data` across the ranks of ctx, in place (AVG divides once at the
 // end; PREMUL_SUM scales each rank's input once first).
 void halving_doubling_all_reduce(const Context& ctx, DType dtype, const Reduction& reduction,

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Runs c10d-bench (TCP backend, under c10drun) and c10d-mpi-reference (Open MPI, TCP btl) side
+by side and prints one markdown table of medians with their ratios.
+
+    bench/compare_mpi.py [--build build] [--runs 5] [--worlds 2,4] [--iters 20]
+
+Every configuration is run --runs times, alternating c10d and Open MPI so that drifting load on
+the machine hits both alike; each cell is the median over the runs. Open MPI runs twice per
+round: as shipped, and with glibc's mmap threshold pinned (MALLOC_MMAP_MAX_=0), since for
+buffers of 32 MiB and more Open MPI's all_reduce allocates and page-faults a fresh buffer on
+every call. Both are printed. A run with any wrong value aborts the script.
+
+The comparison uses the in-place columns for all_reduce and broadcast (the c10d API is in
+place) and the out-of-place columns for all_to_all (its API is out of place).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+CASES = [  # (collective, sizes in bytes, in_place)
+    ("all_reduce", [8, 16 << 20, 64 << 20], True),
+    ("broadcast", [64 << 20], True),
+    ("all_to_all", [64 << 20], False),
+]
+
+
+def run(cmd, env=None):
+    result = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, timeout=900)
+    if result.returncode != 0:
+        sys.exit(f"failed ({result.returncode}): {' '.join(cmd)}\n{result.stdout[-3000:]}")
+
+
+def sweep(build, world, collective, size, iters, backend, mmap_pinned=False):
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        flags = [collective, "-b", str(size), "-e", str(size), "-n", str(iters), "-w", "3",
+                 "-c", "1", "--json", out.name]
+        env = dict(os.environ)
+        if backend == "c10d":
+            cmd = [f"{build}/tools/c10drun", "--nproc-per-node", str(world),
+                   f"{build}/bench/c10d-bench"] + flags
+        else:
+            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world),
+                   "--mca", "btl", "self,tcp"]
+            if mmap_pinned:
+                cmd += ["-x", "MALLOC_MMAP_MAX_=0", "-x", "MALLOC_TRIM_THRESHOLD_=4000000000"]
+            cmd += [f"{build}/bench/c10d-mpi-reference"] + flags
+        run(cmd, env)
+        with open(out.name) as f:
+            rows = json.load(f)
+    for row in rows:
+        if row["wrong"]:
+            sys.exit(f"{backend} {collective} world {world} size {size}: {row['wrong']} wrong")
+    return {row["in_place"]: row for row in rows}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--worlds", default="2,4")
+    parser.add_argument("--iters", type=int, default=20)
+    args = parser.parse_args()
+
+    print("| collective | ranks | size | c10d time (µs) | c10d busbw (GB/s) | Open MPI time (µs) "
+          "| Open MPI busbw | Open MPI, mmap pinned: time (µs) | busbw | c10d / Open MPI "
+          "| c10d / pinned |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for world in [int(w) for w in args.worlds.split(",")]:
+        for collective, sizes, in_place in CASES:
+            for size in sizes:
+                iters = args.iters if size > 8 else max(args.iters, 1000)
+                cells = {"c10d": [], "mpi": [], "pinned": []}
+                for _ in range(args.runs):
+                    for name, backend, pinned in (("c10d", "c10d", False), ("mpi", "mpi", False),
+                                                  ("pinned", "mpi", True)):
+                        rows = sweep(args.build, world, collective, size, iters, backend, pinned)
+                        cells[name].append(rows[in_place])
+                med = {k: (statistics.median(r["time_us"] for r in v),
+                           statistics.median(r["busbw"] for r in v)) for k, v in cells.items()}
+                # Small sizes compare times (lower is better), large ones bus bandwidth.
+                if size <= 8:
+                    ratio = med["mpi"][0] / med["c10d"][0]
+                    ratio_pinned = med["pinned"][0] / med["c10d"][0]
+                else:
+                    ratio = med["c10d"][1] / med["mpi"][1]
+                    ratio_pinned = med["c10d"][1] / med["pinned"][1]
+                label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size} B"
+                print(f"| {collective} | {world} | {label} | {med['c10d'][0]:.1f} | "
+                      f"{med['c10d'][1]:.2f} | {med['mpi'][0]:.1f} | {med['mpi'][1]:.2f} | "
+                      f"{med['pinned'][0]:.1f} | {med['pinned'][1]:.2f} | {ratio:.2f}x | "
+                      f"{ratio_pinned:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
