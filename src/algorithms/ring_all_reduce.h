@@ -16,7 +16,7 @@ namespace c10d::algorithms {
 
 struct RingOptions {
   std::vector<int> order;                  // empty: ranks in order 0..n-1
-  std::int64_t segment_bytes = 512 << 10;  // pipelining granularity
+  std::int64_t segment_bytes = 2048 << 10;  // pipelining granularity
 };
 
 // Reduces `count` elements of `data` across the ranks of ctx, in place. For kAvg the result is

@@ -43,7 +43,7 @@ int chain_prev(int n, int root, int rank);
 
 // ---- Algorithms ----
 
-inline constexpr std::int64_t kDefaultBroadcastSegmentBytes = 256 << 10;
+inline constexpr std::int64_t kDefaultBroadcastSegmentBytes = 1024 << 10;
 // Below this a broadcast is latency-bound and the tree's log2(n) hops win; above it the chain's
 // bandwidth wins.
 inline constexpr std::int64_t kDefaultBroadcastThresholdBytes = 512 << 10;

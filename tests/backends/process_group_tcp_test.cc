@@ -11,6 +11,7 @@
 #include <functional>
 #include <thread>
 
+#include "backends/gloo_like/tcp_transport.h"
 #include "c10d/errors.h"
 #include "c10d/init.h"
 #include "c10d/store.h"
@@ -269,7 +270,21 @@ TEST(ProcessGroupTCPTest, PendingRecvDoesNotBlockCollectivesAndTagsMatchOutOfOrd
   });
 }
 
-TEST(ProcessGroupTCPTest, InitProcessGroupOverFileAndTcpUrls) {
+TEST(ProcessGroupTCPTest, RanksListenAndConnectOverIPv6) {
+  if (gloo_like::local_address_towards("::1") != "::1") GTEST_SKIP() << "no IPv6 loopback";
+  ProcessGroupTCPOptions options;
+  options.host = "::1";
+  run_group(
+      3,
+      [](int r, std::shared_ptr<ProcessGroup>& pg) {
+        auto t = filled(1000, static_cast<float>(r));
+        pg->all_reduce({t})->wait(20s);
+        EXPECT_EQ(t.data<float>()[999], 3.0f);
+      },
+      options);
+}
+
+TEST(ProcessGroupTCPTest, InitProcessGroupOverAFileUrlAndUnknownBackendsRejected) {
   const std::string path =
       ::testing::TempDir() + "/c10d_init_" + std::to_string(::getpid()) + "_store";
   std::remove(path.c_str());

@@ -320,3 +320,31 @@ TEST(TCPTransportTest, AbortFailsPendingRequestsAndReleasesWaiters) {
 
 }  // namespace
 }  // namespace c10d::gloo_like
+
+namespace c10d::gloo_like {
+namespace {
+
+TEST(TCPTransportTest, LocalAddressTowardsAHostIsTheInterfaceThatReachesIt) {
+  EXPECT_EQ(local_address_towards("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(local_address_towards("localhost").rfind("127.", 0) == 0 ||
+                local_address_towards("localhost") == "::1",
+            true);
+  EXPECT_EQ(local_address_towards("no-such-host.invalid"), "");
+}
+
+TEST(TCPTransportTest, AbortNoticeRoundTripsAndCutsLongMessages) {
+  const auto frame = encode_abort_notice({3, "rank 0: connection to peer rank 3 lost"});
+  ASSERT_GE(frame.size(), 20u);
+  EXPECT_EQ(get_le<std::uint64_t>(frame.data()), kAbortTag);
+  EXPECT_EQ(get_le<std::uint64_t>(frame.data() + 8), frame.size() - 16);
+  const AbortNotice back = decode_abort_notice(std::span(frame).subspan(16));
+  EXPECT_EQ(back.lost_rank, 3);
+  EXPECT_EQ(back.message, "rank 0: connection to peer rank 3 lost");
+  const auto long_frame = encode_abort_notice({-1, std::string(10000, 'x')});
+  EXPECT_EQ(long_frame.size(), 16 + 4 + kMaxAbortMessageBytes);
+  EXPECT_EQ(decode_abort_notice(std::span(long_frame).subspan(16)).lost_rank, -1);
+  EXPECT_EQ(decode_abort_notice(std::span(long_frame).subspan(16, 2)).message, "");  // short
+}
+
+}  // namespace
+}  // namespace c10d::gloo_like
