@@ -2,7 +2,9 @@
 //
 // A Future is completed exactly once, with a list of tensors or with an exception. Callbacks
 // added with add_callback() or then() run on the thread that completes it (or at once on the
-// caller's thread when it is already complete), so they must be short and must not block.
+// caller's thread when it is already complete), so they must be short and must not block. A
+// waiter is released as soon as the future completes, so wait() may return before callbacks
+// added earlier have finished running (as with torch.futures).
 //
 // A Work is what a collective returns: its Future plus the op's name and sequence number. Every
 // wait takes a deadline; waiting past it throws TimeoutError naming the op. wait() rethrows the

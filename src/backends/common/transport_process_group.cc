@@ -460,14 +460,7 @@ class TransportProcessGroup final : public ProcessGroup {
                                const GatherOptions& opts) override {
     constexpr std::string_view kOp = "gather";
     check_defined(input, kOp, "the input");
-    check_root(kOp, opts.root);
-    if (rank() == opts.root) {
-      check_count(kOp, "outputs", outputs.size());
-      for (const auto& t : outputs) check_like(t, input, kOp, "an output");
-    } else {
-      C10D_CHECK(outputs.empty(), "{}: rank {} is not the root ({}) and must pass no outputs", kOp,
-                 rank(), opts.root);
-    }
+    check_root_list(kOp, opts.root, outputs, input, "outputs");
     return enqueue(kOp, collective_fp(kOp, input, std::nullopt, opts.root, input.numel()),
                    opts.timeout, [outputs, input, root = opts.root](const Context& ctx) {
                      std::vector<std::span<std::byte>> spans;
@@ -481,14 +474,7 @@ class TransportProcessGroup final : public ProcessGroup {
                                 const ScatterOptions& opts) override {
     constexpr std::string_view kOp = "scatter";
     check_defined(output, kOp, "the output");
-    check_root(kOp, opts.root);
-    if (rank() == opts.root) {
-      check_count(kOp, "inputs", inputs.size());
-      for (const auto& t : inputs) check_like(t, output, kOp, "an input");
-    } else {
-      C10D_CHECK(inputs.empty(), "{}: rank {} is not the root ({}) and must pass no inputs", kOp,
-                 rank(), opts.root);
-    }
+    check_root_list(kOp, opts.root, inputs, output, "inputs");
     return enqueue(kOp, collective_fp(kOp, output, std::nullopt, opts.root, output.numel()),
                    opts.timeout, [output, inputs, root = opts.root](const Context& ctx) {
                      std::vector<std::span<const std::byte>> spans;
@@ -551,6 +537,20 @@ class TransportProcessGroup final : public ProcessGroup {
   void check_root(std::string_view op, int root) const {
     C10D_CHECK(root >= 0 && root < size(), "{}: root {} is outside the group of size {}", op, root,
                size());
+  }
+  // Gather's outputs, scatter's inputs: at the root one tensor per rank shaped like `like`,
+  // elsewhere none.
+  void check_root_list(std::string_view op, int root, const std::vector<Tensor>& list,
+                       const Tensor& like, std::string_view what) const {
+    check_root(op, root);
+    if (rank() != root) {
+      C10D_CHECK(list.empty(), "{}: rank {} is not the root ({}) and must pass no {}", op, rank(),
+                 root, what);
+      return;
+    }
+    check_count(op, what, list.size());
+    const std::string one = fmt::format("one of the {}", what);
+    for (const auto& t : list) check_like(t, like, op, one);
   }
   void check_count(std::string_view op, std::string_view what, std::size_t n) const {
     C10D_CHECK(static_cast<int>(n) == size(), "{}: {} has {} tensors for a group of {}", op, what,
