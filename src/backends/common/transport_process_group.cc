@@ -263,15 +263,16 @@ class TransportProcessGroup final : public ProcessGroup {
   ~TransportProcessGroup() override {
     const auto reason = std::make_exception_ptr(Error(fmt::format(
         "rank {}: group {} was destroyed with this op pending", rank(), options_.group_id)));
+    std::deque<PendingOp> dropped;
     {
       std::lock_guard lock(mu_);
       stopping_ = true;
-      for (auto& op : queue_) op.work->finish_with_error(reason);
-      queue_.clear();
+      dropped.swap(queue_);
       queued_.store(0, std::memory_order_relaxed);
       // An op still running holds the worker in a transport wait: only an abort releases it.
       if (running_) transport_->abort(reason);
     }
+    for (auto& op : dropped) op.work->finish_with_error(reason);  // callbacks run outside mu_
     cv_.notify_all();
     p2p_cv_.notify_all();
     worker_.join();
@@ -592,23 +593,27 @@ class TransportProcessGroup final : public ProcessGroup {
     p.fingerprint.op = op;
     p.fingerprint.op_id = op_id(op);
     std::shared_ptr<Work> work;
+    std::exception_ptr failed;
     {
       std::lock_guard lock(mu_);
+      C10D_CHECK(!stopping_, "{}: the group is being destroyed", op);
       // Collectives and point-to-point ops count apart: only collectives must agree across
       // ranks (their tag is the sequence); p2p ops are matched by their user tag.
       const std::uint64_t seq = p.collective ? next_sequence_++ : next_p2p_++;
       p.fingerprint.sequence = seq;
       work = std::make_shared<Work>(std::string(op), seq);
       p.work = work;
-      if (failure_) {
-        work->finish_with_error(failure_);
-        return work;
+      failed = failure_;
+      if (!failed) {
+        queue_.push_back(std::move(p));
+        queued_.fetch_add(1, std::memory_order_release);
       }
-      C10D_CHECK(!stopping_, "{}: the group is being destroyed", op);
-      queue_.push_back(std::move(p));
-      queued_.fetch_add(1, std::memory_order_release);
     }
-    cv_.notify_all();
+    if (failed) {
+      work->finish_with_error(failed);  // outside mu_: its callbacks may call into the group
+    } else {
+      cv_.notify_all();
+    }
     return work;
   }
 
