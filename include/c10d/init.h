@@ -60,4 +60,10 @@ std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> stor
                                                      int world_size,
                                                      const ProcessGroupTCPOptions& options = {});
 
+// A ProcessGroup over MPI_COMM_WORLD (rank and size are MPI's), with `timeout` as the default
+// per-op timeout. Initializes MPI (MPI_THREAD_MULTIPLE) unless the program already did, and
+// then finalizes it at exit. Every rank calls it. Throws Unsupported when the library was
+// built without MPI (C10D_WITH_MPI off) or MPI provides less than MPI_THREAD_SERIALIZED.
+std::shared_ptr<ProcessGroup> make_process_group_mpi(Milliseconds timeout = kDefaultTimeout);
+
 }  // namespace c10d

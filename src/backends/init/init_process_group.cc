@@ -36,10 +36,31 @@ Milliseconds timeout_from(const std::optional<Milliseconds>& given) {
 
 }  // namespace
 
+#ifndef C10D_HAS_MPI
+std::shared_ptr<ProcessGroup> make_process_group_mpi(Milliseconds) {
+  C10D_THROW(Unsupported,
+             "make_process_group_mpi: this library was built without MPI "
+             "(configure with -DC10D_WITH_MPI=ON)");
+}
+#endif
+
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   const std::string backend = from_env(options.backend, "C10D_BACKEND", "tcp");
   const std::string init_method = from_env(options.init_method, "C10D_INIT_METHOD", "env://");
   const Milliseconds timeout = timeout_from(options.timeout);
+#ifdef C10D_HAS_MPI
+  if (backend == "mpi") {
+    // Rank and size come from MPI_COMM_WORLD; no store or rendezvous is needed.
+    auto pg = make_process_group_mpi(timeout);
+    C10D_CHECK(options.rank < 0 || options.rank == pg->rank(),
+               "init_process_group: rank {} was asked for but MPI made this process rank {}",
+               options.rank, pg->rank());
+    C10D_CHECK(options.world_size < 0 || options.world_size == pg->size(),
+               "init_process_group: world_size {} was asked for but MPI_COMM_WORLD has {} ranks",
+               options.world_size, pg->size());
+    return pg;
+  }
+#endif
   if (backend != "tcp" && backend != "gloo") {
     if (backend == "mpi" || backend == "ici") {
       C10D_THROW(Unsupported, "init_process_group: backend '{}' is not built into this library",

@@ -1,0 +1,985 @@
+// ProcessGroupMPI: the ProcessGroup of process_group.h mapped straight onto Open MPI calls.
+// The factory make_process_group_mpi() is declared in include/c10d/init.h.
+//
+// Contract, as the TCP group (backends/common/transport_process_group.cc): each call checks
+// its arguments on the caller's thread (InvalidArgument at once, nothing queued), takes the
+// group's next sequence number (collectives and point-to-point count apart) and queues the op;
+// the group's one worker thread starts the ops in issue order. Every collective is a
+// nonblocking MPI collective (MPI_Iallreduce, MPI_Ibcast, ...) that the worker tests until it
+// completes or its deadline passes, so a timeout or abort() ends an op instead of hanging in
+// MPI. At most one collective is in flight per group. send/recv post MPI_Isend/MPI_Irecv in
+// issue order on the group's own point-to-point communicator (the user tag is the MPI tag) and
+// are tested alongside: a recv waiting for a peer never blocks the collectives behind it.
+//
+// Reductions: every reduce op is a user-defined, commutative MPI_Op over per-dtype contiguous
+// datatypes that calls algorithms::reduce_into, so the arithmetic is exactly the TCP
+// backend's (integer wraparound, NaN propagation, bool as logical ops, float16/bfloat16
+// rounding). AVG is a SUM followed by algorithms::finish_average; PREMUL_SUM scales this
+// rank's contribution with algorithms::premul_in_place (on a scratch copy when the input must
+// stay unchanged) and sums.
+//
+// Communicators: each group owns three duplicates of its communicator: collectives, point-to-
+// point, and control (MPI_Comm_split for new_group, called on the caller's thread, so it never
+// interleaves with the worker's collectives). Every communicator has MPI_ERRORS_RETURN; an
+// error code becomes a NetworkError naming the rank, the op, its sequence number and
+// MPI_Error_string's text.
+//
+// Failure: an MPI error or a timeout fails the op and marks the group failed: every pending and
+// later op fails with that error. MPI cannot cancel a collective, so an op abandoned on timeout
+// or abort() keeps its buffers (and scratch) alive for the rest of the process. abort() never
+// calls MPI_Abort: it only fails this group's ops.
+//
+// MPI lifetime: the first group initializes MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE)
+// unless the program already did; MPI_Finalize then runs at exit (atexit), only if we
+// initialized it. With MPI_THREAD_SERIALIZED every MPI call of every group takes one
+// process-wide mutex; below SERIALIZED the backend refuses (Unsupported).
+//
+// Threads: the caller's threads check, queue, and (new_group only) split communicators; one
+// worker per group runs every other MPI call of the group. Thread-safety: every method may be
+// called from any thread. Lifetime: the destructor fails pending ops with an Error and joins
+// the worker.
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "algorithms/reduce_kernels.h"
+#include "c10d/errors.h"
+#include "c10d/init.h"
+#include "core/check.h"
+
+namespace c10d {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ---- MPI runtime: initialization, the serialization mutex, datatypes and reduce ops ----
+
+struct Runtime {
+  bool serialized = false;  // provided == MPI_THREAD_SERIALIZED: lock every call
+  std::mutex mu;            // taken around every MPI call when `serialized`
+  MPI_Datatype types[kNumDTypes] = {};
+  MPI_Op sum = MPI_OP_NULL, product = MPI_OP_NULL, min = MPI_OP_NULL, max = MPI_OP_NULL,
+         band = MPI_OP_NULL, bor = MPI_OP_NULL, bxor = MPI_OP_NULL;
+};
+
+Runtime& runtime() {
+  static Runtime* r = new Runtime;  // leaked: used by atexit and by late destructors
+  return *r;
+}
+
+// Holds the process-wide MPI mutex when MPI only provides MPI_THREAD_SERIALIZED.
+class MpiLock {
+ public:
+  MpiLock() {
+    if (runtime().serialized) lock_ = std::unique_lock(runtime().mu);
+  }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
+
+std::string mpi_error_text(int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return fmt::format("MPI error {}", rc);
+  return std::string(text, static_cast<std::size_t>(len));
+}
+
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+template <ReduceOp kOp>
+void user_reduce(void* in, void* inout, int* len, MPI_Datatype* type) {
+  const Runtime& rt = runtime();
+  for (int d = 0; d < kNumDTypes; ++d) {
+    if (rt.types[d] == *type) {
+      try {
+        algorithms::reduce_into(static_cast<DType>(d), Reduction{kOp}, inout, in, *len);
+        return;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "c10d mpi: reduction failed: %s\n", e.what());
+        std::abort();  // validated on the caller's thread: cannot happen
+      }
+    }
+  }
+  std::fprintf(stderr, "c10d mpi: reduction on a datatype c10d did not create\n");
+  std::abort();
+}
+
+void finalize_at_exit() {
+  if (!mpi_finalized()) MPI_Finalize();
+}
+
+void throw_if_error(int rc, std::string_view what) {
+  if (rc != MPI_SUCCESS) C10D_THROW(NetworkError, "{} failed: {}", what, mpi_error_text(rc));
+}
+
+// Initializes MPI once per process (unless the program did) and creates the datatypes and ops.
+void ensure_runtime() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Runtime& rt = runtime();
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    int provided = MPI_THREAD_SINGLE;
+    if (!initialized) {
+      C10D_CHECK(!mpi_finalized(), "make_process_group_mpi: MPI was already finalized");
+      throw_if_error(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
+                     "MPI_Init_thread");
+      std::atexit(finalize_at_exit);
+    } else {
+      MPI_Query_thread(&provided);
+    }
+    if (provided < MPI_THREAD_SERIALIZED) {
+      C10D_THROW(Unsupported,
+                 "make_process_group_mpi: MPI provides thread level {} but the MPI backend needs "
+                 "MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE",
+                 provided);
+    }
+    rt.serialized = provided < MPI_THREAD_MULTIPLE;
+    for (int d = 0; d < kNumDTypes; ++d) {
+      const int bytes = static_cast<int>(element_size(static_cast<DType>(d)));
+      throw_if_error(MPI_Type_contiguous(bytes, MPI_BYTE, &rt.types[d]), "MPI_Type_contiguous");
+      throw_if_error(MPI_Type_commit(&rt.types[d]), "MPI_Type_commit");
+    }
+    throw_if_error(MPI_Op_create(&user_reduce<ReduceOp::kSum>, 1, &rt.sum), "MPI_Op_create");
+    throw_if_error(MPI_Op_create(&user_reduce<ReduceOp::kProduct>, 1, &rt.product),
+                   "MPI_Op_create");
+    throw_if_error(MPI_Op_create(&user_reduce<ReduceOp::kMin>, 1, &rt.min), "MPI_Op_create");
+    throw_if_error(MPI_Op_create(&user_reduce<ReduceOp::kMax>, 1, &rt.max), "MPI_Op_create");
+    throw_if_error(MPI_Op_create(&user_reduce<ReduceOp::kBand>, 1, &rt.band), "MPI_Op_create");
+    throw_if_error(MPI_Op_create(&user_reduce<ReduceOp::kBor>, 1, &rt.bor), "MPI_Op_create");
+    throw_if_error(MPI_Op_create(&user_reduce<ReduceOp::kBxor>, 1, &rt.bxor), "MPI_Op_create");
+  });
+}
+
+MPI_Datatype mpi_type(DType d) { return runtime().types[static_cast<int>(d)]; }
+
+MPI_Op mpi_op(ReduceOp op) {
+  const Runtime& rt = runtime();
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+    case ReduceOp::kPremulSum:
+      return rt.sum;
+    case ReduceOp::kProduct:
+      return rt.product;
+    case ReduceOp::kMin:
+      return rt.min;
+    case ReduceOp::kMax:
+      return rt.max;
+    case ReduceOp::kBand:
+      return rt.band;
+    case ReduceOp::kBor:
+      return rt.bor;
+    case ReduceOp::kBxor:
+      return rt.bxor;
+  }
+  return rt.sum;
+}
+
+// ---- Tensor helpers (caller's thread) ----
+
+void check_defined(const Tensor& t, std::string_view op, std::string_view what) {
+  C10D_CHECK(t.defined(), "{}: {} is an undefined tensor", op, what);
+  t.raw_data();  // materializes a lazy value here, on the caller's thread
+}
+
+void check_like(const Tensor& t, const Tensor& like, std::string_view op, std::string_view what) {
+  check_defined(t, op, what);
+  C10D_CHECK(t.dtype() == like.dtype() && t.numel() == like.numel(),
+             "{}: {} is {} but must match the input's {}", op, what, t.to_string(),
+             like.to_string());
+}
+
+// MPI counts are ints.
+int as_count(std::int64_t n, std::string_view op) {
+  if (n > INT_MAX) {
+    C10D_THROW(Unsupported, "{}: {} elements or bytes exceed MPI's int count limit ({})", op, n,
+               INT_MAX);
+  }
+  return static_cast<int>(n);
+}
+
+std::uint8_t* bytes(const Tensor& t) { return static_cast<std::uint8_t*>(t.raw_data()); }
+
+Tensor scratch_bytes(std::size_t n) {
+  return Tensor::empty({static_cast<std::int64_t>(n)}, DType::kUInt8);
+}
+
+// ---- Ops ----
+
+// A started op: its MPI requests and what to do once they all completed.
+struct Started {
+  std::vector<MPI_Request> requests;
+  std::function<std::vector<Tensor>()> finish;  // runs on the worker after completion
+  bool is_recv = false;
+};
+
+// The communicators an op runs on.
+struct Comms {
+  MPI_Comm coll = MPI_COMM_NULL;
+  MPI_Comm p2p = MPI_COMM_NULL;
+};
+
+struct PendingOp {
+  std::shared_ptr<Work> work;
+  bool collective = true;
+  Milliseconds timeout{};
+  // Posts the op's MPI requests (worker thread). `call` prefixes errors ("rank 0: op #3").
+  std::function<Started(const Comms&, const std::string& call)> start;
+};
+
+struct Active {
+  std::shared_ptr<Work> work;
+  Started started;
+  Clock::time_point deadline;
+};
+
+// Ops abandoned on timeout, abort or destruction: MPI may still write their buffers, so the
+// tensors their closures hold stay alive until the process ends.
+void abandon(Active a) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<Active>;
+  std::lock_guard lock(mu);
+  kept->push_back(std::move(a));
+}
+
+class ProcessGroupMPI final : public ProcessGroup {
+ public:
+  // Takes ownership of `comm` (a communicator of its own, freed by the destructor).
+  ProcessGroupMPI(MPI_Comm comm, int rank, int size, Milliseconds timeout, std::string name)
+      : ProcessGroup(rank, size), timeout_(timeout), name_(std::move(name)) {
+    C10D_CHECK(timeout_.count() > 0, "the group timeout must be positive, not {} ms",
+               timeout_.count());
+    {
+      MpiLock lock;
+      comms_.coll = comm;
+      throw_if_error(MPI_Comm_set_errhandler(comms_.coll, MPI_ERRORS_RETURN),
+                     "MPI_Comm_set_errhandler");
+      throw_if_error(MPI_Comm_dup(comms_.coll, &comms_.p2p), "MPI_Comm_dup");
+      throw_if_error(MPI_Comm_set_errhandler(comms_.p2p, MPI_ERRORS_RETURN),
+                     "MPI_Comm_set_errhandler");
+      throw_if_error(MPI_Comm_dup(comms_.coll, &control_), "MPI_Comm_dup");
+      throw_if_error(MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN),
+                     "MPI_Comm_set_errhandler");
+    }
+    worker_ = std::thread([this] { work_loop(); });
+  }
+
+  ~ProcessGroupMPI() override {
+    const auto reason = std::make_exception_ptr(Error(
+        fmt::format("rank {}: MPI group {} was destroyed with this op pending", rank(), name_)));
+    std::deque<PendingOp> dropped;
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      stop_reason_ = reason;
+      dropped.swap(queue_);
+    }
+    for (auto& op : dropped) op.work->finish_with_error(reason);
+    cv_.notify_all();
+    worker_.join();
+    // Pending operations on a freed communicator complete normally (MPI_Comm_free), so this is
+    // safe even with abandoned collectives in flight.
+    if (!mpi_finalized()) {
+      MpiLock lock;
+      for (MPI_Comm* c : {&comms_.coll, &comms_.p2p, &control_}) {
+        if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+      }
+    }
+  }
+
+  std::string backend_name() const override { return "mpi"; }
+
+  std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors,
+                                   const AllreduceOptions& opts) override {
+    constexpr std::string_view kOp = "all_reduce";
+    C10D_CHECK(!tensors.empty(), "{}: no tensors", kOp);
+    for (const auto& t : tensors) check_defined(t, kOp, "a tensor");
+    for (const auto& t : tensors) algorithms::validate_reduction(t.dtype(), opts.reduce.op);
+    const Reduction r = opts.reduce;
+    return enqueue(kOp, opts.timeout, [this, tensors, r](const Comms& c, const std::string& call) {
+      Started s;
+      for (const auto& t : tensors) {
+        if (r.op == ReduceOp::kPremulSum) {
+          algorithms::premul_in_place(t.dtype(), r.premul_factor, t.raw_data(), t.numel());
+        }
+        s.requests.emplace_back();
+        check(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), as_count(t.numel(), call),
+                             mpi_type(t.dtype()), mpi_op(r.op), c.coll, &s.requests.back()),
+              call, "MPI_Iallreduce");
+      }
+      s.finish = [tensors, r, n = size()] {
+        if (r.op == ReduceOp::kAvg) {
+          for (const auto& t : tensors)
+            algorithms::finish_average(t.dtype(), t.raw_data(), t.numel(), n);
+        }
+        return tensors;
+      };
+      return s;
+    });
+  }
+
+  std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors,
+                                  const BroadcastOptions& opts) override {
+    constexpr std::string_view kOp = "broadcast";
+    C10D_CHECK(!tensors.empty(), "{}: no tensors", kOp);
+    for (const auto& t : tensors) check_defined(t, kOp, "a tensor");
+    check_root(kOp, opts.root);
+    return enqueue(kOp, opts.timeout,
+                   [this, tensors, root = opts.root](const Comms& c, const std::string& call) {
+                     Started s;
+                     for (const auto& t : tensors) {
+                       s.requests.emplace_back();
+                       check(MPI_Ibcast(t.raw_data(), as_count(t.numel(), call),
+                                        mpi_type(t.dtype()), root, c.coll, &s.requests.back()),
+                             call, "MPI_Ibcast");
+                     }
+                     s.finish = [tensors] { return tensors; };
+                     return s;
+                   });
+  }
+
+  std::shared_ptr<Work> reduce(Tensor tensor, const ReduceOptions& opts) override {
+    constexpr std::string_view kOp = "reduce";
+    check_defined(tensor, kOp, "the tensor");
+    check_root(kOp, opts.root);
+    algorithms::validate_reduction(tensor.dtype(), opts.reduce.op);
+    return enqueue(
+        kOp, opts.timeout, [this, tensor, opts](const Comms& c, const std::string& call) {
+          const Reduction r = opts.reduce;
+          if (r.op == ReduceOp::kPremulSum) {
+            algorithms::premul_in_place(tensor.dtype(), r.premul_factor, tensor.raw_data(),
+                                        tensor.numel());
+          }
+          const bool root = rank() == opts.root;
+          Started s;
+          s.requests.emplace_back();
+          check(MPI_Ireduce(root ? MPI_IN_PLACE : tensor.raw_data(),
+                            root ? tensor.raw_data() : nullptr, as_count(tensor.numel(), call),
+                            mpi_type(tensor.dtype()), mpi_op(r.op), opts.root, c.coll,
+                            &s.requests.back()),
+                call, "MPI_Ireduce");
+          s.finish = [tensor, r, root, n = size()] {
+            if (root && r.op == ReduceOp::kAvg) {
+              algorithms::finish_average(tensor.dtype(), tensor.raw_data(), tensor.numel(), n);
+            }
+            return std::vector<Tensor>{tensor};
+          };
+          return s;
+        });
+  }
+
+  std::shared_ptr<Work> all_gather(std::vector<Tensor> outputs, Tensor input,
+                                   const AllgatherOptions& opts) override {
+    constexpr std::string_view kOp = "all_gather";
+    check_defined(input, kOp, "the input");
+    check_count(kOp, "outputs", outputs.size());
+    for (const auto& t : outputs) check_like(t, input, kOp, "an output");
+    return enqueue(
+        kOp, opts.timeout, [this, outputs, input](const Comms& c, const std::string& call) {
+          const std::size_t block = input.nbytes();
+          Tensor all = scratch_bytes(block * outputs.size());
+          Started s;
+          s.requests.emplace_back();
+          check(MPI_Iallgather(input.raw_data(), as_count(block, call), MPI_BYTE, all.raw_data(),
+                               as_count(block, call), MPI_BYTE, c.coll, &s.requests.back()),
+                call, "MPI_Iallgather");
+          s.finish = [outputs, all, block] {
+            for (std::size_t r = 0; r < outputs.size(); ++r) {
+              if (block > 0) std::memcpy(bytes(outputs[r]), bytes(all) + r * block, block);
+            }
+            return outputs;
+          };
+          return s;
+        });
+  }
+
+  std::shared_ptr<Work> all_gather_into_tensor(Tensor output, Tensor input,
+                                               const AllgatherOptions& opts) override {
+    constexpr std::string_view kOp = "all_gather_into_tensor";
+    check_defined(input, kOp, "the input");
+    check_defined(output, kOp, "the output");
+    C10D_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() * size(),
+               "{}: the output is {} but must hold {} x the input's {}", kOp, output.to_string(),
+               size(), input.to_string());
+    return enqueue(
+        kOp, opts.timeout, [this, output, input](const Comms& c, const std::string& call) {
+          const std::size_t block = input.nbytes();
+          const std::uint8_t* in = bytes(input);
+          std::uint8_t* out = bytes(output);
+          const std::uint8_t* own = out + static_cast<std::size_t>(rank()) * block;
+          const bool overlaps = block > 0 && in < out + output.nbytes() && out < in + block;
+          Tensor copy;  // the input, when it overlaps the output elsewhere than its own block
+          const void* send = in;
+          if (overlaps && in == own) {
+            send = MPI_IN_PLACE;
+          } else if (overlaps) {
+            copy = scratch_bytes(block);
+            std::memcpy(bytes(copy), in, block);
+            send = copy.raw_data();
+          }
+          Started s;
+          s.requests.emplace_back();
+          check(MPI_Iallgather(send, as_count(block, call), MPI_BYTE, out, as_count(block, call),
+                               MPI_BYTE, c.coll, &s.requests.back()),
+                call, "MPI_Iallgather");
+          s.finish = [output, copy] { return std::vector<Tensor>{output}; };
+          return s;
+        });
+  }
+
+  std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs,
+                                       const ReduceScatterOptions& opts) override {
+    constexpr std::string_view kOp = "reduce_scatter";
+    check_defined(output, kOp, "the output");
+    check_count(kOp, "inputs", inputs.size());
+    for (const auto& t : inputs) check_like(t, output, kOp, "an input");
+    algorithms::validate_reduction(output.dtype(), opts.reduce.op);
+    return enqueue(
+        kOp, opts.timeout,
+        [this, output, inputs, r = opts.reduce](const Comms& c, const std::string& call) {
+          const std::size_t block = output.nbytes();
+          Tensor all = scratch_bytes(block * inputs.size());
+          for (std::size_t q = 0; q < inputs.size(); ++q) {
+            if (block > 0) std::memcpy(bytes(all) + q * block, bytes(inputs[q]), block);
+          }
+          return start_reduce_scatter(c, call, all, output, r);
+        });
+  }
+
+  std::shared_ptr<Work> reduce_scatter_tensor(Tensor output, Tensor input,
+                                              const ReduceScatterOptions& opts) override {
+    constexpr std::string_view kOp = "reduce_scatter_tensor";
+    check_defined(input, kOp, "the input");
+    check_defined(output, kOp, "the output");
+    C10D_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size(),
+               "{}: the input is {} but must hold {} x the output's {}", kOp, input.to_string(),
+               size(), output.to_string());
+    algorithms::validate_reduction(output.dtype(), opts.reduce.op);
+    return enqueue(kOp, opts.timeout,
+                   [this, output, input, r = opts.reduce](const Comms& c, const std::string& call) {
+                     // A copy: the output may be a view of the input, and PREMUL_SUM must not scale
+                     // the input.
+                     Tensor all = scratch_bytes(input.nbytes());
+                     if (input.nbytes() > 0) std::memcpy(bytes(all), bytes(input), input.nbytes());
+                     return start_reduce_scatter(c, call, all, output, r);
+                   });
+  }
+
+  std::shared_ptr<Work> all_to_all(Tensor output, Tensor input,
+                                   const AllToAllOptions& opts) override {
+    constexpr std::string_view kOp = "all_to_all";
+    check_defined(input, kOp, "the input");
+    check_defined(output, kOp, "the output");
+    C10D_CHECK(input.dim() >= 1 && output.dim() >= 1,
+               "{}: input {} and output {} need a first dimension to split", kOp, input.to_string(),
+               output.to_string());
+    C10D_CHECK(input.dtype() == output.dtype(), "{}: input {} and output {} differ in dtype", kOp,
+               input.to_string(), output.to_string());
+    const auto row_bytes = [](const Tensor& t) {
+      return t.shape()[0] == 0 ? std::int64_t{-1}
+                               : static_cast<std::int64_t>(t.nbytes()) / t.shape()[0];
+    };
+    const std::int64_t in_row = row_bytes(input);
+    const std::int64_t out_row = row_bytes(output);
+    C10D_CHECK(in_row < 0 || out_row < 0 || in_row == out_row,
+               "{}: a row of the input {} and of the output {} differ in size", kOp,
+               input.to_string(), output.to_string());
+    const std::int64_t row = std::max<std::int64_t>({in_row, out_row, 0});
+    auto split = [&](const std::vector<std::int64_t>& sizes, const Tensor& t,
+                     std::string_view which, std::vector<int>& counts, std::vector<int>& offsets) {
+      const std::int64_t rows = t.shape()[0];
+      if (sizes.empty()) {
+        C10D_CHECK(rows % size() == 0,
+                   "{}: the {} has {} rows, which do not split equally over {} ranks", kOp, which,
+                   rows, size());
+      } else {
+        C10D_CHECK(static_cast<int>(sizes.size()) == size(),
+                   "{}: {} split sizes has {} entries for a group of {}", kOp, which, sizes.size(),
+                   size());
+      }
+      std::int64_t at = 0;
+      for (int r = 0; r < size(); ++r) {
+        const std::int64_t n = sizes.empty() ? rows / size() : sizes[static_cast<std::size_t>(r)];
+        C10D_CHECK(n >= 0, "{}: {} split size {} for rank {} is negative", kOp, which, n, r);
+        counts.push_back(as_count(n * row, kOp));
+        offsets.push_back(as_count(at * row, kOp));
+        at += n;
+      }
+      C10D_CHECK(at == rows, "{}: {} split sizes add up to {} rows but the tensor has {}", kOp,
+                 which, at, rows);
+    };
+    std::vector<int> send_counts, send_offsets, recv_counts, recv_offsets;
+    split(opts.input_split_sizes, input, "input", send_counts, send_offsets);
+    split(opts.output_split_sizes, output, "output", recv_counts, recv_offsets);
+    return enqueue(kOp, opts.timeout, [=, this](const Comms& c, const std::string& call) {
+      Started s;
+      s.requests.emplace_back();
+      check(MPI_Ialltoallv(input.raw_data(), send_counts.data(), send_offsets.data(), MPI_BYTE,
+                           output.raw_data(), recv_counts.data(), recv_offsets.data(), MPI_BYTE,
+                           c.coll, &s.requests.back()),
+            call, "MPI_Ialltoallv");
+      // The count and offset arrays must live until the request completes.
+      s.finish = [output, send_counts, send_offsets, recv_counts, recv_offsets] {
+        return std::vector<Tensor>{output};
+      };
+      return s;
+    });
+  }
+
+  std::shared_ptr<Work> gather(std::vector<Tensor> outputs, Tensor input,
+                               const GatherOptions& opts) override {
+    constexpr std::string_view kOp = "gather";
+    check_defined(input, kOp, "the input");
+    check_root_list(kOp, opts.root, outputs, input, "outputs");
+    return enqueue(
+        kOp, opts.timeout,
+        [this, outputs, input, root = opts.root](const Comms& c, const std::string& call) {
+          const std::size_t block = input.nbytes();
+          Tensor all = rank() == root ? scratch_bytes(block * outputs.size()) : Tensor();
+          Started s;
+          s.requests.emplace_back();
+          check(MPI_Igather(input.raw_data(), as_count(block, call), MPI_BYTE,
+                            all.defined() ? all.raw_data() : nullptr, as_count(block, call),
+                            MPI_BYTE, root, c.coll, &s.requests.back()),
+                call, "MPI_Igather");
+          s.finish = [outputs, all, block] {
+            for (std::size_t r = 0; r < outputs.size(); ++r) {
+              if (block > 0) std::memcpy(bytes(outputs[r]), bytes(all) + r * block, block);
+            }
+            return outputs;
+          };
+          return s;
+        });
+  }
+
+  std::shared_ptr<Work> scatter(Tensor output, std::vector<Tensor> inputs,
+                                const ScatterOptions& opts) override {
+    constexpr std::string_view kOp = "scatter";
+    check_defined(output, kOp, "the output");
+    check_root_list(kOp, opts.root, inputs, output, "inputs");
+    return enqueue(
+        kOp, opts.timeout,
+        [this, output, inputs, root = opts.root](const Comms& c, const std::string& call) {
+          const std::size_t block = output.nbytes();
+          Tensor all;
+          if (rank() == root) {
+            all = scratch_bytes(block * inputs.size());
+            for (std::size_t q = 0; q < inputs.size(); ++q) {
+              if (block > 0) std::memcpy(bytes(all) + q * block, bytes(inputs[q]), block);
+            }
+          }
+          Started s;
+          s.requests.emplace_back();
+          check(MPI_Iscatter(all.defined() ? all.raw_data() : nullptr, as_count(block, call),
+                             MPI_BYTE, output.raw_data(), as_count(block, call), MPI_BYTE, root,
+                             c.coll, &s.requests.back()),
+                call, "MPI_Iscatter");
+          s.finish = [output, all] { return std::vector<Tensor>{output}; };
+          return s;
+        });
+  }
+
+  std::shared_ptr<Work> barrier(const BarrierOptions& opts) override {
+    return enqueue("barrier", opts.timeout, [this](const Comms& c, const std::string& call) {
+      Started s;
+      s.requests.emplace_back();
+      check(MPI_Ibarrier(c.coll, &s.requests.back()), call, "MPI_Ibarrier");
+      s.finish = [] { return std::vector<Tensor>{}; };
+      return s;
+    });
+  }
+
+  std::shared_ptr<Work> send(std::vector<Tensor> tensors, int dst_rank,
+                             const SendRecvOptions& opts) override {
+    return point_to_point("send", std::move(tensors), dst_rank, opts);
+  }
+
+  std::shared_ptr<Work> recv(std::vector<Tensor> tensors, int src_rank,
+                             const SendRecvOptions& opts) override {
+    return point_to_point("recv", std::move(tensors), src_rank, opts);
+  }
+
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override {
+    C10D_CHECK(!ranks.empty(), "new_group: no ranks");
+    std::vector<int> seen(static_cast<std::size_t>(size()), 0);
+    for (int r : ranks) {
+      C10D_CHECK(r >= 0 && r < size(), "new_group: rank {} is outside the group of size {}", r,
+                 size());
+      C10D_CHECK(seen[static_cast<std::size_t>(r)]++ == 0, "new_group: rank {} is listed twice", r);
+    }
+    const auto at = std::find(ranks.begin(), ranks.end(), rank());
+    const bool member = at != ranks.end();
+    const int key = member ? static_cast<int>(at - ranks.begin()) : 0;
+    std::lock_guard split_lock(split_mu_);  // one split at a time on control_
+    const std::uint32_t index = next_child_++;
+    MPI_Comm child = MPI_COMM_NULL;
+    {
+      MpiLock lock;
+      // Blocking and collective over this group: MPI has no nonblocking split.
+      const int rc = MPI_Comm_split(control_, member ? 0 : MPI_UNDEFINED, key, &child);
+      if (rc != MPI_SUCCESS) {
+        C10D_THROW(NetworkError, "rank {}: new_group of group {}: MPI_Comm_split failed: {}",
+                   rank(), name_, mpi_error_text(rc));
+      }
+    }
+    if (!member) return nullptr;
+    int child_rank = 0;
+    int child_size = 0;
+    {
+      MpiLock lock;
+      MPI_Comm_rank(child, &child_rank);
+      MPI_Comm_size(child, &child_size);
+    }
+    return std::make_shared<ProcessGroupMPI>(child, child_rank, child_size, timeout_,
+                                             fmt::format("{}.{}", name_, index));
+  }
+
+  void abort() override {
+    fail(std::make_exception_ptr(
+        Error(fmt::format("rank {}: MPI group {} was aborted", rank(), name_))));
+  }
+
+ private:
+  // ---- Checks (caller's thread) ----
+
+  void check_root(std::string_view op, int root) const {
+    C10D_CHECK(root >= 0 && root < size(), "{}: root {} is outside the group of size {}", op, root,
+               size());
+  }
+  void check_root_list(std::string_view op, int root, const std::vector<Tensor>& list,
+                       const Tensor& like, std::string_view what) const {
+    check_root(op, root);
+    if (rank() != root) {
+      C10D_CHECK(list.empty(), "{}: rank {} is not the root ({}) and must pass no {}", op, rank(),
+                 root, what);
+      return;
+    }
+    check_count(op, what, list.size());
+    const std::string one = fmt::format("one of the {}", what);
+    for (const auto& t : list) check_like(t, like, op, one);
+  }
+  void check_count(std::string_view op, std::string_view what, std::size_t n) const {
+    C10D_CHECK(static_cast<int>(n) == size(), "{}: {} has {} tensors for a group of {}", op, what,
+               n, size());
+  }
+
+  // ---- Starting (worker thread) ----
+
+  static void check(int rc, const std::string& call, std::string_view what) {
+    if (rc != MPI_SUCCESS)
+      C10D_THROW(NetworkError, "{}: {} failed: {}", call, what, mpi_error_text(rc));
+  }
+
+  // `all` is this rank's private copy of the size blocks (scaled here for PREMUL_SUM).
+  Started start_reduce_scatter(const Comms& c, const std::string& call, const Tensor& all,
+                               const Tensor& output, const Reduction& r) {
+    const DType dtype = output.dtype();
+    if (r.op == ReduceOp::kPremulSum) {
+      algorithms::premul_in_place(dtype, r.premul_factor, all.raw_data(), output.numel() * size());
+    }
+    Started s;
+    s.requests.emplace_back();
+    check(
+        MPI_Ireduce_scatter_block(all.raw_data(), output.raw_data(), as_count(output.numel(), call),
+                                  mpi_type(dtype), mpi_op(r.op), c.coll, &s.requests.back()),
+        call, "MPI_Ireduce_scatter_block");
+    s.finish = [output, all, r, n = size()] {
+      if (r.op == ReduceOp::kAvg) {
+        algorithms::finish_average(output.dtype(), output.raw_data(), output.numel(), n);
+      }
+      return std::vector<Tensor>{output};
+    };
+    return s;
+  }
+
+  // ---- Queueing (caller's thread) ----
+
+  std::shared_ptr<Work> enqueue(std::string_view op, std::optional<Milliseconds> timeout,
+                                std::function<Started(const Comms&, const std::string&)> start) {
+    PendingOp p;
+    p.start = std::move(start);
+    return push(op, std::move(p), timeout);
+  }
+
+  std::shared_ptr<Work> push(std::string_view op, PendingOp p,
+                             std::optional<Milliseconds> timeout) {
+    const Milliseconds t = timeout.value_or(timeout_);
+    C10D_CHECK(t.count() > 0, "{}: the timeout must be positive, not {} ms", op, t.count());
+    p.timeout = t;
+    std::shared_ptr<Work> work;
+    std::exception_ptr failed;
+    {
+      std::lock_guard lock(mu_);
+      C10D_CHECK(!stopping_, "{}: the group is being destroyed", op);
+      const std::uint64_t seq = p.collective ? next_sequence_++ : next_p2p_++;
+      work = std::make_shared<Work>(std::string(op), seq);
+      p.work = work;
+      failed = failure_;
+      if (!failed) queue_.push_back(std::move(p));
+    }
+    if (failed) {
+      work->finish_with_error(failed);  // outside mu_: its callbacks may call into the group
+    } else {
+      cv_.notify_all();
+    }
+    return work;
+  }
+
+  std::shared_ptr<Work> point_to_point(std::string_view op, std::vector<Tensor> tensors, int peer,
+                                       const SendRecvOptions& opts) {
+    C10D_CHECK(!tensors.empty(), "{}: no tensors", op);
+    for (const auto& t : tensors) check_defined(t, op, "a tensor");
+    C10D_CHECK(peer >= 0 && peer < size() && peer != rank(),
+               "{}: rank {} cannot {} rank {} in a group of size {}", op, rank(),
+               op == "send" ? "send to" : "receive from", peer, size());
+    C10D_CHECK(opts.tag >= 0, "{}: tag {} is negative", op, opts.tag);
+    int tag_ub = 32767;  // the least MPI_TAG_UB the standard allows
+    {
+      MpiLock lock;
+      int* value = nullptr;
+      int found = 0;
+      MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &found);
+      if (found && value != nullptr) tag_ub = *value;
+    }
+    C10D_CHECK(opts.tag <= tag_ub, "{}: tag {} is above MPI_TAG_UB ({})", op, opts.tag, tag_ub);
+    const bool is_send = op == "send";
+    PendingOp p;
+    p.collective = false;
+    p.start = [tensors, peer, is_send, tag = opts.tag](const Comms& c, const std::string& call) {
+      Started s;
+      s.is_recv = !is_send;
+      for (const auto& t : tensors) {
+        s.requests.emplace_back();
+        const int count = as_count(static_cast<std::int64_t>(t.nbytes()), call);
+        if (is_send) {
+          check(MPI_Isend(t.raw_data(), count, MPI_BYTE, peer, tag, c.p2p, &s.requests.back()),
+                call, "MPI_Isend");
+        } else {
+          check(MPI_Irecv(t.raw_data(), count, MPI_BYTE, peer, tag, c.p2p, &s.requests.back()),
+                call, "MPI_Irecv");
+        }
+      }
+      s.finish = [tensors] { return tensors; };
+      return s;
+    };
+    return push(op, std::move(p), opts.timeout);
+  }
+
+  // ---- Failure ----
+
+  // Records the group's first failure and fails everything still queued. The worker fails what
+  // it has started when it next looks.
+  void fail(std::exception_ptr e) {
+    std::deque<PendingOp> dropped;
+    {
+      std::lock_guard lock(mu_);
+      if (failure_) return;
+      failure_ = e;
+      dropped.swap(queue_);
+    }
+    for (auto& op : dropped) op.work->finish_with_error(e);
+    cv_.notify_all();
+  }
+
+  // Gives up on a started op: a recv is cancelled (MPI can cancel those), anything else is
+  // abandoned with its buffers kept alive.
+  static void give_up(Active& a) {
+    if (a.started.is_recv) {
+      MpiLock lock;
+      bool all_done = true;
+      for (auto& req : a.started.requests) {
+        if (req == MPI_REQUEST_NULL) continue;
+        MPI_Cancel(&req);
+        // A cancelled recv completes locally (or it matched and completes with the data).
+        if (MPI_Wait(&req, MPI_STATUS_IGNORE) != MPI_SUCCESS) all_done = false;
+      }
+      if (all_done) return;
+    }
+    abandon(std::move(a));
+  }
+
+  // Tests a started op: true once every request completed. Throws NetworkError on an MPI error.
+  static bool test(Active& a) {
+    int flag = 0;
+    int rc;
+    {
+      MpiLock lock;
+      rc = MPI_Testall(static_cast<int>(a.started.requests.size()), a.started.requests.data(),
+                       &flag, MPI_STATUSES_IGNORE);
+    }
+    if (rc != MPI_SUCCESS) {
+      C10D_THROW(NetworkError, "{} #{}: MPI_Testall failed: {}", a.work->op_name(),
+                 a.work->sequence(), mpi_error_text(rc));
+    }
+    return flag != 0;
+  }
+
+  // ---- The worker ----
+
+  void work_loop() {
+    std::deque<PendingOp> ready;  // queued ops not yet started, in issue order
+    std::optional<Active> coll;   // the one collective in flight
+    std::list<Active> p2p;        // posted sends and recvs
+    auto nap = std::chrono::microseconds(0);
+    auto last_progress = Clock::now();
+    bool failure_handled = false;  // the failure_ seen has been applied to what this loop holds
+    // Wakes for a new op, the destructor, or a failure not yet applied.
+    const auto wake = [&] {
+      return stopping_ || !queue_.empty() || (failure_ && !failure_handled);
+    };
+    for (;;) {
+      std::exception_ptr failed;
+      bool stop = false;
+      {
+        std::unique_lock lock(mu_);
+        if (ready.empty() && !coll && p2p.empty()) {
+          cv_.wait(lock, wake);
+        }
+        while (!queue_.empty()) {
+          ready.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+        stop = stopping_;
+        failed = stopping_ ? stop_reason_ : failure_;
+      }
+      if (failed) {
+        // Destroyed or failed: everything this worker holds fails with the reason.
+        for (auto& op : ready) op.work->finish_with_error(failed);
+        ready.clear();
+        if (coll) {
+          auto work = coll->work;
+          give_up(*coll);
+          coll.reset();
+          work->finish_with_error(failed);
+        }
+        for (auto& a : p2p) {
+          auto work = a.work;
+          give_up(a);
+          work->finish_with_error(failed);
+        }
+        p2p.clear();
+        if (stop) return;
+        failure_handled = true;
+        continue;  // sleeps on cv_ until more work or the destructor
+      }
+      bool progressed = false;
+      try {
+        // Start ops in issue order; a collective waits for the one in flight.
+        while (!ready.empty() && !(ready.front().collective && coll)) {
+          PendingOp op = std::move(ready.front());
+          ready.pop_front();
+          const std::string call = fmt::format("rank {}: {} #{} (MPI group {})", rank(),
+                                               op.work->op_name(), op.work->sequence(), name_);
+          Active a{op.work, {}, Clock::now() + op.timeout};
+          {
+            MpiLock lock;
+            a.started = op.start(comms_, call);
+          }
+          if (op.collective) {
+            coll = std::move(a);
+          } else {
+            p2p.push_back(std::move(a));
+          }
+          progressed = true;
+        }
+        if (coll && test(*coll)) {
+          auto done = std::move(*coll);
+          coll.reset();
+          done.work->finish(done.started.finish());
+          progressed = true;
+        } else if (coll && Clock::now() >= coll->deadline) {
+          C10D_THROW(TimeoutError, "rank {}: {} #{} (MPI group {}) timed out", rank(),
+                     coll->work->op_name(), coll->work->sequence(), name_);
+        }
+        for (auto it = p2p.begin(); it != p2p.end();) {
+          if (test(*it)) {
+            auto done = std::move(*it);
+            it = p2p.erase(it);
+            done.work->finish(done.started.finish());
+            progressed = true;
+          } else if (Clock::now() >= it->deadline) {
+            C10D_THROW(TimeoutError, "rank {}: {} #{} (MPI group {}) timed out", rank(),
+                       it->work->op_name(), it->work->sequence(), name_);
+          } else {
+            ++it;
+          }
+        }
+      } catch (...) {
+        fail(std::current_exception());
+        continue;
+      }
+      // Progress happens only inside MPI calls: poll hard right after progress, then back off
+      // (yielding first, sleeping up to 200 us) so idle ranks leave the cores to busy ones.
+      const auto now = Clock::now();
+      if (progressed) {
+        last_progress = now;
+        nap = std::chrono::microseconds(0);
+      } else if (now - last_progress < std::chrono::milliseconds(2)) {
+        std::this_thread::yield();
+      } else {
+        nap = std::min(std::max(nap * 2, std::chrono::microseconds(10)),
+                       std::chrono::microseconds(200));
+        std::unique_lock lock(mu_);
+        cv_.wait_for(lock, nap, wake);
+      }
+    }
+  }
+
+  const Milliseconds timeout_;
+  const std::string name_;
+  Comms comms_;                       // used by the worker only (after construction)
+  MPI_Comm control_ = MPI_COMM_NULL;  // new_group's splits, on the caller's thread
+  std::mutex split_mu_;               // serializes new_group
+  std::uint32_t next_child_ = 0;      // GUARDED_BY(split_mu_)
+
+  std::mutex mu_;
+  std::condition_variable cv_;       // queue_, failure_ or stopping_ changed; waits on mu_
+  std::deque<PendingOp> queue_;      // GUARDED_BY(mu_)
+  std::uint64_t next_sequence_ = 0;  // GUARDED_BY(mu_); collectives
+  std::uint64_t next_p2p_ = 0;       // GUARDED_BY(mu_); sends and recvs
+  std::exception_ptr failure_;       // GUARDED_BY(mu_)
+  std::exception_ptr stop_reason_;   // GUARDED_BY(mu_)
+  bool stopping_ = false;            // GUARDED_BY(mu_)
+  std::thread worker_;
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> make_process_group_mpi(Milliseconds timeout) {
+  ensure_runtime();
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 0;
+  {
+    MpiLock lock;
+    throw_if_error(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "make_process_group_mpi: MPI_Comm_dup");
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+  }
+  return std::make_shared<ProcessGroupMPI>(comm, rank, size, timeout, "world");
+}
+
+}  // namespace c10d
