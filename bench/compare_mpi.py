@@ -3,6 +3,10 @@
 by side and prints one markdown table of medians with their ratios.
 
     bench/compare_mpi.py [--build build] [--runs 5] [--worlds 2,4] [--iters 20]
+                         [--backend tcp|mpi] [--btl self,tcp|default]
+
+With --backend mpi, c10d-bench runs under the same mpirun as the reference (the MPI backend's
+overhead over raw MPI); --btl default lets Open MPI pick its transports (shared memory here).
 
 Every configuration is run --runs times, alternating c10d and Open MPI so that drifting load on
 the machine hits both alike; each cell is the median over the runs. Open MPI runs twice per
@@ -22,11 +26,19 @@ import subprocess
 import sys
 import tempfile
 
-CASES = [  # (collective, sizes in bytes, in_place)
-    ("all_reduce", [8, 16 << 20, 64 << 20], True),
-    ("broadcast", [64 << 20], True),
-    ("all_to_all", [64 << 20], False),
-]
+CASES = {  # backend: (collective, sizes in bytes, in_place)
+    "tcp": [
+        ("all_reduce", [8, 16 << 20, 64 << 20], True),
+        ("broadcast", [64 << 20], True),
+        ("all_to_all", [64 << 20], False),
+    ],
+    # The MPI backend's overhead over the same MPI calls: the latency floor and 64 KiB and up.
+    "mpi": [
+        ("all_reduce", [8, 64 << 10, 16 << 20], True),
+        ("broadcast", [64 << 10, 16 << 20], True),
+        ("all_to_all", [64 << 10, 16 << 20], False),
+    ],
+}
 
 
 def run(cmd, env=None):
@@ -36,20 +48,24 @@ def run(cmd, env=None):
         sys.exit(f"failed ({result.returncode}): {' '.join(cmd)}\n{result.stdout[-3000:]}")
 
 
-def sweep(build, world, collective, size, iters, backend, mmap_pinned=False):
+def sweep(build, world, collective, size, iters, backend, mmap_pinned=False, c10d_backend="tcp",
+          btl="self,tcp"):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         flags = [collective, "-b", str(size), "-e", str(size), "-n", str(iters), "-w", "3",
                  "-c", "1", "--json", out.name]
         env = dict(os.environ)
-        if backend == "c10d":
+        mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world)]
+        if btl != "default":
+            mpirun += ["--mca", "btl", btl]
+        if mmap_pinned:
+            mpirun += ["-x", "MALLOC_MMAP_MAX_=0", "-x", "MALLOC_TRIM_THRESHOLD_=4000000000"]
+        if backend == "c10d" and c10d_backend == "tcp":
             cmd = [f"{build}/tools/c10drun", "--nproc-per-node", str(world),
                    f"{build}/bench/c10d-bench"] + flags
+        elif backend == "c10d":
+            cmd = mpirun + [f"{build}/bench/c10d-bench"] + flags + ["--backend", "mpi"]
         else:
-            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world),
-                   "--mca", "btl", "self,tcp"]
-            if mmap_pinned:
-                cmd += ["-x", "MALLOC_MMAP_MAX_=0", "-x", "MALLOC_TRIM_THRESHOLD_=4000000000"]
-            cmd += [f"{build}/bench/c10d-mpi-reference"] + flags
+            cmd = mpirun + [f"{build}/bench/c10d-mpi-reference"] + flags
         run(cmd, env)
         with open(out.name) as f:
             rows = json.load(f)
@@ -65,6 +81,8 @@ def main():
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--worlds", default="2,4")
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--backend", default="tcp", choices=["tcp", "mpi"])
+    parser.add_argument("--btl", default="self,tcp")
     args = parser.parse_args()
 
     print("| collective | ranks | size | c10d time (µs) | c10d busbw (GB/s) | Open MPI time (µs) "
@@ -72,14 +90,15 @@ def main():
           "| c10d / pinned |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for world in [int(w) for w in args.worlds.split(",")]:
-        for collective, sizes, in_place in CASES:
+        for collective, sizes, in_place in CASES[args.backend]:
             for size in sizes:
                 iters = args.iters if size > 8 else max(args.iters, 1000)
                 cells = {"c10d": [], "mpi": [], "pinned": []}
                 for _ in range(args.runs):
                     for name, backend, pinned in (("c10d", "c10d", False), ("mpi", "mpi", False),
                                                   ("pinned", "mpi", True)):
-                        rows = sweep(args.build, world, collective, size, iters, backend, pinned)
+                        rows = sweep(args.build, world, collective, size, iters, backend, pinned,
+                                     args.backend, args.btl)
                         cells[name].append(rows[in_place])
                 med = {k: (statistics.median(r["time_us"] for r in v),
                            statistics.median(r["busbw"] for r in v)) for k, v in cells.items()}
@@ -90,7 +109,8 @@ def main():
                 else:
                     ratio = med["c10d"][1] / med["mpi"][1]
                     ratio_pinned = med["c10d"][1] / med["pinned"][1]
-                label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size} B"
+                label = (f"{size >> 20} MiB" if size >= 1 << 20 else
+                         f"{size >> 10} KiB" if size >= 1 << 10 else f"{size} B")
                 print(f"| {collective} | {world} | {label} | {med['c10d'][0]:.1f} | "
                       f"{med['c10d'][1]:.2f} | {med['mpi'][0]:.1f} | {med['mpi'][1]:.2f} | "
                       f"{med['pinned'][0]:.1f} | {med['pinned'][1]:.2f} | {ratio:.2f}x | "
