@@ -38,6 +38,7 @@
 #include "algorithms/ring_all_reduce.h"
 #include "algorithms/scratch.h"
 #include "algorithms/tree.h"
+#include "backends/common/op_checks.h"
 #include "c10d/errors.h"
 #include "core/check.h"
 #include "core/logging.h"
@@ -193,18 +194,6 @@ std::span<std::byte> bytes_of(const Tensor& t) {
   return {static_cast<std::byte*>(t.raw_data()), t.nbytes()};
 }
 
-void check_defined(const Tensor& t, std::string_view op, std::string_view what) {
-  C10D_CHECK(t.defined(), "{}: {} is an undefined tensor", op, what);
-  t.raw_data();  // materializes a lazy value here, on the caller's thread
-}
-
-void check_like(const Tensor& t, const Tensor& like, std::string_view op, std::string_view what) {
-  check_defined(t, op, what);
-  C10D_CHECK(t.dtype() == like.dtype() && t.numel() == like.numel(),
-             "{}: {} is {} but must match the input's {}", op, what, t.to_string(),
-             like.to_string());
-}
-
 // ---- The group ----
 
 struct PendingOp {
@@ -245,6 +234,7 @@ class TransportProcessGroup final : public ProcessGroup {
       : ProcessGroup(transport->rank(), transport->size()),
         transport_(std::move(transport)),
         options_(std::move(options)),
+        checks_(rank(), size()),
         detail_(options_.detail < 0 ? detail_from_env() : options_.detail > 0) {
     const std::string algo = env_or("C10D_ALGO", options_.algo);
     algo_ = parse_algo(algo, options_.algo.empty() ? "C10D_ALGO" : "the algo option");
@@ -285,8 +275,7 @@ class TransportProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors,
                                    const AllreduceOptions& opts) override {
     constexpr std::string_view kOp = "all_reduce";
-    C10D_CHECK(!tensors.empty(), "{}: no tensors", kOp);
-    for (const auto& t : tensors) check_like(t, tensors[0], kOp, "a tensor");
+    checks_.tensors(tensors, kOp, /*same=*/true);
     algorithms::validate_reduction(tensors[0].dtype(), opts.reduce.op);
     return enqueue(kOp, collective_fp(kOp, tensors[0], opts.reduce.op, -1, total(tensors)),
                    opts.timeout, [this, tensors, r = opts.reduce](const Context& ctx) {
@@ -298,9 +287,8 @@ class TransportProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors,
                                   const BroadcastOptions& opts) override {
     constexpr std::string_view kOp = "broadcast";
-    C10D_CHECK(!tensors.empty(), "{}: no tensors", kOp);
-    for (const auto& t : tensors) check_defined(t, kOp, "a tensor");
-    check_root(kOp, opts.root);
+    checks_.tensors(tensors, kOp, /*same=*/false);
+    checks_.root(kOp, opts.root);
     const std::int64_t threshold = algo_.broadcast == AlgoChoice::Broadcast::kTree ? INT64_MAX
                                    : algo_.broadcast == AlgoChoice::Broadcast::kChain
                                        ? 0
@@ -316,8 +304,8 @@ class TransportProcessGroup final : public ProcessGroup {
 
   std::shared_ptr<Work> reduce(Tensor tensor, const ReduceOptions& opts) override {
     constexpr std::string_view kOp = "reduce";
-    check_defined(tensor, kOp, "the tensor");
-    check_root(kOp, opts.root);
+    checks_.defined(tensor, kOp, "the tensor");
+    checks_.root(kOp, opts.root);
     algorithms::validate_reduction(tensor.dtype(), opts.reduce.op);
     return enqueue(kOp, collective_fp(kOp, tensor, opts.reduce.op, opts.root, tensor.numel()),
                    opts.timeout, [tensor, opts](const Context& ctx) {
@@ -330,9 +318,9 @@ class TransportProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> all_gather(std::vector<Tensor> outputs, Tensor input,
                                    const AllgatherOptions& opts) override {
     constexpr std::string_view kOp = "all_gather";
-    check_defined(input, kOp, "the input");
-    check_count(kOp, "outputs", outputs.size());
-    for (const auto& t : outputs) check_like(t, input, kOp, "an output");
+    checks_.defined(input, kOp, "the input");
+    checks_.count(kOp, "outputs", outputs.size());
+    for (const auto& t : outputs) checks_.like(t, input, kOp, "an output");
     return enqueue(kOp, collective_fp(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
                    [this, outputs, input](const Context& ctx) {
                      const std::size_t block = input.nbytes();
@@ -350,11 +338,7 @@ class TransportProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> all_gather_into_tensor(Tensor output, Tensor input,
                                                const AllgatherOptions& opts) override {
     constexpr std::string_view kOp = "all_gather_into_tensor";
-    check_defined(input, kOp, "the input");
-    check_defined(output, kOp, "the output");
-    C10D_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() * size(),
-               "{}: the output is {} but must hold {} x the input's {}", kOp, output.to_string(),
-               size(), input.to_string());
+    checks_.blocks(kOp, output, "output", input, "input");
     return enqueue(kOp, collective_fp(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
                    [this, output, input](const Context& ctx) {
                      algorithms::all_gather(ctx, bytes_of(input), bytes_of(output), ring_);
@@ -365,9 +349,9 @@ class TransportProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs,
                                        const ReduceScatterOptions& opts) override {
     constexpr std::string_view kOp = "reduce_scatter";
-    check_defined(output, kOp, "the output");
-    check_count(kOp, "inputs", inputs.size());
-    for (const auto& t : inputs) check_like(t, output, kOp, "an input");
+    checks_.defined(output, kOp, "the output");
+    checks_.count(kOp, "inputs", inputs.size());
+    for (const auto& t : inputs) checks_.like(t, output, kOp, "an input");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
     return enqueue(kOp, collective_fp(kOp, output, opts.reduce.op, -1, output.numel()),
                    opts.timeout, [this, output, inputs, r = opts.reduce](const Context& ctx) {
@@ -387,11 +371,7 @@ class TransportProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> reduce_scatter_tensor(Tensor output, Tensor input,
                                               const ReduceScatterOptions& opts) override {
     constexpr std::string_view kOp = "reduce_scatter_tensor";
-    check_defined(input, kOp, "the input");
-    check_defined(output, kOp, "the output");
-    C10D_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size(),
-               "{}: the input is {} but must hold {} x the output's {}", kOp, input.to_string(),
-               size(), output.to_string());
+    checks_.blocks(kOp, input, "input", output, "output");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
     return enqueue(kOp, collective_fp(kOp, output, opts.reduce.op, -1, output.numel()),
                    opts.timeout, [this, output, input, r = opts.reduce](const Context& ctx) {
@@ -404,55 +384,11 @@ class TransportProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> all_to_all(Tensor output, Tensor input,
                                    const AllToAllOptions& opts) override {
     constexpr std::string_view kOp = "all_to_all";
-    check_defined(input, kOp, "the input");
-    check_defined(output, kOp, "the output");
-    C10D_CHECK(input.dim() >= 1 && output.dim() >= 1,
-               "{}: input {} and output {} need a first dimension to split", kOp, input.to_string(),
-               output.to_string());
-    C10D_CHECK(input.dtype() == output.dtype(), "{}: input {} and output {} differ in dtype", kOp,
-               input.to_string(), output.to_string());
-    const auto row_bytes = [](const Tensor& t) {
-      return t.shape()[0] == 0 ? std::int64_t{-1}
-                               : static_cast<std::int64_t>(t.nbytes()) / t.shape()[0];
-    };
-    const std::int64_t in_row = row_bytes(input);
-    const std::int64_t out_row = row_bytes(output);
-    C10D_CHECK(in_row < 0 || out_row < 0 || in_row == out_row,
-               "{}: a row of the input {} and of the output {} differ in size", kOp,
-               input.to_string(), output.to_string());
-    const std::int64_t row = std::max<std::int64_t>({in_row, out_row, 0});
-    auto split = [&](const std::vector<std::int64_t>& sizes, const Tensor& t,
-                     std::string_view which, std::vector<std::int64_t>& counts,
-                     std::vector<std::int64_t>& offsets) {
-      const std::int64_t rows = t.shape()[0];
-      if (sizes.empty()) {
-        C10D_CHECK(rows % size() == 0,
-                   "{}: the {} has {} rows, which do not split equally over {} ranks", kOp, which,
-                   rows, size());
-      } else {
-        C10D_CHECK(static_cast<int>(sizes.size()) == size(),
-                   "{}: {} split sizes has {} entries for a group of {}", kOp, which, sizes.size(),
-                   size());
-      }
-      std::int64_t at = 0;
-      for (int r = 0; r < size(); ++r) {
-        const std::int64_t n = sizes.empty() ? rows / size() : sizes[static_cast<std::size_t>(r)];
-        C10D_CHECK(n >= 0, "{}: {} split size {} for rank {} is negative", kOp, which, n, r);
-        counts.push_back(n * row);
-        offsets.push_back(at * row);
-        at += n;
-      }
-      C10D_CHECK(at == rows, "{}: {} split sizes add up to {} rows but the tensor has {}", kOp,
-                 which, at, rows);
-    };
-    std::vector<std::int64_t> send_counts, send_offsets, recv_counts, recv_offsets;
-    split(opts.input_split_sizes, input, "input", send_counts, send_offsets);
-    split(opts.output_split_sizes, output, "output", recv_counts, recv_offsets);
-    const bool even = opts.input_split_sizes.empty() && opts.output_split_sizes.empty();
-    return enqueue(kOp, collective_fp(kOp, input, std::nullopt, -1, even ? input.numel() : -1),
+    const AllToAllLayout l = checks_.all_to_all(output, input, opts);
+    return enqueue(kOp, collective_fp(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1),
                    opts.timeout, [=](const Context& ctx) {
-                     algorithms::all_to_allv(ctx, bytes_of(input), send_counts, send_offsets,
-                                             bytes_of(output), recv_counts, recv_offsets);
+                     algorithms::all_to_allv(ctx, bytes_of(input), l.send_counts, l.send_offsets,
+                                             bytes_of(output), l.recv_counts, l.recv_offsets);
                      return std::vector<Tensor>{output};
                    });
   }
@@ -460,8 +396,8 @@ class TransportProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> gather(std::vector<Tensor> outputs, Tensor input,
                                const GatherOptions& opts) override {
     constexpr std::string_view kOp = "gather";
-    check_defined(input, kOp, "the input");
-    check_root_list(kOp, opts.root, outputs, input, "outputs");
+    checks_.defined(input, kOp, "the input");
+    checks_.root_list(kOp, opts.root, outputs, input, "outputs");
     return enqueue(kOp, collective_fp(kOp, input, std::nullopt, opts.root, input.numel()),
                    opts.timeout, [outputs, input, root = opts.root](const Context& ctx) {
                      std::vector<std::span<std::byte>> spans;
@@ -474,8 +410,8 @@ class TransportProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> scatter(Tensor output, std::vector<Tensor> inputs,
                                 const ScatterOptions& opts) override {
     constexpr std::string_view kOp = "scatter";
-    check_defined(output, kOp, "the output");
-    check_root_list(kOp, opts.root, inputs, output, "inputs");
+    checks_.defined(output, kOp, "the output");
+    checks_.root_list(kOp, opts.root, inputs, output, "inputs");
     return enqueue(kOp, collective_fp(kOp, output, std::nullopt, opts.root, output.numel()),
                    opts.timeout, [output, inputs, root = opts.root](const Context& ctx) {
                      std::vector<std::span<const std::byte>> spans;
@@ -505,19 +441,13 @@ class TransportProcessGroup final : public ProcessGroup {
   }
 
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override {
-    C10D_CHECK(!ranks.empty(), "new_group: no ranks");
-    std::vector<int> seen(static_cast<std::size_t>(size()), 0);
-    for (int r : ranks) {
-      C10D_CHECK(r >= 0 && r < size(), "new_group: rank {} is outside the group of size {}", r,
-                 size());
-      C10D_CHECK(seen[static_cast<std::size_t>(r)]++ == 0, "new_group: rank {} is listed twice", r);
-    }
+    const bool member = checks_.new_group(ranks);
     std::uint32_t index;
     {
       std::lock_guard lock(mu_);
       index = next_child_++;
     }
-    if (!seen[static_cast<std::size_t>(rank())]) return nullptr;
+    if (!member) return nullptr;
     TransportProcessGroupOptions child = options_;
     child.group_id = child_group_id(options_.group_id, index);
     child.ring_order.clear();
@@ -535,28 +465,6 @@ class TransportProcessGroup final : public ProcessGroup {
  private:
   // ---- Checks and fingerprints (caller's thread) ----
 
-  void check_root(std::string_view op, int root) const {
-    C10D_CHECK(root >= 0 && root < size(), "{}: root {} is outside the group of size {}", op, root,
-               size());
-  }
-  // Gather's outputs, scatter's inputs: at the root one tensor per rank shaped like `like`,
-  // elsewhere none.
-  void check_root_list(std::string_view op, int root, const std::vector<Tensor>& list,
-                       const Tensor& like, std::string_view what) const {
-    check_root(op, root);
-    if (rank() != root) {
-      C10D_CHECK(list.empty(), "{}: rank {} is not the root ({}) and must pass no {}", op, rank(),
-                 root, what);
-      return;
-    }
-    check_count(op, what, list.size());
-    const std::string one = fmt::format("one of the {}", what);
-    for (const auto& t : list) check_like(t, like, op, one);
-  }
-  void check_count(std::string_view op, std::string_view what, std::size_t n) const {
-    C10D_CHECK(static_cast<int>(n) == size(), "{}: {} has {} tensors for a group of {}", op, what,
-               n, size());
-  }
   static std::int64_t total(const std::vector<Tensor>& tensors) {
     std::int64_t n = 0;
     for (const auto& t : tensors) n += t.numel();
@@ -619,12 +527,7 @@ class TransportProcessGroup final : public ProcessGroup {
 
   std::shared_ptr<Work> point_to_point(std::string_view op, std::vector<Tensor> tensors, int peer,
                                        const SendRecvOptions& opts) {
-    C10D_CHECK(!tensors.empty(), "{}: no tensors", op);
-    for (const auto& t : tensors) check_defined(t, op, "a tensor");
-    C10D_CHECK(peer >= 0 && peer < size() && peer != rank(),
-               "{}: rank {} cannot {} rank {} in a group of size {}", op, rank(),
-               op == "send" ? "send to" : "receive from", peer, size());
-    C10D_CHECK(opts.tag >= 0, "{}: tag {} is negative", op, opts.tag);
+    checks_.point_to_point(op, tensors, peer, opts.tag);
     PendingOp p;
     p.collective = false;
     p.user_tag = static_cast<std::uint32_t>(opts.tag);
@@ -818,6 +721,7 @@ class TransportProcessGroup final : public ProcessGroup {
 
   const std::shared_ptr<transport::Transport> transport_;
   const TransportProcessGroupOptions options_;
+  const OpChecks checks_;
   const bool detail_;
   AlgoChoice algo_;
   algorithms::RingOptions ring_;

@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "algorithms/reduce_kernels.h"
+#include "backends/common/op_checks.h"
 #include "c10d/errors.h"
 #include "c10d/init.h"
 #include "core/check.h"
@@ -200,18 +201,6 @@ MPI_Op mpi_op(ReduceOp op) {
 
 // ---- Tensor helpers (caller's thread) ----
 
-void check_defined(const Tensor& t, std::string_view op, std::string_view what) {
-  C10D_CHECK(t.defined(), "{}: {} is an undefined tensor", op, what);
-  t.raw_data();  // materializes a lazy value here, on the caller's thread
-}
-
-void check_like(const Tensor& t, const Tensor& like, std::string_view op, std::string_view what) {
-  check_defined(t, op, what);
-  C10D_CHECK(t.dtype() == like.dtype() && t.numel() == like.numel(),
-             "{}: {} is {} but must match the input's {}", op, what, t.to_string(),
-             like.to_string());
-}
-
 // MPI counts are ints.
 int as_count(std::int64_t n, std::string_view op) {
   if (n > INT_MAX) {
@@ -269,7 +258,7 @@ class ProcessGroupMPI final : public ProcessGroup {
  public:
   // Takes ownership of `comm` (a communicator of its own, freed by the destructor).
   ProcessGroupMPI(MPI_Comm comm, int rank, int size, Milliseconds timeout, std::string name)
-      : ProcessGroup(rank, size), timeout_(timeout), name_(std::move(name)) {
+      : ProcessGroup(rank, size), checks_(rank, size), timeout_(timeout), name_(std::move(name)) {
     C10D_CHECK(timeout_.count() > 0, "the group timeout must be positive, not {} ms",
                timeout_.count());
     {
@@ -315,8 +304,7 @@ class ProcessGroupMPI final : public ProcessGroup {
   std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors,
                                    const AllreduceOptions& opts) override {
     constexpr std::string_view kOp = "all_reduce";
-    C10D_CHECK(!tensors.empty(), "{}: no tensors", kOp);
-    for (const auto& t : tensors) check_defined(t, kOp, "a tensor");
+    checks_.tensors(tensors, kOp, /*same=*/false);
     for (const auto& t : tensors) algorithms::validate_reduction(t.dtype(), opts.reduce.op);
     const Reduction r = opts.reduce;
     return enqueue(kOp, opts.timeout, [this, tensors, r](const Comms& c, const std::string& call) {
@@ -344,9 +332,8 @@ class ProcessGroupMPI final : public ProcessGroup {
   std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors,
                                   const BroadcastOptions& opts) override {
     constexpr std::string_view kOp = "broadcast";
-    C10D_CHECK(!tensors.empty(), "{}: no tensors", kOp);
-    for (const auto& t : tensors) check_defined(t, kOp, "a tensor");
-    check_root(kOp, opts.root);
+    checks_.tensors(tensors, kOp, /*same=*/false);
+    checks_.root(kOp, opts.root);
     return enqueue(kOp, opts.timeout,
                    [this, tensors, root = opts.root](const Comms& c, const std::string& call) {
                      Started s;
@@ -363,8 +350,8 @@ class ProcessGroupMPI final : public ProcessGroup {
 
   std::shared_ptr<Work> reduce(Tensor tensor, const ReduceOptions& opts) override {
     constexpr std::string_view kOp = "reduce";
-    check_defined(tensor, kOp, "the tensor");
-    check_root(kOp, opts.root);
+    checks_.defined(tensor, kOp, "the tensor");
+    checks_.root(kOp, opts.root);
     algorithms::validate_reduction(tensor.dtype(), opts.reduce.op);
     return enqueue(
         kOp, opts.timeout, [this, tensor, opts](const Comms& c, const std::string& call) {
@@ -394,9 +381,9 @@ class ProcessGroupMPI final : public ProcessGroup {
   std::shared_ptr<Work> all_gather(std::vector<Tensor> outputs, Tensor input,
                                    const AllgatherOptions& opts) override {
     constexpr std::string_view kOp = "all_gather";
-    check_defined(input, kOp, "the input");
-    check_count(kOp, "outputs", outputs.size());
-    for (const auto& t : outputs) check_like(t, input, kOp, "an output");
+    checks_.defined(input, kOp, "the input");
+    checks_.count(kOp, "outputs", outputs.size());
+    for (const auto& t : outputs) checks_.like(t, input, kOp, "an output");
     return enqueue(
         kOp, opts.timeout, [this, outputs, input](const Comms& c, const std::string& call) {
           const std::size_t block = input.nbytes();
@@ -419,11 +406,7 @@ class ProcessGroupMPI final : public ProcessGroup {
   std::shared_ptr<Work> all_gather_into_tensor(Tensor output, Tensor input,
                                                const AllgatherOptions& opts) override {
     constexpr std::string_view kOp = "all_gather_into_tensor";
-    check_defined(input, kOp, "the input");
-    check_defined(output, kOp, "the output");
-    C10D_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() * size(),
-               "{}: the output is {} but must hold {} x the input's {}", kOp, output.to_string(),
-               size(), input.to_string());
+    checks_.blocks(kOp, output, "output", input, "input");
     return enqueue(
         kOp, opts.timeout, [this, output, input](const Comms& c, const std::string& call) {
           const std::size_t block = input.nbytes();
@@ -453,9 +436,9 @@ class ProcessGroupMPI final : public ProcessGroup {
   std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs,
                                        const ReduceScatterOptions& opts) override {
     constexpr std::string_view kOp = "reduce_scatter";
-    check_defined(output, kOp, "the output");
-    check_count(kOp, "inputs", inputs.size());
-    for (const auto& t : inputs) check_like(t, output, kOp, "an input");
+    checks_.defined(output, kOp, "the output");
+    checks_.count(kOp, "inputs", inputs.size());
+    for (const auto& t : inputs) checks_.like(t, output, kOp, "an input");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
     return enqueue(
         kOp, opts.timeout,
@@ -472,11 +455,7 @@ class ProcessGroupMPI final : public ProcessGroup {
   std::shared_ptr<Work> reduce_scatter_tensor(Tensor output, Tensor input,
                                               const ReduceScatterOptions& opts) override {
     constexpr std::string_view kOp = "reduce_scatter_tensor";
-    check_defined(input, kOp, "the input");
-    check_defined(output, kOp, "the output");
-    C10D_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size(),
-               "{}: the input is {} but must hold {} x the output's {}", kOp, input.to_string(),
-               size(), output.to_string());
+    checks_.blocks(kOp, input, "input", output, "output");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
     return enqueue(kOp, opts.timeout,
                    [this, output, input, r = opts.reduce](const Comms& c, const std::string& call) {
@@ -491,49 +470,14 @@ class ProcessGroupMPI final : public ProcessGroup {
   std::shared_ptr<Work> all_to_all(Tensor output, Tensor input,
                                    const AllToAllOptions& opts) override {
     constexpr std::string_view kOp = "all_to_all";
-    check_defined(input, kOp, "the input");
-    check_defined(output, kOp, "the output");
-    C10D_CHECK(input.dim() >= 1 && output.dim() >= 1,
-               "{}: input {} and output {} need a first dimension to split", kOp, input.to_string(),
-               output.to_string());
-    C10D_CHECK(input.dtype() == output.dtype(), "{}: input {} and output {} differ in dtype", kOp,
-               input.to_string(), output.to_string());
-    const auto row_bytes = [](const Tensor& t) {
-      return t.shape()[0] == 0 ? std::int64_t{-1}
-                               : static_cast<std::int64_t>(t.nbytes()) / t.shape()[0];
+    const backends::AllToAllLayout l = checks_.all_to_all(output, input, opts);
+    const auto ints = [&](const std::vector<std::int64_t>& v) {
+      std::vector<int> out;
+      for (std::int64_t x : v) out.push_back(as_count(x, kOp));
+      return out;
     };
-    const std::int64_t in_row = row_bytes(input);
-    const std::int64_t out_row = row_bytes(output);
-    C10D_CHECK(in_row < 0 || out_row < 0 || in_row == out_row,
-               "{}: a row of the input {} and of the output {} differ in size", kOp,
-               input.to_string(), output.to_string());
-    const std::int64_t row = std::max<std::int64_t>({in_row, out_row, 0});
-    auto split = [&](const std::vector<std::int64_t>& sizes, const Tensor& t,
-                     std::string_view which, std::vector<int>& counts, std::vector<int>& offsets) {
-      const std::int64_t rows = t.shape()[0];
-      if (sizes.empty()) {
-        C10D_CHECK(rows % size() == 0,
-                   "{}: the {} has {} rows, which do not split equally over {} ranks", kOp, which,
-                   rows, size());
-      } else {
-        C10D_CHECK(static_cast<int>(sizes.size()) == size(),
-                   "{}: {} split sizes has {} entries for a group of {}", kOp, which, sizes.size(),
-                   size());
-      }
-      std::int64_t at = 0;
-      for (int r = 0; r < size(); ++r) {
-        const std::int64_t n = sizes.empty() ? rows / size() : sizes[static_cast<std::size_t>(r)];
-        C10D_CHECK(n >= 0, "{}: {} split size {} for rank {} is negative", kOp, which, n, r);
-        counts.push_back(as_count(n * row, kOp));
-        offsets.push_back(as_count(at * row, kOp));
-        at += n;
-      }
-      C10D_CHECK(at == rows, "{}: {} split sizes add up to {} rows but the tensor has {}", kOp,
-                 which, at, rows);
-    };
-    std::vector<int> send_counts, send_offsets, recv_counts, recv_offsets;
-    split(opts.input_split_sizes, input, "input", send_counts, send_offsets);
-    split(opts.output_split_sizes, output, "output", recv_counts, recv_offsets);
+    const std::vector<int> send_counts = ints(l.send_counts), send_offsets = ints(l.send_offsets),
+                           recv_counts = ints(l.recv_counts), recv_offsets = ints(l.recv_offsets);
     return enqueue(kOp, opts.timeout, [=, this](const Comms& c, const std::string& call) {
       Started s;
       s.requests.emplace_back();
@@ -552,8 +496,8 @@ class ProcessGroupMPI final : public ProcessGroup {
   std::shared_ptr<Work> gather(std::vector<Tensor> outputs, Tensor input,
                                const GatherOptions& opts) override {
     constexpr std::string_view kOp = "gather";
-    check_defined(input, kOp, "the input");
-    check_root_list(kOp, opts.root, outputs, input, "outputs");
+    checks_.defined(input, kOp, "the input");
+    checks_.root_list(kOp, opts.root, outputs, input, "outputs");
     return enqueue(
         kOp, opts.timeout,
         [this, outputs, input, root = opts.root](const Comms& c, const std::string& call) {
@@ -578,8 +522,8 @@ class ProcessGroupMPI final : public ProcessGroup {
   std::shared_ptr<Work> scatter(Tensor output, std::vector<Tensor> inputs,
                                 const ScatterOptions& opts) override {
     constexpr std::string_view kOp = "scatter";
-    check_defined(output, kOp, "the output");
-    check_root_list(kOp, opts.root, inputs, output, "inputs");
+    checks_.defined(output, kOp, "the output");
+    checks_.root_list(kOp, opts.root, inputs, output, "inputs");
     return enqueue(
         kOp, opts.timeout,
         [this, output, inputs, root = opts.root](const Comms& c, const std::string& call) {
@@ -623,13 +567,7 @@ class ProcessGroupMPI final : public ProcessGroup {
   }
 
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override {
-    C10D_CHECK(!ranks.empty(), "new_group: no ranks");
-    std::vector<int> seen(static_cast<std::size_t>(size()), 0);
-    for (int r : ranks) {
-      C10D_CHECK(r >= 0 && r < size(), "new_group: rank {} is outside the group of size {}", r,
-                 size());
-      C10D_CHECK(seen[static_cast<std::size_t>(r)]++ == 0, "new_group: rank {} is listed twice", r);
-    }
+    checks_.new_group(ranks);
     const auto at = std::find(ranks.begin(), ranks.end(), rank());
     const bool member = at != ranks.end();
     const int key = member ? static_cast<int>(at - ranks.begin()) : 0;
@@ -663,29 +601,6 @@ class ProcessGroupMPI final : public ProcessGroup {
   }
 
  private:
-  // ---- Checks (caller's thread) ----
-
-  void check_root(std::string_view op, int root) const {
-    C10D_CHECK(root >= 0 && root < size(), "{}: root {} is outside the group of size {}", op, root,
-               size());
-  }
-  void check_root_list(std::string_view op, int root, const std::vector<Tensor>& list,
-                       const Tensor& like, std::string_view what) const {
-    check_root(op, root);
-    if (rank() != root) {
-      C10D_CHECK(list.empty(), "{}: rank {} is not the root ({}) and must pass no {}", op, rank(),
-                 root, what);
-      return;
-    }
-    check_count(op, what, list.size());
-    const std::string one = fmt::format("one of the {}", what);
-    for (const auto& t : list) check_like(t, like, op, one);
-  }
-  void check_count(std::string_view op, std::string_view what, std::size_t n) const {
-    C10D_CHECK(static_cast<int>(n) == size(), "{}: {} has {} tensors for a group of {}", op, what,
-               n, size());
-  }
-
   // ---- Starting (worker thread) ----
 
   static void check(int rc, const std::string& call, std::string_view what) {
@@ -750,12 +665,7 @@ class ProcessGroupMPI final : public ProcessGroup {
 
   std::shared_ptr<Work> point_to_point(std::string_view op, std::vector<Tensor> tensors, int peer,
                                        const SendRecvOptions& opts) {
-    C10D_CHECK(!tensors.empty(), "{}: no tensors", op);
-    for (const auto& t : tensors) check_defined(t, op, "a tensor");
-    C10D_CHECK(peer >= 0 && peer < size() && peer != rank(),
-               "{}: rank {} cannot {} rank {} in a group of size {}", op, rank(),
-               op == "send" ? "send to" : "receive from", peer, size());
-    C10D_CHECK(opts.tag >= 0, "{}: tag {} is negative", op, opts.tag);
+    checks_.point_to_point(op, tensors, peer, opts.tag);
     int tag_ub = 32767;  // the least MPI_TAG_UB the standard allows
     {
       MpiLock lock;
@@ -948,6 +858,7 @@ class ProcessGroupMPI final : public ProcessGroup {
     }
   }
 
+  const backends::OpChecks checks_;
   const Milliseconds timeout_;
   const std::string name_;
   Comms comms_;                       // used by the worker only (after construction)
