@@ -15,7 +15,7 @@
 namespace c10d::algorithms {
 
 struct RingOptions {
-  std::vector<int> order;                  // empty: ranks in order 0..n-1
+  std::vector<int> order;                   // empty: ranks in order 0..n-1
   std::int64_t segment_bytes = 2048 << 10;  // pipelining granularity
 };
 
