@@ -222,7 +222,11 @@ struct Connection {
 struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   int rank = 0;
   bool fail_all_on_peer_loss = false;
-  std::shared_ptr<Store> store;  // kept alive; not used after setup
+  // After setup, used only when the group fails: the first rank to fail records why under
+  // failure_key (publish_failure), and a rank that sees a connection end without a word looks
+  // there (published_failure) before it blames the peer.
+  std::shared_ptr<Store> store;
+  std::string failure_key;
   asio::io_context io;
   std::vector<std::unique_ptr<Connection>> conns;  // by peer rank; null for self
   std::thread thread;
@@ -249,8 +253,13 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       c.failed_write->complete_locked(e);
       c.failed_write.reset();
     }
-    for (auto& op : c.sends) op->complete_locked(e);
-    c.sends.clear();
+    // A send a poller is writing (progress_sends) stays: the poller still reads its buffer, and
+    // completes it when its write returns.
+    std::erase_if(c.sends, [&](const std::shared_ptr<Op>& op) {
+      if (op->in_flight) return false;
+      op->complete_locked(e);
+      return true;
+    });
     for (auto& [tag, q] : c.recvs) {
       for (auto& op : q) op->complete_locked(e);
     }
@@ -300,6 +309,51 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       std::lock_guard lock(self->mu_);
       self->kill_locked(peer, ec);
     });
+  }
+
+  // What a rank that hears `notice` from `peer` reports, after its own "rank R: ".
+  static std::string describe_failure(const AbortNotice& notice, int peer) {
+    const std::string cause = notice.lost_rank >= 0
+                                  ? fmt::format("peer rank {} is gone", notice.lost_rank)
+                                  : fmt::format("peer rank {} aborted", peer);
+    return fmt::format("{} (rank {} reports: {})", cause, peer, notice.message);
+  }
+
+  // Io thread, outside mu_, before any connection closes: records why this rank fails, unless
+  // another rank recorded its cause first. A connection in the middle of a frame cannot carry
+  // the abort notice, so the peer on its other end reads the cause here (published_failure).
+  // Best effort: a store that cannot be reached leaves the peers to report a plain loss.
+  void publish_failure(const AbortNotice& notice) {
+    const std::string value =
+        fmt::format("{}\n{}", notice.lost_rank, describe_failure(notice, rank));
+    const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(value.data()),
+                                              value.size());
+    try {
+      store->compare_set(failure_key, {}, bytes);
+    } catch (const std::exception& e) {
+      C10D_LOG_WARN("rank {}: could not record the failure in the store: {}", rank, e.what());
+    }
+  }
+
+  // The cause another rank published (an error, and the rank it names as lost), or none. Not
+  // under mu_: a store round trip, only when a connection has ended.
+  std::pair<std::exception_ptr, int> published_failure(int peer) {
+    try {
+      const std::string key = failure_key;
+      if (!store->check(std::span<const std::string>(&key, 1))) return {nullptr, -1};
+      const Bytes v = store->get(failure_key);
+      const std::string text(v.begin(), v.end());
+      const auto nl = text.find('\n');
+      if (nl == std::string::npos) return {nullptr, -1};
+      const int lost = std::stoi(text.substr(0, nl));
+      return {error<NetworkError>(__FILE__, __LINE__,
+                                  fmt::format("rank {}: connection to peer rank {} closed; {}",
+                                              rank, peer, text.substr(nl + 1))),
+              lost};
+    } catch (const std::exception& e) {
+      C10D_LOG_DEBUG("rank {}: no failure cause from the store: {}", rank, e.what());
+      return {nullptr, -1};
+    }
   }
 
   // Io thread, as a transport goes down: `frame` (a goodbye or an abort notice, tcp_wire.h) on
@@ -472,9 +526,12 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     if (n < 0 && errno == EINTR) return true;
     const error_code ec =
         n == 0 ? error_code(asio::error::eof) : error_code(errno, boost::system::system_category());
+    // A peer that aborted while writing to us could not frame an abort notice; it published the
+    // cause first, then closed (publish_failure).
+    auto [why, lost_rank] = published_failure(peer);
     std::lock_guard lock(mu_);
     c.read_closed.store(true);
-    kill_locked(peer, ec);
+    kill_locked(peer, ec, std::move(why), /*fatal=*/true, why ? lost_rank : -2);
     if (c.target) c.target->complete_locked(aborted ? aborted : c.dead);
     c.target.reset();
     return true;
@@ -568,14 +625,11 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       c.abort_body = false;
       c.read_closed.store(true);
       const AbortNotice notice = decode_abort_notice(c.scratch);
-      const std::string cause = notice.lost_rank >= 0
-                                    ? fmt::format("peer rank {} is gone", notice.lost_rank)
-                                    : fmt::format("peer rank {} aborted", peer);
-      kill_locked(peer, {},
-                  error<NetworkError>(__FILE__, __LINE__,
-                                      fmt::format("rank {}: {} (rank {} reports: {})", rank, cause,
-                                                  peer, notice.message)),
-                  /*fatal=*/true, notice.lost_rank);
+      kill_locked(
+          peer, {},
+          error<NetworkError>(__FILE__, __LINE__,
+                              fmt::format("rank {}: {}", rank, describe_failure(notice, peer))),
+          /*fatal=*/true, notice.lost_rank);
       return;
     }
     if (c.target) {
@@ -703,9 +757,13 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       const bool all = write_some(*c, *op, kProgressWriteBytes);
       std::lock_guard lock(mu_);
       c->writing = false;
+      // The op is still the queue's front: fail_queued_locked leaves an in-flight send alone.
       if (all) {
         c->sends.pop_front();
         op->complete_locked(nullptr);
+      } else if (aborted || c->dead) {  // failed meanwhile: this send will never go
+        c->sends.pop_front();
+        op->complete_locked(aborted ? aborted : c->dead);
       } else {
         op->in_flight = false;
       }
@@ -755,6 +813,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       if (c) fail_queued_locked(*c, aborted, true);
     }
     std::vector<std::byte> frame;
+    std::optional<AbortNotice> notice;
     if (orderly) {
       put_le(frame, kGoodbyeTag);
       put_le(frame, std::uint64_t{0});
@@ -766,9 +825,11 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         what = e.what();
       } catch (...) {
       }
-      frame = encode_abort_notice({lost_rank, std::move(what)});
+      notice = AbortNotice{lost_rank, std::move(what)};
+      frame = encode_abort_notice(*notice);
     }
-    asio::post(io, [self = shared_from_this(), frame = std::move(frame)] {
+    asio::post(io, [self = shared_from_this(), frame = std::move(frame), notice] {
+      if (notice) self->publish_failure(*notice);
       self->send_last_frame_and_close(frame);
     });
   }
@@ -836,6 +897,7 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   impl_->rank = rank;
   impl_->fail_all_on_peer_loss = options.fail_all_on_peer_loss;
   impl_->store = store;
+  impl_->failure_key = fmt::format("{}/failure", group_name);
   impl_->conns.resize(static_cast<std::size_t>(world_size));
   const Handshake mine{Handshake::kMagic, Handshake::kVersion,
                        static_cast<std::uint32_t>(world_size), static_cast<std::uint32_t>(rank),
@@ -849,6 +911,9 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   acceptor.bind(listen_at);
   acceptor.listen();
   acceptor.non_blocking(true);
+  // A cause left by an earlier group of this name must not explain this one's failures. Every
+  // other rank connects to rank 0 first, so none can publish before this.
+  if (rank == 0) store->delete_key(impl_->failure_key);
   store->set(fmt::format("{}/addr/{}", group_name, rank),
              fmt::format("{}:{}", options.host, acceptor.local_endpoint().port()));
 
