@@ -4,6 +4,10 @@
 //                                           (port 0: an ephemeral port) and every rank connects.
 //   env://                                  the same, from MASTER_ADDR, MASTER_PORT, RANK and
 //                                           WORLD_SIZE (or mpirun's OMPI_COMM_WORLD_RANK/_SIZE).
+//                                           Under mpirun with neither MASTER_ADDR nor
+//                                           MASTER_PORT set, rank 0 hosts the store on
+//                                           127.0.0.1 and tells the others its port through
+//                                           the job's session directory (one host only).
 //   file:///path[?rank=R&world_size=N]      a FileStore at /path.
 //
 // Rank and world size come from, in order: the arguments (when >= 0), the URL's query, the

@@ -17,6 +17,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "store/mpirun_store.h"
 
 namespace c10d {
 namespace {
@@ -222,7 +223,14 @@ RendezvousResult rendezvous(std::string_view init_method, int rank, int world_si
   // The address comes first so that a malformed URL is reported before a missing rank.
   std::string host;
   std::uint16_t port = 0;
-  if (url.scheme == "tcp") {
+  std::optional<store::MpirunJob> mpirun;  // env:// under mpirun, with no address given
+  if (url.scheme == "env" && url.body.empty() && !env_var("MASTER_ADDR") &&
+      !env_var("MASTER_PORT")) {
+    mpirun = store::mpirun_job();
+  }
+  if (mpirun) {
+    host = "127.0.0.1";
+  } else if (url.scheme == "tcp") {
     std::tie(host, port) = parse_host_port(url.body, fmt::format("init method '{}'", init_method));
   } else if (url.scheme == "env") {
     C10D_CHECK(url.body.empty(),
@@ -264,6 +272,8 @@ RendezvousResult rendezvous(std::string_view init_method, int rank, int world_si
     C10D_LOG_INFO("rendezvous: rank {} of {} opens the file store {}", result.rank,
                   result.world_size, url.body);
     result.store = std::make_shared<FileStore>(url.body, timeout);
+  } else if (mpirun) {
+    result.store = store::open_mpirun_store(*mpirun, result.rank, timeout);
   } else {
     result.store =
         open_tcp_store(host, port, result.rank, resolve_external(url), timeout, init_method);

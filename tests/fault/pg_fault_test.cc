@@ -101,5 +101,30 @@ TEST(ProcessGroupFaultTest, HealthyRunUnderTheLauncherExitsZero) {
   EXPECT_EQ(exit.code, 0) << launcher.describe() << launcher.out() << launcher.err();
 }
 
+#ifdef C10D_TEST_MPIEXEC
+// The MPI backend under mpirun: the same DETAIL check, the same words, every rank.
+TEST(ProcessGroupFaultTest, MismatchedCollectivesUnderDetailFailOnEveryMpiRank) {
+  TempDir dir;
+  ChildProcess mpirun({C10D_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", "3",
+                       child_path(), "mismatch"},
+                      {{"C10D_DEBUG", "DETAIL"}, {"C10D_BACKEND", "mpi"}}, dir.path(), "mpirun");
+  const auto exit = mpirun.wait(std::chrono::steady_clock::now() + 60s);
+  EXPECT_FALSE(exit.timed_out) << mpirun.describe();
+  EXPECT_NE(exit.code, 0) << mpirun.describe();
+  const std::string out = mpirun.out();
+  std::size_t lines = 0;
+  for (std::size_t at = out.find("MISMATCH"); at != std::string::npos;
+       at = out.find("MISMATCH", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 3u) << out << mpirun.err();
+  EXPECT_NE(out.find("rank 0 called all_reduce(float32, count 1048576, sum) #0"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("rank 1 called broadcast(float32, count 1048576, root 0) #0"),
+            std::string::npos)
+      << out;
+}
+#endif
+
 }  // namespace
 }  // namespace c10d

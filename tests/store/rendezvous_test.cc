@@ -28,10 +28,18 @@ constexpr Milliseconds kTimeout{10'000};
 
 // Every variable rendezvous reads. The fixture clears them all and restores them afterwards,
 // so a test sees only what it sets.
-const char* const kRendezvousVars[] = {
-    "MASTER_ADDR",         "MASTER_PORT",          "RANK",
-    "WORLD_SIZE",          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "C10D_STORE_EXTERNAL", "C10D_STORE_TOKEN"};
+const char* const kRendezvousVars[] = {"MASTER_ADDR",
+                                       "MASTER_PORT",
+                                       "RANK",
+                                       "WORLD_SIZE",
+                                       "OMPI_COMM_WORLD_RANK",
+                                       "OMPI_COMM_WORLD_SIZE",
+                                       "C10D_STORE_EXTERNAL",
+                                       "C10D_STORE_TOKEN",
+                                       "PMIX_NAMESPACE",
+                                       "OMPI_MCA_ess_base_jobid",
+                                       "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                       "OMPI_MCA_orte_jobfam_session_dir"};
 
 class RendezvousTest : public ::testing::Test {
  protected:
@@ -253,6 +261,47 @@ TEST_F(RendezvousTest, EnvFallsBackToMpirunVariables) {
   EXPECT_EQ(rv.rank, 0);
   EXPECT_EQ(rv.world_size, 1);
   expect_round_trip(*rv.store, "mpi", "ok");
+}
+
+// As mpirun sets them, for a job of `size` ranks, `local` of them on this host.
+void set_mpirun_job(const std::string& session_dir, int size, int local) {
+  ::setenv("PMIX_NAMESPACE", ("job" + std::to_string(::getpid())).c_str(), 1);
+  ::setenv("OMPI_COMM_WORLD_SIZE", std::to_string(size).c_str(), 1);
+  ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(local).c_str(), 1);
+  ::setenv("OMPI_MCA_orte_jobfam_session_dir", session_dir.c_str(), 1);
+}
+
+TEST_F(RendezvousTest, EnvUnderMpirunWithoutAddressMeetsAtTheStoreRankZeroHosts) {
+  const std::string dir = temp_path("mpirun_session");
+  set_mpirun_job(dir, 2, 2);
+  // Rank 1 starts first and waits for rank 0's port to appear in the session directory.
+  auto rank1 = std::async(std::launch::async, [] {
+    RendezvousResult rv = rendezvous("env://", 1, -1, kTimeout);
+    rv.store->set("from/1", std::string_view("one"));
+    return rv.store->get_string("from/0") + "," + std::to_string(rv.world_size);
+  });
+  RendezvousResult rank0 = rendezvous("env://", 0, -1, kTimeout);
+  EXPECT_EQ(rank0.store_host, "127.0.0.1");
+  rank0.store->set("from/0", std::string_view("zero"));
+  EXPECT_EQ(rank0.store->get_string("from/1"), "one");
+  EXPECT_EQ(rank1.get(), "zero,2");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(RendezvousTest, EnvUnderMpirunAcrossHostsAsksForMasterAddr) {
+  set_mpirun_job(temp_path("mpirun_hosts"), 4, 2);
+  expect_error_names("env://", {"span several hosts", "MASTER_ADDR", "MASTER_PORT"}, 1);
+}
+
+TEST_F(RendezvousTest, EnvUnderMpirunTimesOutNamingThePortFile) {
+  const std::string dir = temp_path("mpirun_lonely");
+  set_mpirun_job(dir, 2, 2);
+  try {
+    rendezvous("env://", 1, -1, Milliseconds(200));
+    ADD_FAILURE() << "rank 1 met a rank 0 that never started";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(RendezvousTest, RankSourcesTakePrecedenceInOrder) {

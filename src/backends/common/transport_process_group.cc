@@ -38,6 +38,7 @@
 #include "algorithms/ring_all_reduce.h"
 #include "algorithms/scratch.h"
 #include "algorithms/tree.h"
+#include "backends/common/fingerprint.h"
 #include "backends/common/op_checks.h"
 #include "c10d/errors.h"
 #include "core/check.h"
@@ -109,83 +110,6 @@ std::string env_or(const char* name, const std::string& fallback) {
   if (!fallback.empty()) return fallback;
   const char* value = std::getenv(name);
   return value == nullptr ? std::string() : std::string(value);
-}
-
-bool detail_from_env() {
-  const char* value = std::getenv("C10D_DEBUG");
-  return value != nullptr && std::string_view(value) == "DETAIL";
-}
-
-// ---- Fingerprints (C10D_DEBUG=DETAIL) ----
-
-// What a collective call looks like to its peers. 32 bytes on the wire, little-endian.
-struct Fingerprint {
-  static constexpr std::size_t kBytes = 32;
-  std::string_view op;  // static strings: the op names below
-  std::uint8_t op_id = 0;
-  std::uint8_t dtype = 0xff;  // 0xff: no tensor
-  std::uint8_t reduce_op = 0xff;
-  std::int32_t root = -1;
-  std::int64_t count = -1;  // -1: not compared (uneven all_to_all splits)
-  std::uint64_t sequence = 0;
-
-  std::array<std::byte, kBytes> encode() const {
-    std::array<std::byte, kBytes> out{};
-    std::size_t at = 0;
-    const auto put = [&](std::uint64_t v, std::size_t n) {
-      for (std::size_t i = 0; i < n; ++i) out[at++] = std::byte((v >> (8 * i)) & 0xff);
-    };
-    put(op_id, 1);
-    put(dtype, 1);
-    put(reduce_op, 1);
-    put(0, 1);
-    put(static_cast<std::uint32_t>(root), 4);
-    put(static_cast<std::uint64_t>(count), 8);
-    put(sequence, 8);
-    return out;
-  }
-};
-
-constexpr std::array<std::string_view, 14> kOpNames = {"?",
-                                                       "all_reduce",
-                                                       "broadcast",
-                                                       "reduce",
-                                                       "all_gather",
-                                                       "all_gather_into_tensor",
-                                                       "reduce_scatter",
-                                                       "reduce_scatter_tensor",
-                                                       "all_to_all",
-                                                       "gather",
-                                                       "scatter",
-                                                       "barrier",
-                                                       "send",
-                                                       "recv"};
-
-std::uint8_t op_id(std::string_view name) {
-  const auto it = std::find(kOpNames.begin(), kOpNames.end(), name);
-  return static_cast<std::uint8_t>(it - kOpNames.begin());
-}
-
-std::string describe_fingerprint(std::span<const std::byte, Fingerprint::kBytes> b) {
-  const auto get = [&](std::size_t at, std::size_t n) {
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(b[at + i]) << (8 * i);
-    return v;
-  };
-  const auto id = get(0, 1);
-  const auto dtype = get(1, 1);
-  const auto redop = get(2, 1);
-  const auto root = static_cast<std::int32_t>(get(4, 4));
-  const auto count = static_cast<std::int64_t>(get(8, 8));
-  std::string s(id < kOpNames.size() ? kOpNames[id] : std::string_view("unknown op"));
-  std::vector<std::string> parts;
-  if (dtype < kNumDTypes) parts.emplace_back(dtype_name(static_cast<DType>(dtype)));
-  if (count >= 0) parts.push_back(fmt::format("count {}", count));
-  if (redop <= static_cast<std::uint64_t>(ReduceOp::kPremulSum)) {
-    parts.emplace_back(reduce_op_name(static_cast<ReduceOp>(redop)));
-  }
-  if (root >= 0) parts.push_back(fmt::format("root {}", root));
-  return fmt::format("{}({}) #{}", s, fmt::join(parts, ", "), get(16, 8));
 }
 
 // ---- Tensor helpers ----
@@ -277,7 +201,7 @@ class TransportProcessGroup final : public ProcessGroup {
     constexpr std::string_view kOp = "all_reduce";
     checks_.tensors(tensors, kOp, /*same=*/true);
     algorithms::validate_reduction(tensors[0].dtype(), opts.reduce.op);
-    return enqueue(kOp, collective_fp(kOp, tensors[0], opts.reduce.op, -1, total(tensors)),
+    return enqueue(kOp, Fingerprint::of(kOp, tensors[0], opts.reduce.op, -1, total(tensors)),
                    opts.timeout, [this, tensors, r = opts.reduce](const Context& ctx) {
                      for (const auto& t : tensors) all_reduce_one(ctx, t, r);
                      return tensors;
@@ -293,7 +217,7 @@ class TransportProcessGroup final : public ProcessGroup {
                                    : algo_.broadcast == AlgoChoice::Broadcast::kChain
                                        ? 0
                                        : algorithms::kDefaultBroadcastThresholdBytes;
-    return enqueue(kOp, collective_fp(kOp, tensors[0], std::nullopt, opts.root, total(tensors)),
+    return enqueue(kOp, Fingerprint::of(kOp, tensors[0], std::nullopt, opts.root, total(tensors)),
                    opts.timeout, [tensors, root = opts.root, threshold](const Context& ctx) {
                      for (const auto& t : tensors) {
                        algorithms::broadcast(ctx, bytes_of(t), root, threshold);
@@ -307,7 +231,7 @@ class TransportProcessGroup final : public ProcessGroup {
     checks_.defined(tensor, kOp, "the tensor");
     checks_.root(kOp, opts.root);
     algorithms::validate_reduction(tensor.dtype(), opts.reduce.op);
-    return enqueue(kOp, collective_fp(kOp, tensor, opts.reduce.op, opts.root, tensor.numel()),
+    return enqueue(kOp, Fingerprint::of(kOp, tensor, opts.reduce.op, opts.root, tensor.numel()),
                    opts.timeout, [tensor, opts](const Context& ctx) {
                      algorithms::tree_reduce(ctx, tensor.dtype(), opts.reduce, tensor.raw_data(),
                                              tensor.numel(), opts.root);
@@ -321,7 +245,7 @@ class TransportProcessGroup final : public ProcessGroup {
     checks_.defined(input, kOp, "the input");
     checks_.count(kOp, "outputs", outputs.size());
     for (const auto& t : outputs) checks_.like(t, input, kOp, "an output");
-    return enqueue(kOp, collective_fp(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
+    return enqueue(kOp, Fingerprint::of(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
                    [this, outputs, input](const Context& ctx) {
                      const std::size_t block = input.nbytes();
                      const algorithms::Scratch all(algorithms::ScratchSlot::kStaging,
@@ -339,7 +263,7 @@ class TransportProcessGroup final : public ProcessGroup {
                                                const AllgatherOptions& opts) override {
     constexpr std::string_view kOp = "all_gather_into_tensor";
     checks_.blocks(kOp, output, "output", input, "input");
-    return enqueue(kOp, collective_fp(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
+    return enqueue(kOp, Fingerprint::of(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
                    [this, output, input](const Context& ctx) {
                      algorithms::all_gather(ctx, bytes_of(input), bytes_of(output), ring_);
                      return std::vector<Tensor>{output};
@@ -353,7 +277,7 @@ class TransportProcessGroup final : public ProcessGroup {
     checks_.count(kOp, "inputs", inputs.size());
     for (const auto& t : inputs) checks_.like(t, output, kOp, "an input");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
-    return enqueue(kOp, collective_fp(kOp, output, opts.reduce.op, -1, output.numel()),
+    return enqueue(kOp, Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()),
                    opts.timeout, [this, output, inputs, r = opts.reduce](const Context& ctx) {
                      const std::size_t block = output.nbytes();
                      const algorithms::Scratch all(algorithms::ScratchSlot::kStaging,
@@ -373,7 +297,7 @@ class TransportProcessGroup final : public ProcessGroup {
     constexpr std::string_view kOp = "reduce_scatter_tensor";
     checks_.blocks(kOp, input, "input", output, "output");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
-    return enqueue(kOp, collective_fp(kOp, output, opts.reduce.op, -1, output.numel()),
+    return enqueue(kOp, Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()),
                    opts.timeout, [this, output, input, r = opts.reduce](const Context& ctx) {
                      algorithms::reduce_scatter(ctx, output.dtype(), r, input.raw_data(),
                                                 output.raw_data(), output.numel(), ring_);
@@ -385,7 +309,7 @@ class TransportProcessGroup final : public ProcessGroup {
                                    const AllToAllOptions& opts) override {
     constexpr std::string_view kOp = "all_to_all";
     const AllToAllLayout l = checks_.all_to_all(output, input, opts);
-    return enqueue(kOp, collective_fp(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1),
+    return enqueue(kOp, Fingerprint::of(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1),
                    opts.timeout, [=](const Context& ctx) {
                      algorithms::all_to_allv(ctx, bytes_of(input), l.send_counts, l.send_offsets,
                                              bytes_of(output), l.recv_counts, l.recv_offsets);
@@ -398,7 +322,7 @@ class TransportProcessGroup final : public ProcessGroup {
     constexpr std::string_view kOp = "gather";
     checks_.defined(input, kOp, "the input");
     checks_.root_list(kOp, opts.root, outputs, input, "outputs");
-    return enqueue(kOp, collective_fp(kOp, input, std::nullopt, opts.root, input.numel()),
+    return enqueue(kOp, Fingerprint::of(kOp, input, std::nullopt, opts.root, input.numel()),
                    opts.timeout, [outputs, input, root = opts.root](const Context& ctx) {
                      std::vector<std::span<std::byte>> spans;
                      for (const auto& t : outputs) spans.push_back(bytes_of(t));
@@ -412,7 +336,7 @@ class TransportProcessGroup final : public ProcessGroup {
     constexpr std::string_view kOp = "scatter";
     checks_.defined(output, kOp, "the output");
     checks_.root_list(kOp, opts.root, inputs, output, "inputs");
-    return enqueue(kOp, collective_fp(kOp, output, std::nullopt, opts.root, output.numel()),
+    return enqueue(kOp, Fingerprint::of(kOp, output, std::nullopt, opts.root, output.numel()),
                    opts.timeout, [output, inputs, root = opts.root](const Context& ctx) {
                      std::vector<std::span<const std::byte>> spans;
                      for (const auto& t : inputs) spans.emplace_back(bytes_of(t));
@@ -422,9 +346,7 @@ class TransportProcessGroup final : public ProcessGroup {
   }
 
   std::shared_ptr<Work> barrier(const BarrierOptions& opts) override {
-    Fingerprint fp;
-    fp.op = "barrier";
-    return enqueue("barrier", fp, opts.timeout, [](const Context& ctx) {
+    return enqueue("barrier", Fingerprint{}, opts.timeout, [](const Context& ctx) {
       algorithms::barrier(ctx);
       return std::vector<Tensor>{};
     });
@@ -470,18 +392,6 @@ class TransportProcessGroup final : public ProcessGroup {
     for (const auto& t : tensors) n += t.numel();
     return n;
   }
-  static Fingerprint collective_fp(std::string_view op, const Tensor& t,
-                                   std::optional<ReduceOp> reduce_op, int root,
-                                   std::int64_t count) {
-    Fingerprint fp;
-    fp.op = op;
-    fp.dtype = static_cast<std::uint8_t>(t.dtype());
-    if (reduce_op) fp.reduce_op = static_cast<std::uint8_t>(*reduce_op);
-    fp.root = root;
-    fp.count = count;
-    return fp;
-  }
-
   // ---- Queueing ----
 
   std::shared_ptr<Work> enqueue(std::string_view op, Fingerprint fp,
@@ -498,8 +408,7 @@ class TransportProcessGroup final : public ProcessGroup {
     const Milliseconds t = timeout.value_or(options_.timeout);
     C10D_CHECK(t.count() > 0, "{}: the timeout must be positive, not {} ms", op, t.count());
     p.timeout = t;
-    p.fingerprint.op = op;
-    p.fingerprint.op_id = op_id(op);
+    p.fingerprint.set_op(op);
     std::shared_ptr<Work> work;
     std::exception_ptr failed;
     {
@@ -636,21 +545,7 @@ class TransportProcessGroup final : public ProcessGroup {
     const auto mine = fp.encode();
     std::vector<std::byte> all(Fingerprint::kBytes * static_cast<std::size_t>(size()));
     algorithms::all_gather(ctx, mine, all);
-    const auto at = [&](int r) {
-      return std::span<const std::byte, Fingerprint::kBytes>(
-          all.data() + Fingerprint::kBytes * static_cast<std::size_t>(r), Fingerprint::kBytes);
-    };
-    std::vector<std::string> differ;
-    for (int r = 1; r < size(); ++r) {
-      if (std::memcmp(at(r).data(), at(0).data(), Fingerprint::kBytes) != 0) {
-        differ.push_back(fmt::format("rank {} called {}", r, describe_fingerprint(at(r))));
-      }
-    }
-    if (differ.empty()) return nullptr;
-    return std::make_exception_ptr(InvalidArgument(
-        fmt::format("C10D_DEBUG=DETAIL: the ranks of group {} called different collectives: rank "
-                    "0 called {} but {}",
-                    options_.group_id, describe_fingerprint(at(0)), fmt::join(differ, ", "))));
+    return fingerprint_mismatch(all, size(), std::to_string(options_.group_id));
   }
 
   void all_reduce_one(const Context& ctx, const Tensor& t, const Reduction& r) const {

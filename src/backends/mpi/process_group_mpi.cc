@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "algorithms/reduce_kernels.h"
+#include "backends/common/fingerprint.h"
 #include "backends/common/op_checks.h"
 #include "c10d/errors.h"
 #include "c10d/init.h"
@@ -233,6 +234,7 @@ struct Comms {
 
 struct PendingOp {
   std::shared_ptr<Work> work;
+  backends::Fingerprint fingerprint;  // compared across ranks under C10D_DEBUG=DETAIL
   bool collective = true;
   Milliseconds timeout{};
   // Posts the op's MPI requests (worker thread). `call` prefixes errors ("rank 0: op #3").
@@ -307,26 +309,28 @@ class ProcessGroupMPI final : public ProcessGroup {
     checks_.tensors(tensors, kOp, /*same=*/false);
     for (const auto& t : tensors) algorithms::validate_reduction(t.dtype(), opts.reduce.op);
     const Reduction r = opts.reduce;
-    return enqueue(kOp, opts.timeout, [this, tensors, r](const Comms& c, const std::string& call) {
-      Started s;
-      for (const auto& t : tensors) {
-        if (r.op == ReduceOp::kPremulSum) {
-          algorithms::premul_in_place(t.dtype(), r.premul_factor, t.raw_data(), t.numel());
-        }
-        s.requests.emplace_back();
-        check(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), as_count(t.numel(), call),
-                             mpi_type(t.dtype()), mpi_op(r.op), c.coll, &s.requests.back()),
-              call, "MPI_Iallreduce");
-      }
-      s.finish = [tensors, r, n = size()] {
-        if (r.op == ReduceOp::kAvg) {
-          for (const auto& t : tensors)
-            algorithms::finish_average(t.dtype(), t.raw_data(), t.numel(), n);
-        }
-        return tensors;
-      };
-      return s;
-    });
+    return enqueue(
+        kOp, backends::Fingerprint::of(kOp, tensors[0], opts.reduce.op, -1, total(tensors)),
+        opts.timeout, [this, tensors, r](const Comms& c, const std::string& call) {
+          Started s;
+          for (const auto& t : tensors) {
+            if (r.op == ReduceOp::kPremulSum) {
+              algorithms::premul_in_place(t.dtype(), r.premul_factor, t.raw_data(), t.numel());
+            }
+            s.requests.emplace_back();
+            check(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), as_count(t.numel(), call),
+                                 mpi_type(t.dtype()), mpi_op(r.op), c.coll, &s.requests.back()),
+                  call, "MPI_Iallreduce");
+          }
+          s.finish = [tensors, r, n = size()] {
+            if (r.op == ReduceOp::kAvg) {
+              for (const auto& t : tensors)
+                algorithms::finish_average(t.dtype(), t.raw_data(), t.numel(), n);
+            }
+            return tensors;
+          };
+          return s;
+        });
   }
 
   std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors,
@@ -334,18 +338,19 @@ class ProcessGroupMPI final : public ProcessGroup {
     constexpr std::string_view kOp = "broadcast";
     checks_.tensors(tensors, kOp, /*same=*/false);
     checks_.root(kOp, opts.root);
-    return enqueue(kOp, opts.timeout,
-                   [this, tensors, root = opts.root](const Comms& c, const std::string& call) {
-                     Started s;
-                     for (const auto& t : tensors) {
-                       s.requests.emplace_back();
-                       check(MPI_Ibcast(t.raw_data(), as_count(t.numel(), call),
-                                        mpi_type(t.dtype()), root, c.coll, &s.requests.back()),
-                             call, "MPI_Ibcast");
-                     }
-                     s.finish = [tensors] { return tensors; };
-                     return s;
-                   });
+    return enqueue(
+        kOp, backends::Fingerprint::of(kOp, tensors[0], std::nullopt, opts.root, total(tensors)),
+        opts.timeout, [this, tensors, root = opts.root](const Comms& c, const std::string& call) {
+          Started s;
+          for (const auto& t : tensors) {
+            s.requests.emplace_back();
+            check(MPI_Ibcast(t.raw_data(), as_count(t.numel(), call), mpi_type(t.dtype()), root,
+                             c.coll, &s.requests.back()),
+                  call, "MPI_Ibcast");
+          }
+          s.finish = [tensors] { return tensors; };
+          return s;
+        });
   }
 
   std::shared_ptr<Work> reduce(Tensor tensor, const ReduceOptions& opts) override {
@@ -354,7 +359,8 @@ class ProcessGroupMPI final : public ProcessGroup {
     checks_.root(kOp, opts.root);
     algorithms::validate_reduction(tensor.dtype(), opts.reduce.op);
     return enqueue(
-        kOp, opts.timeout, [this, tensor, opts](const Comms& c, const std::string& call) {
+        kOp, backends::Fingerprint::of(kOp, tensor, opts.reduce.op, opts.root, tensor.numel()),
+        opts.timeout, [this, tensor, opts](const Comms& c, const std::string& call) {
           const Reduction r = opts.reduce;
           if (r.op == ReduceOp::kPremulSum) {
             algorithms::premul_in_place(tensor.dtype(), r.premul_factor, tensor.raw_data(),
@@ -385,7 +391,8 @@ class ProcessGroupMPI final : public ProcessGroup {
     checks_.count(kOp, "outputs", outputs.size());
     for (const auto& t : outputs) checks_.like(t, input, kOp, "an output");
     return enqueue(
-        kOp, opts.timeout, [this, outputs, input](const Comms& c, const std::string& call) {
+        kOp, backends::Fingerprint::of(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
+        [this, outputs, input](const Comms& c, const std::string& call) {
           const std::size_t block = input.nbytes();
           Tensor all = scratch_bytes(block * outputs.size());
           Started s;
@@ -408,7 +415,8 @@ class ProcessGroupMPI final : public ProcessGroup {
     constexpr std::string_view kOp = "all_gather_into_tensor";
     checks_.blocks(kOp, output, "output", input, "input");
     return enqueue(
-        kOp, opts.timeout, [this, output, input](const Comms& c, const std::string& call) {
+        kOp, backends::Fingerprint::of(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
+        [this, output, input](const Comms& c, const std::string& call) {
           const std::size_t block = input.nbytes();
           const std::uint8_t* in = bytes(input);
           std::uint8_t* out = bytes(output);
@@ -441,7 +449,8 @@ class ProcessGroupMPI final : public ProcessGroup {
     for (const auto& t : inputs) checks_.like(t, output, kOp, "an input");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
     return enqueue(
-        kOp, opts.timeout,
+        kOp, backends::Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()),
+        opts.timeout,
         [this, output, inputs, r = opts.reduce](const Comms& c, const std::string& call) {
           const std::size_t block = output.nbytes();
           Tensor all = scratch_bytes(block * inputs.size());
@@ -457,7 +466,8 @@ class ProcessGroupMPI final : public ProcessGroup {
     constexpr std::string_view kOp = "reduce_scatter_tensor";
     checks_.blocks(kOp, input, "input", output, "output");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
-    return enqueue(kOp, opts.timeout,
+    return enqueue(kOp, backends::Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()),
+                   opts.timeout,
                    [this, output, input, r = opts.reduce](const Comms& c, const std::string& call) {
                      // A copy: the output may be a view of the input, and PREMUL_SUM must not scale
                      // the input.
@@ -478,19 +488,21 @@ class ProcessGroupMPI final : public ProcessGroup {
     };
     const std::vector<int> send_counts = ints(l.send_counts), send_offsets = ints(l.send_offsets),
                            recv_counts = ints(l.recv_counts), recv_offsets = ints(l.recv_offsets);
-    return enqueue(kOp, opts.timeout, [=, this](const Comms& c, const std::string& call) {
-      Started s;
-      s.requests.emplace_back();
-      check(MPI_Ialltoallv(input.raw_data(), send_counts.data(), send_offsets.data(), MPI_BYTE,
-                           output.raw_data(), recv_counts.data(), recv_offsets.data(), MPI_BYTE,
-                           c.coll, &s.requests.back()),
-            call, "MPI_Ialltoallv");
-      // The count and offset arrays must live until the request completes.
-      s.finish = [output, send_counts, send_offsets, recv_counts, recv_offsets] {
-        return std::vector<Tensor>{output};
-      };
-      return s;
-    });
+    return enqueue(
+        kOp, backends::Fingerprint::of(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1),
+        opts.timeout, [=, this](const Comms& c, const std::string& call) {
+          Started s;
+          s.requests.emplace_back();
+          check(MPI_Ialltoallv(input.raw_data(), send_counts.data(), send_offsets.data(), MPI_BYTE,
+                               output.raw_data(), recv_counts.data(), recv_offsets.data(), MPI_BYTE,
+                               c.coll, &s.requests.back()),
+                call, "MPI_Ialltoallv");
+          // The count and offset arrays must live until the request completes.
+          s.finish = [output, send_counts, send_offsets, recv_counts, recv_offsets] {
+            return std::vector<Tensor>{output};
+          };
+          return s;
+        });
   }
 
   std::shared_ptr<Work> gather(std::vector<Tensor> outputs, Tensor input,
@@ -499,7 +511,8 @@ class ProcessGroupMPI final : public ProcessGroup {
     checks_.defined(input, kOp, "the input");
     checks_.root_list(kOp, opts.root, outputs, input, "outputs");
     return enqueue(
-        kOp, opts.timeout,
+        kOp, backends::Fingerprint::of(kOp, input, std::nullopt, opts.root, input.numel()),
+        opts.timeout,
         [this, outputs, input, root = opts.root](const Comms& c, const std::string& call) {
           const std::size_t block = input.nbytes();
           Tensor all = rank() == root ? scratch_bytes(block * outputs.size()) : Tensor();
@@ -525,7 +538,8 @@ class ProcessGroupMPI final : public ProcessGroup {
     checks_.defined(output, kOp, "the output");
     checks_.root_list(kOp, opts.root, inputs, output, "inputs");
     return enqueue(
-        kOp, opts.timeout,
+        kOp, backends::Fingerprint::of(kOp, output, std::nullopt, opts.root, output.numel()),
+        opts.timeout,
         [this, output, inputs, root = opts.root](const Comms& c, const std::string& call) {
           const std::size_t block = output.nbytes();
           Tensor all;
@@ -547,13 +561,14 @@ class ProcessGroupMPI final : public ProcessGroup {
   }
 
   std::shared_ptr<Work> barrier(const BarrierOptions& opts) override {
-    return enqueue("barrier", opts.timeout, [this](const Comms& c, const std::string& call) {
-      Started s;
-      s.requests.emplace_back();
-      check(MPI_Ibarrier(c.coll, &s.requests.back()), call, "MPI_Ibarrier");
-      s.finish = [] { return std::vector<Tensor>{}; };
-      return s;
-    });
+    return enqueue("barrier", backends::Fingerprint{}, opts.timeout,
+                   [this](const Comms& c, const std::string& call) {
+                     Started s;
+                     s.requests.emplace_back();
+                     check(MPI_Ibarrier(c.coll, &s.requests.back()), call, "MPI_Ibarrier");
+                     s.finish = [] { return std::vector<Tensor>{}; };
+                     return s;
+                   });
   }
 
   std::shared_ptr<Work> send(std::vector<Tensor> tensors, int dst_rank,
@@ -632,9 +647,17 @@ class ProcessGroupMPI final : public ProcessGroup {
 
   // ---- Queueing (caller's thread) ----
 
-  std::shared_ptr<Work> enqueue(std::string_view op, std::optional<Milliseconds> timeout,
+  static std::int64_t total(const std::vector<Tensor>& tensors) {
+    std::int64_t n = 0;
+    for (const auto& t : tensors) n += t.numel();
+    return n;
+  }
+
+  std::shared_ptr<Work> enqueue(std::string_view op, backends::Fingerprint fp,
+                                std::optional<Milliseconds> timeout,
                                 std::function<Started(const Comms&, const std::string&)> start) {
     PendingOp p;
+    p.fingerprint = fp;
     p.start = std::move(start);
     return push(op, std::move(p), timeout);
   }
@@ -652,6 +675,8 @@ class ProcessGroupMPI final : public ProcessGroup {
       const std::uint64_t seq = p.collective ? next_sequence_++ : next_p2p_++;
       work = std::make_shared<Work>(std::string(op), seq);
       p.work = work;
+      p.fingerprint.set_op(op);
+      p.fingerprint.sequence = seq;
       failed = failure_;
       if (!failed) queue_.push_back(std::move(p));
     }
@@ -732,6 +757,38 @@ class ProcessGroupMPI final : public ProcessGroup {
   }
 
   // Tests a started op: true once every request completed. Throws NetworkError on an MPI error.
+  // C10D_DEBUG=DETAIL: all-gathers the fingerprints on the collectives' communicator (so they
+  // match in order with the collectives themselves) and compares them with rank 0's; the
+  // InvalidArgument naming the calls, or null. Times out like the op it guards.
+  std::exception_ptr check_fingerprints(const PendingOp& op, Clock::time_point deadline,
+                                        const std::string& call) {
+    struct Buffers {
+      std::array<std::byte, backends::Fingerprint::kBytes> mine;
+      std::vector<std::byte> all;
+    };
+    auto b = std::make_shared<Buffers>();
+    b->mine = op.fingerprint.encode();
+    b->all.resize(backends::Fingerprint::kBytes * static_cast<std::size_t>(size()));
+    constexpr int kBytes = static_cast<int>(backends::Fingerprint::kBytes);
+    Active a{op.work, {}, deadline};
+    a.started.requests.emplace_back();
+    {
+      MpiLock lock;
+      check(MPI_Iallgather(b->mine.data(), kBytes, MPI_BYTE, b->all.data(), kBytes, MPI_BYTE,
+                           comms_.coll, &a.started.requests.back()),
+            call, "MPI_Iallgather (C10D_DEBUG=DETAIL fingerprints)");
+    }
+    while (!test(a)) {
+      if (Clock::now() >= deadline) {
+        a.started.finish = [b] { return std::vector<Tensor>{}; };  // keeps the buffers alive
+        give_up(a);
+        C10D_THROW(TimeoutError, "{}: timed out comparing fingerprints (C10D_DEBUG=DETAIL)", call);
+      }
+      std::this_thread::yield();
+    }
+    return backends::fingerprint_mismatch(b->all, size(), name_);
+  }
+
   static bool test(Active& a) {
     int flag = 0;
     int rc;
@@ -804,6 +861,15 @@ class ProcessGroupMPI final : public ProcessGroup {
           const std::string call = fmt::format("rank {}: {} #{} (MPI group {})", rank(),
                                                op.work->op_name(), op.work->sequence(), name_);
           Active a{op.work, {}, Clock::now() + op.timeout};
+          if (op.collective && detail_) {
+            // Every rank sees the same fingerprints and skips this op alike, so the
+            // communicator's collectives stay matched and the group stays usable.
+            if (auto mismatch = check_fingerprints(op, a.deadline, call)) {
+              op.work->finish_with_error(mismatch);
+              progressed = true;
+              continue;
+            }
+          }
           {
             MpiLock lock;
             a.started = op.start(comms_, call);
@@ -861,6 +927,7 @@ class ProcessGroupMPI final : public ProcessGroup {
   const backends::OpChecks checks_;
   const Milliseconds timeout_;
   const std::string name_;
+  const bool detail_ = backends::detail_from_env();
   Comms comms_;                       // used by the worker only (after construction)
   MPI_Comm control_ = MPI_COMM_NULL;  // new_group's splits, on the caller's thread
   std::mutex split_mu_;               // serializes new_group

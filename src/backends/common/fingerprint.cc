@@ -1,0 +1,112 @@
+#include "backends/common/fingerprint.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/check.h"
+
+namespace c10d::backends {
+namespace {
+
+constexpr std::array<std::string_view, 14> kOpNames = {"?",
+                                                       "all_reduce",
+                                                       "broadcast",
+                                                       "reduce",
+                                                       "all_gather",
+                                                       "all_gather_into_tensor",
+                                                       "reduce_scatter",
+                                                       "reduce_scatter_tensor",
+                                                       "all_to_all",
+                                                       "gather",
+                                                       "scatter",
+                                                       "barrier",
+                                                       "send",
+                                                       "recv"};
+
+}  // namespace
+
+bool detail_from_env() {
+  const char* value = std::getenv("C10D_DEBUG");
+  return value != nullptr && std::string_view(value) == "DETAIL";
+}
+
+Fingerprint Fingerprint::of(std::string_view op, const Tensor& t, std::optional<ReduceOp> reduce_op,
+                            int root, std::int64_t count) {
+  Fingerprint fp;
+  fp.set_op(op);
+  fp.dtype = static_cast<std::uint8_t>(t.dtype());
+  if (reduce_op) fp.reduce_op = static_cast<std::uint8_t>(*reduce_op);
+  fp.root = root;
+  fp.count = count;
+  return fp;
+}
+
+void Fingerprint::set_op(std::string_view op) {
+  const auto it = std::find(kOpNames.begin(), kOpNames.end(), op);
+  op_id = it == kOpNames.end() ? 0 : static_cast<std::uint8_t>(it - kOpNames.begin());
+}
+
+std::array<std::byte, Fingerprint::kBytes> Fingerprint::encode() const {
+  std::array<std::byte, kBytes> out{};
+  std::size_t at = 0;
+  const auto put = [&](std::uint64_t v, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) out[at++] = std::byte((v >> (8 * i)) & 0xff);
+  };
+  put(op_id, 1);
+  put(dtype, 1);
+  put(reduce_op, 1);
+  put(0, 1);
+  put(static_cast<std::uint32_t>(root), 4);
+  put(static_cast<std::uint64_t>(count), 8);
+  put(sequence, 8);
+  return out;
+}
+
+std::string describe_fingerprint(std::span<const std::byte, Fingerprint::kBytes> b) {
+  const auto get = [&](std::size_t at, std::size_t n) {
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(b[at + i]) << (8 * i);
+    return v;
+  };
+  const auto id = get(0, 1);
+  const auto dtype = get(1, 1);
+  const auto redop = get(2, 1);
+  const auto root = static_cast<std::int32_t>(get(4, 4));
+  const auto count = static_cast<std::int64_t>(get(8, 8));
+  std::string s(id < kOpNames.size() ? kOpNames[id] : std::string_view("unknown op"));
+  std::vector<std::string> parts;
+  if (dtype < kNumDTypes) parts.emplace_back(dtype_name(static_cast<DType>(dtype)));
+  if (count >= 0) parts.push_back(fmt::format("count {}", count));
+  if (redop <= static_cast<std::uint64_t>(ReduceOp::kPremulSum)) {
+    parts.emplace_back(reduce_op_name(static_cast<ReduceOp>(redop)));
+  }
+  if (root >= 0) parts.push_back(fmt::format("root {}", root));
+  return fmt::format("{}({}) #{}", s, fmt::join(parts, ", "), get(16, 8));
+}
+
+std::exception_ptr fingerprint_mismatch(std::span<const std::byte> all, int size,
+                                        std::string_view group) {
+  C10D_CHECK(all.size() == Fingerprint::kBytes * static_cast<std::size_t>(size),
+             "fingerprint_mismatch: {} bytes for {} ranks", all.size(), size);
+  const auto at = [&](int r) {
+    return std::span<const std::byte, Fingerprint::kBytes>(
+        all.data() + Fingerprint::kBytes * static_cast<std::size_t>(r), Fingerprint::kBytes);
+  };
+  std::vector<std::string> differ;
+  for (int r = 1; r < size; ++r) {
+    if (std::memcmp(at(r).data(), at(0).data(), Fingerprint::kBytes) != 0) {
+      differ.push_back(fmt::format("rank {} called {}", r, describe_fingerprint(at(r))));
+    }
+  }
+  if (differ.empty()) return nullptr;
+  return std::make_exception_ptr(InvalidArgument(
+      fmt::format("C10D_DEBUG=DETAIL: the ranks of group {} called different collectives: rank 0 "
+                  "called {} but {}",
+                  group, describe_fingerprint(at(0)), fmt::join(differ, ", "))));
+}
+
+}  // namespace c10d::backends

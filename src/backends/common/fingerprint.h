@@ -1,0 +1,59 @@
+// Fingerprints of collective calls, for C10D_DEBUG=DETAIL.
+//
+// Before each collective, the ranks of a group all-gather a 32-byte fingerprint of their call
+// (op, dtype, count, root, reduce op, sequence number) and compare every rank's with rank 0's.
+// On a mismatch every rank fails that op with the same InvalidArgument, naming rank 0's call
+// and each differing rank's, instead of hanging in mismatched collectives or returning garbage.
+// The backends differ only in how they all-gather (the transport's control tag; MPI_Allgather).
+//
+// Wire layout, little-endian, 32 bytes:
+//
+//   0      1      2          3    4          8             16              32
+//   +------+------+----------+----+----------+-------------+---------------+
+//   | op   |dtype | reduce op| 0  | root i32 | count i64   | sequence u64  |
+//   +------+------+----------+----+----------+-------------+---------------+
+//   dtype and reduce op 0xff: none; root -1: none; count -1: not compared.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "c10d/tensor.h"
+#include "c10d/types.h"
+
+namespace c10d::backends {
+
+// C10D_DEBUG=DETAIL in the environment.
+bool detail_from_env();
+
+struct Fingerprint {
+  static constexpr std::size_t kBytes = 32;
+  std::uint8_t op_id = 0;  // index in the op table (fingerprint.cc); 0: unknown
+  std::uint8_t dtype = 0xff;
+  std::uint8_t reduce_op = 0xff;
+  std::int32_t root = -1;
+  std::int64_t count = -1;
+  std::uint64_t sequence = 0;
+
+  // A collective call on tensors of `t`'s dtype (the sequence is set when the op is queued).
+  static Fingerprint of(std::string_view op, const Tensor& t, std::optional<ReduceOp> reduce_op,
+                        int root, std::int64_t count);
+  void set_op(std::string_view op);
+  std::array<std::byte, kBytes> encode() const;
+};
+
+// "all_reduce(float32, count 1048576, sum) #0"
+std::string describe_fingerprint(std::span<const std::byte, Fingerprint::kBytes> bytes);
+
+// `all` holds every rank's fingerprint in rank order. Null when they all equal rank 0's, else
+// the InvalidArgument that names the calls, for `group` (its name in messages).
+std::exception_ptr fingerprint_mismatch(std::span<const std::byte> all, int size,
+                                        std::string_view group);
+
+}  // namespace c10d::backends
