@@ -1,6 +1,7 @@
 // The whole public API of c10d in one include.
 #pragma once
 
+#include "c10d/data.h"
 #include "c10d/errors.h"
 #include "c10d/init.h"
 #include "c10d/process_group.h"
