@@ -22,6 +22,10 @@
 // all_to_all has no in-place form (input and output must not overlap), so its in-place
 // columns are N/A.
 //
+// With --backend ici the time column is the simulated interconnect time (each Work's duration on
+// its chip's virtual clock, docs/ici.md), not wall time; the header says so. The chips are
+// processes of this host sharing memory; the slice comes from C10D_ICI_TOPOLOGY and friends.
+//
 // Exit status: 0; 1 when a value was wrong or a collective failed; 2 for a bad flag, an
 // unknown or unsupported backend, or a missing or bad environment.
 #include <fmt/format.h>
@@ -119,9 +123,17 @@ class ProcessGroupBackend : public c10d::bench::SweepBackend {
   }
 
   void complete() override {
-    for (const auto& work : pending_) work->wait();
+    simulated_ = 0;
+    for (const auto& work : pending_) {
+      work->wait();
+      simulated_ += c10d::ici_simulated_seconds(*work).value_or(0);
+    }
     pending_.clear();
   }
+
+  // The ICI backend simulates its interconnect: its Works carry their simulated duration.
+  bool simulated_time() const override { return pg_->backend_name() == "ici"; }
+  double simulated_seconds() override { return simulated_; }
 
   void barrier() override { pg_->barrier()->wait(); }
 
@@ -153,6 +165,7 @@ class ProcessGroupBackend : public c10d::bench::SweepBackend {
   Tensor input_;
   Tensor output_;
   std::vector<std::shared_ptr<c10d::Work>> pending_;
+  double simulated_ = 0;  // of the calls the last complete() waited for
 };
 
 }  // namespace

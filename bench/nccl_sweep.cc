@@ -22,17 +22,6 @@ namespace {
 
 bool rooted(Collective c) { return c == Collective::kBroadcast || c == Collective::kReduce; }
 
-// nccl-tests' getFloatStr: `width` characters, with as many decimals as fit.
-std::string float_str(double value, int width) {
-  if (!std::isfinite(value)) return fmt::format("{:>{}}", value, width);
-  int power = 0;
-  for (double v = 1; value >= v && power < 30; v *= 10) ++power;
-  if (power < width - 2) return fmt::format("{:>{}.2f}", value, width);
-  if (power < width - 1) return fmt::format("{:>{}.1f}", value, width);
-  if (power < width + 1) return fmt::format("{:>{}.0f}", value, width);
-  return fmt::format("{:>{}.1e}", value, width);
-}
-
 // One measured (collective, size, form).
 struct Cell {
   bool measured = false;
@@ -83,10 +72,7 @@ class Sweep {
       const OpCall shape = make_call(*size, false);
       const std::int64_t bytes =
           std::max(send_elements(shape, n_), recv_elements(shape, n_)) * element_size_;
-      std::string line = fmt::format(
-          "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}", bytes, shape.count, type_name(args_.dtype),
-          is_reduction(args_.collective) ? reduce_op_name(args_.op) : "none",
-          rooted(args_.collective) ? args_.root : -1);
+      std::string line = row_prefix(args_, bytes, shape.count);
       for (const bool in_place : {false, true}) {
         const Cell cell = measure(make_call(*size, in_place), bytes);
         line += format_cell(cell);
@@ -111,11 +97,7 @@ class Sweep {
  private:
   // The size after `size`, or nullopt past maxbytes (or if it would not grow).
   std::optional<std::size_t> next_size(std::size_t size) const {
-    const std::size_t next =
-        args_.step_factor > 1 ? size * args_.step_factor : size + args_.step_bytes;
-    if (next <= size || next > args_.max_bytes) return std::nullopt;
-    if (args_.step_factor > 1 && next / args_.step_factor != size) return std::nullopt;
-    return next;
+    return next_sweep_size(args_, size);
   }
 
   // The call nccl-tests makes for `size` bytes.
@@ -126,11 +108,7 @@ class Sweep {
     call.op = args_.op;
     call.root = args_.root;
     call.in_place = in_place;
-    const auto total = static_cast<std::int64_t>(size) / element_size_;
-    const bool split = args_.collective == Collective::kAllGather ||
-                       args_.collective == Collective::kReduceScatter ||
-                       args_.collective == Collective::kAllToAll;
-    call.count = split ? total / n_ : total;
+    call.count = sweep_count(args_, size, n_);
     if (!send_) return call;  // shape only
     auto* const base = static_cast<char*>(recv_->data());
     call.send = in_place ? base : send_->data();
@@ -166,7 +144,9 @@ class Sweep {
     for (int i = 0; i < args_.iters; ++i) backend_.start();
     backend_.complete();
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    const double seconds = backend_.max_over_ranks(elapsed.count() / args_.iters);
+    const double per_call = backend_.simulated_time() ? backend_.simulated_seconds() / args_.iters
+                                                      : elapsed.count() / args_.iters;
+    const double seconds = backend_.max_over_ranks(per_call);
 
     cell.time_us = seconds * 1e6;
     cell.algbw = seconds > 0 ? static_cast<double>(bytes) / 1e9 / seconds : 0;
@@ -184,9 +164,8 @@ class Sweep {
     if (!cell.measured) {
       return fmt::format("  {:>7}  {:>6}  {:>6}  {:>6}", "N/A", "N/A", "N/A", "N/A");
     }
-    return fmt::format("  {}  {}  {}  {:>6}", float_str(cell.time_us, 7), float_str(cell.algbw, 6),
-                       float_str(cell.busbw, 6),
-                       args_.check ? std::to_string(cell.wrong) : std::string("N/A"));
+    return cell_text(cell.time_us, cell.algbw, cell.busbw,
+                     args_.check ? std::to_string(cell.wrong) : std::string());
   }
 
   void print_header() {
@@ -207,6 +186,11 @@ class Sweep {
     fmt::print("# minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} validation: {}\n",
                args_.min_bytes, args_.max_bytes, step, args_.warmup_iters, args_.iters,
                args_.check ? 1 : 0);
+    if (backend_.simulated_time()) {
+      fmt::print(
+          "# time: simulated interconnect time (the backend's virtual clock, per call, "
+          "largest over the ranks), not wall time\n");
+    }
     fmt::print("#\n# Using ranks\n");
     for (int r = 0; r < n_; ++r) fmt::print("#  Rank {:>2} {}\n", r, all.data() + r * kRecord);
     fmt::print("#\n");
@@ -297,5 +281,43 @@ double bus_factor(Collective collective, int world_size) {
 }
 
 int run_sweep(const SweepArgs& args, SweepBackend& backend) { return Sweep(args, backend).run(); }
+
+std::optional<std::size_t> next_sweep_size(const SweepArgs& args, std::size_t size) {
+  const std::size_t next = args.step_factor > 1 ? size * args.step_factor : size + args.step_bytes;
+  if (next <= size || next > args.max_bytes) return std::nullopt;
+  if (args.step_factor > 1 && next / args.step_factor != size) return std::nullopt;
+  return next;
+}
+
+std::int64_t sweep_count(const SweepArgs& args, std::size_t size, int world_size) {
+  const auto total =
+      static_cast<std::int64_t>(size) / static_cast<std::int64_t>(element_size(args.dtype));
+  const bool split = args.collective == Collective::kAllGather ||
+                     args.collective == Collective::kReduceScatter ||
+                     args.collective == Collective::kAllToAll;
+  return split ? total / world_size : total;
+}
+
+std::string row_prefix(const SweepArgs& args, std::int64_t bytes, std::int64_t count) {
+  return fmt::format("{:>12}  {:>12}  {:>8}  {:>6}  {:>6}", bytes, count, type_name(args.dtype),
+                     is_reduction(args.collective) ? reduce_op_name(args.op) : "none",
+                     rooted(args.collective) ? args.root : -1);
+}
+
+std::string cell_text(double time_us, double algbw, double busbw, const std::string& wrong) {
+  return fmt::format("  {}  {}  {}  {:>6}", float_str(time_us, 7), float_str(algbw, 6),
+                     float_str(busbw, 6), wrong.empty() ? std::string("N/A") : wrong);
+}
+
+// nccl-tests' getFloatStr: `width` characters, with as many decimals as fit.
+std::string float_str(double value, int width) {
+  if (!std::isfinite(value)) return fmt::format("{:>{}}", value, width);
+  int power = 0;
+  for (double v = 1; value >= v && power < 30; v *= 10) ++power;
+  if (power < width - 2) return fmt::format("{:>{}.2f}", value, width);
+  if (power < width - 1) return fmt::format("{:>{}.1f}", value, width);
+  if (power < width + 1) return fmt::format("{:>{}.0f}", value, width);
+  return fmt::format("{:>{}.1e}", value, width);
+}
 
 }  // namespace c10d::bench

@@ -22,11 +22,18 @@
 // of a collective says why (SweepBackend::unsupported); its columns then print N/A, the reason
 // is printed once above the table, and its rows are left out of the JSON.
 //
+// Simulated time: a backend whose library simulates its interconnect (the ICI backend) says so
+// with simulated_time(); the time column is then the simulated duration of the timed calls
+// (summed by simulated_seconds(), divided by the iterations, largest over the ranks) instead of
+// wall time, and the header says which.
+//
 // Exit status of run_sweep: 0, or 1 when any element was wrong, or 2 for an argument that is
 // only checkable once the world size is known (the root).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -63,7 +70,23 @@ class SweepBackend {
   virtual std::int64_t sum_over_ranks(std::int64_t value) = 0;
   // Concatenates every rank's `mine` (same length everywhere) into `all`, in rank order.
   virtual void all_gather_bytes(std::span<const char> mine, std::span<char> all) = 0;
+
+  // True when the time column is simulated (the same on every rank).
+  virtual bool simulated_time() const { return false; }
+  // With simulated_time(): the simulated seconds of the calls the last complete() waited for,
+  // summed. Local, not collective.
+  virtual double simulated_seconds() { return 0; }
 };
+
+// Pieces of the sweep for programs that print its table without a SweepBackend (c10d-icisim):
+// the size after `size` (nullopt past -e), the per-rank count of a call of `size` bytes, the
+// `size count type redop root` columns, one `time algbw busbw #wrong` cell (an empty `wrong`
+// prints N/A), and nccl-tests' number format.
+std::optional<std::size_t> next_sweep_size(const SweepArgs& args, std::size_t size);
+std::int64_t sweep_count(const SweepArgs& args, std::size_t size, int world_size);
+std::string row_prefix(const SweepArgs& args, std::int64_t bytes, std::int64_t count);
+std::string cell_text(double time_us, double algbw, double busbw, const std::string& wrong);
+std::string float_str(double value, int width);
 
 // Runs the sweep of `args` on `backend` and prints it from rank 0. Returns the exit status.
 int run_sweep(const SweepArgs& args, SweepBackend& backend);

@@ -6,7 +6,9 @@
 //
 // Every field has a default taken from the environment, so a program started by c10drun (or
 // by mpirun, for rank and size) needs none:
-//   backend      "tcp" (C10D_BACKEND)
+//   backend      "tcp" (C10D_BACKEND), "mpi", or "ici" (the simulated TPU torus: the slice
+//                comes from C10D_ICI_PRESET, C10D_ICI_TOPOLOGY and the other C10D_ICI_*
+//                variables of ProcessGroupICIOptions below; default a 1-D ring of world_size)
 //   init_method  "env://" (C10D_INIT_METHOD); tcp://host:port and file:///path as rendezvous.h
 //   rank, world_size  RANK / WORLD_SIZE, then OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE
 //   timeout      the default per-op timeout of the group (C10D_TIMEOUT_MS), and the bound on
@@ -65,5 +67,36 @@ std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> stor
 // then finalizes it at exit. Every rank calls it. Throws Unsupported when the library was
 // built without MPI (C10D_WITH_MPI off) or MPI provides less than MPI_THREAD_SERIALIZED.
 std::shared_ptr<ProcessGroup> make_process_group_mpi(Milliseconds timeout = kDefaultTimeout);
+
+// Options of a ProcessGroup over the simulated TPU inter-chip interconnect (docs/ici.md): each
+// rank is one chip of an N-dimensional torus; chips exchange real bytes through shared memory,
+// only with their neighbours, and every op also advances a simulated clock. Empty strings and
+// zeros take the environment variable named beside them, then the preset's value.
+struct ProcessGroupICIOptions {
+  Milliseconds timeout = kDefaultTimeout;
+  std::string preset;         // C10D_ICI_PRESET: v4 | v5e | v5p; empty: generic
+  std::string topology;       // C10D_ICI_TOPOLOGY: "8", "2x4", "4x4x4"; empty: 1-D, world_size
+  std::string wrap;           // C10D_ICI_WRAP: all | none | per axis "1,0"; empty: the preset's
+  double link_bandwidth = 0;  // C10D_ICI_LINK_GBPS (GB/s one way); bytes per second here
+  double hop_latency = 0;     // C10D_ICI_HOP_LATENCY_US; seconds here
+  std::string down_links;     // C10D_ICI_DOWN_LINKS: "1-2,5-6", links marked down
+  std::string algo;           // empty: C10D_ALGO (forcing a choice bypasses the torus algorithms)
+  std::string group_name = "default";
+};
+
+// A ProcessGroup of `world_size` chips on the ICI fabric, meeting through `store` (every rank on
+// this host). Blocks until its torus neighbours are connected (bounded by options.timeout).
+std::shared_ptr<ProcessGroup> make_process_group_ici(std::shared_ptr<Store> store, int rank,
+                                                     int world_size,
+                                                     const ProcessGroupICIOptions& options = {});
+
+// The simulated duration of a completed op of an ICI group: seconds of this chip's virtual
+// clock from the op's start to its end. nullopt for another backend's Work or an op that has
+// not completed.
+std::optional<double> ici_simulated_seconds(const Work& work);
+
+// The bytes, messages, busy time and utilization (busy / virtual time so far) of every link
+// leaving this chip, as a text table; empty for a group of another backend (or a subgroup).
+std::string ici_link_report(const ProcessGroup& group);
 
 }  // namespace c10d

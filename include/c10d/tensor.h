@@ -9,6 +9,9 @@
 // PendingValue instead of storage until something reads it. data() and the collectives call
 // materialize() first, so code below the lazy layer only ever sees dense storage.
 //
+// Autograd (src/lazy/autograd.h) keeps its per-tensor state in an opaque AutogradMeta slot of
+// the impl; this layer never looks inside it.
+//
 // Thread-safety: distinct tensors may be used from any thread. One tensor's data may be read
 // concurrently; writes must be ordered by the caller (collectives write only their outputs).
 #pragma once
@@ -26,6 +29,7 @@
 namespace c10d {
 
 class TensorImpl;
+class AutogradMeta;  // defined by the lazy core's autograd (src/lazy/autograd.h)
 [[noreturn]] void throw_element_size_mismatch(std::size_t host_size, DType dtype);
 
 // Hook for the lazy core: a value that is computed on demand and written into the impl.
@@ -70,9 +74,16 @@ class TensorImpl {
   // Runs the pending value, if any; afterwards storage() is set.
   void materialize();
   const std::shared_ptr<Storage>& storage();
-  void set_storage(std::shared_ptr<Storage> storage);
+  // Gives the impl dense bytes (a view `offset_bytes` into `storage`); drops any pending value.
+  void set_storage(std::shared_ptr<Storage> storage, std::size_t offset_bytes = 0);
+  // Makes the impl pending on `pending` and drops its storage (lazy::assign rebinds a tensor in
+  // place this way; whoever still reads the old storage holds its own reference to it).
+  void set_pending(std::shared_ptr<PendingValue> pending);
   const std::shared_ptr<PendingValue>& pending() const { return pending_; }
   std::size_t offset_bytes() const { return offset_bytes_; }
+
+  const std::shared_ptr<AutogradMeta>& autograd_meta() const { return autograd_meta_; }
+  void set_autograd_meta(std::shared_ptr<AutogradMeta> meta) { autograd_meta_ = std::move(meta); }
 
  private:
   DType dtype_;
@@ -81,6 +92,7 @@ class TensorImpl {
   std::shared_ptr<Storage> storage_;
   std::size_t offset_bytes_ = 0;
   std::shared_ptr<PendingValue> pending_;
+  std::shared_ptr<AutogradMeta> autograd_meta_;
 };
 
 class Tensor {

@@ -72,11 +72,14 @@ TensorImpl::TensorImpl(DType dtype, std::vector<std::int64_t> shape,
 
 void TensorImpl::materialize() {
   if (pending_) {
-    auto pending = std::move(pending_);
-    pending_.reset();
+    // The impl stays pending while its value is computed (the lazy core finds it among the
+    // live pending tensors); set_storage() ends that. If the computation throws, the impl is
+    // still pending and a later read tries again.
+    auto pending = pending_;
     pending->materialize(*this);
     C10D_CHECK(storage_ != nullptr, "a pending value left tensor {}{} without storage",
                dtype_name(dtype_), shape_string(shape_));
+    pending_.reset();
   }
 }
 
@@ -85,11 +88,20 @@ const std::shared_ptr<Storage>& TensorImpl::storage() {
   return storage_;
 }
 
-void TensorImpl::set_storage(std::shared_ptr<Storage> storage) {
-  C10D_CHECK(storage != nullptr &&
-                 storage->nbytes() >= static_cast<std::size_t>(numel_) * element_size(dtype_),
-             "storage too small for tensor {}{}", dtype_name(dtype_), shape_string(shape_));
+void TensorImpl::set_storage(std::shared_ptr<Storage> storage, std::size_t offset_bytes) {
+  C10D_CHECK(
+      storage != nullptr && storage->nbytes() >= offset_bytes + static_cast<std::size_t>(numel_) *
+                                                                    element_size(dtype_),
+      "storage too small for tensor {}{}", dtype_name(dtype_), shape_string(shape_));
   storage_ = std::move(storage);
+  offset_bytes_ = offset_bytes;
+  pending_.reset();
+}
+
+void TensorImpl::set_pending(std::shared_ptr<PendingValue> pending) {
+  C10D_CHECK(pending != nullptr, "pending value is null");
+  pending_ = std::move(pending);
+  storage_.reset();
   offset_bytes_ = 0;
 }
 

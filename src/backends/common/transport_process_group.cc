@@ -171,6 +171,7 @@ class TransportProcessGroup final : public ProcessGroup {
                  "ring order lists {} ranks for a group of {}", options_.ring_order.size(), size());
     }
     ring_.order = options_.ring_order;
+    hooks_ = options_.hooks;
     worker_ = std::thread([this] { work_loop(); });
   }
 
@@ -217,9 +218,12 @@ class TransportProcessGroup final : public ProcessGroup {
                                    : algo_.broadcast == AlgoChoice::Broadcast::kChain
                                        ? 0
                                        : algorithms::kDefaultBroadcastThresholdBytes;
+    const bool forced = algo_.broadcast != AlgoChoice::Broadcast::kAuto;
     return enqueue(kOp, Fingerprint::of(kOp, tensors[0], std::nullopt, opts.root, total(tensors)),
-                   opts.timeout, [tensors, root = opts.root, threshold](const Context& ctx) {
+                   opts.timeout,
+                   [this, tensors, root = opts.root, threshold, forced](const Context& ctx) {
                      for (const auto& t : tensors) {
+                       if (!forced && hooks_ && hooks_->broadcast(ctx, bytes_of(t), root)) continue;
                        algorithms::broadcast(ctx, bytes_of(t), root, threshold);
                      }
                      return tensors;
@@ -250,7 +254,7 @@ class TransportProcessGroup final : public ProcessGroup {
                      const std::size_t block = input.nbytes();
                      const algorithms::Scratch all(algorithms::ScratchSlot::kStaging,
                                                    block * outputs.size());
-                     algorithms::all_gather(ctx, bytes_of(input), all.span(), ring_);
+                     gather_all(ctx, bytes_of(input), all.span());
                      for (std::size_t r = 0; r < outputs.size(); ++r) {
                        if (block > 0)
                          std::memcpy(outputs[r].raw_data(), all.data() + r * block, block);
@@ -265,7 +269,7 @@ class TransportProcessGroup final : public ProcessGroup {
     checks_.blocks(kOp, output, "output", input, "input");
     return enqueue(kOp, Fingerprint::of(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
                    [this, output, input](const Context& ctx) {
-                     algorithms::all_gather(ctx, bytes_of(input), bytes_of(output), ring_);
+                     gather_all(ctx, bytes_of(input), bytes_of(output));
                      return std::vector<Tensor>{output};
                    });
   }
@@ -277,19 +281,17 @@ class TransportProcessGroup final : public ProcessGroup {
     checks_.count(kOp, "inputs", inputs.size());
     for (const auto& t : inputs) checks_.like(t, output, kOp, "an input");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
-    return enqueue(kOp, Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()),
-                   opts.timeout, [this, output, inputs, r = opts.reduce](const Context& ctx) {
-                     const std::size_t block = output.nbytes();
-                     const algorithms::Scratch all(algorithms::ScratchSlot::kStaging,
-                                                   block * inputs.size());
-                     for (std::size_t q = 0; q < inputs.size(); ++q) {
-                       if (block > 0)
-                         std::memcpy(all.data() + q * block, inputs[q].raw_data(), block);
-                     }
-                     algorithms::reduce_scatter(ctx, output.dtype(), r, all.data(),
-                                                output.raw_data(), output.numel(), ring_);
-                     return std::vector<Tensor>{output};
-                   });
+    return enqueue(
+        kOp, Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()), opts.timeout,
+        [this, output, inputs, r = opts.reduce](const Context& ctx) {
+          const std::size_t block = output.nbytes();
+          const algorithms::Scratch all(algorithms::ScratchSlot::kStaging, block * inputs.size());
+          for (std::size_t q = 0; q < inputs.size(); ++q) {
+            if (block > 0) std::memcpy(all.data() + q * block, inputs[q].raw_data(), block);
+          }
+          scatter_reduced(ctx, output.dtype(), r, all.data(), output.raw_data(), output.numel());
+          return std::vector<Tensor>{output};
+        });
   }
 
   std::shared_ptr<Work> reduce_scatter_tensor(Tensor output, Tensor input,
@@ -299,8 +301,8 @@ class TransportProcessGroup final : public ProcessGroup {
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
     return enqueue(kOp, Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()),
                    opts.timeout, [this, output, input, r = opts.reduce](const Context& ctx) {
-                     algorithms::reduce_scatter(ctx, output.dtype(), r, input.raw_data(),
-                                                output.raw_data(), output.numel(), ring_);
+                     scatter_reduced(ctx, output.dtype(), r, input.raw_data(), output.raw_data(),
+                                     output.numel());
                      return std::vector<Tensor>{output};
                    });
   }
@@ -309,12 +311,17 @@ class TransportProcessGroup final : public ProcessGroup {
                                    const AllToAllOptions& opts) override {
     constexpr std::string_view kOp = "all_to_all";
     const AllToAllLayout l = checks_.all_to_all(output, input, opts);
-    return enqueue(kOp, Fingerprint::of(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1),
-                   opts.timeout, [=](const Context& ctx) {
-                     algorithms::all_to_allv(ctx, bytes_of(input), l.send_counts, l.send_offsets,
-                                             bytes_of(output), l.recv_counts, l.recv_offsets);
-                     return std::vector<Tensor>{output};
-                   });
+    return enqueue(
+        kOp, Fingerprint::of(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1),
+        opts.timeout, [this, input, output, l](const Context& ctx) {
+          if (hooks_ && hooks_->all_to_allv(ctx, bytes_of(input), l.send_counts, l.send_offsets,
+                                            bytes_of(output), l.recv_counts, l.recv_offsets)) {
+            return std::vector<Tensor>{output};
+          }
+          algorithms::all_to_allv(ctx, bytes_of(input), l.send_counts, l.send_offsets,
+                                  bytes_of(output), l.recv_counts, l.recv_offsets);
+          return std::vector<Tensor>{output};
+        });
   }
 
   std::shared_ptr<Work> gather(std::vector<Tensor> outputs, Tensor input,
@@ -375,6 +382,7 @@ class TransportProcessGroup final : public ProcessGroup {
     child.ring_order.clear();
     child.detail = detail_ ? 1 : 0;
     child.algo = options_.algo;
+    child.hooks = hooks_ ? hooks_->for_subgroup(ranks) : nullptr;
     return std::make_shared<TransportProcessGroup>(
         std::make_shared<transport::SubTransport>(transport_, ranks), std::move(child));
   }
@@ -418,7 +426,8 @@ class TransportProcessGroup final : public ProcessGroup {
       // ranks (their tag is the sequence); p2p ops are matched by their user tag.
       const std::uint64_t seq = p.collective ? next_sequence_++ : next_p2p_++;
       p.fingerprint.sequence = seq;
-      work = std::make_shared<Work>(std::string(op), seq);
+      work = hooks_ ? hooks_->make_work(std::string(op), seq)
+                    : std::make_shared<Work>(std::string(op), seq);
       p.work = work;
       failed = failure_;
       if (!failed) {
@@ -493,6 +502,7 @@ class TransportProcessGroup final : public ProcessGroup {
         std::lock_guard lock(mu_);
         running_ = false;
       }
+      if (hooks_ && (op.collective || outcome.error)) hooks_->op_finished(*op.work);
       if (outcome.error) {
         op.work->finish_with_error(outcome.error);
       } else if (op.collective) {
@@ -509,6 +519,7 @@ class TransportProcessGroup final : public ProcessGroup {
   Outcome run_op(PendingOp& op) {
     const std::uint64_t seq = op.fingerprint.sequence;
     const auto deadline = Clock::now() + op.timeout;
+    if (hooks_) hooks_->op_started(*op.work);
     try {
       if (op.collective) {
         const Context ctx{*transport_, transport::make_tag(options_.group_id, seq), deadline};
@@ -549,6 +560,10 @@ class TransportProcessGroup final : public ProcessGroup {
   }
 
   void all_reduce_one(const Context& ctx, const Tensor& t, const Reduction& r) const {
+    if (algo_.all_reduce == AlgoChoice::AllReduce::kAuto && hooks_ &&
+        hooks_->all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel())) {
+      return;
+    }
     const bool ring = algo_.all_reduce == AlgoChoice::AllReduce::kRing ||
                       (algo_.all_reduce == AlgoChoice::AllReduce::kAuto &&
                        static_cast<std::int64_t>(t.nbytes()) >= kHalvingDoublingMaxBytes);
@@ -556,6 +571,18 @@ class TransportProcessGroup final : public ProcessGroup {
       algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(), ring_);
     } else {
       algorithms::halving_doubling_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel());
+    }
+  }
+
+  void gather_all(const Context& ctx, std::span<const std::byte> in,
+                  std::span<std::byte> out) const {
+    if (!(hooks_ && hooks_->all_gather(ctx, in, out))) algorithms::all_gather(ctx, in, out, ring_);
+  }
+
+  void scatter_reduced(const Context& ctx, DType dtype, const Reduction& r, const void* in,
+                       void* out, std::int64_t count) const {
+    if (!(hooks_ && hooks_->reduce_scatter(ctx, dtype, r, in, out, count))) {
+      algorithms::reduce_scatter(ctx, dtype, r, in, out, count, ring_);
     }
   }
 
@@ -595,6 +622,7 @@ class TransportProcessGroup final : public ProcessGroup {
         it = posted_.erase(it);
         progressed = true;
         lock.unlock();
+        if (hooks_) hooks_->op_finished(*finished.work);
         if (error) {
           fail(error);
           finished.work->finish_with_error(error);
@@ -620,6 +648,7 @@ class TransportProcessGroup final : public ProcessGroup {
   const bool detail_;
   AlgoChoice algo_;
   algorithms::RingOptions ring_;
+  std::shared_ptr<BackendHooks> hooks_;  // immutable after construction
 
   std::mutex mu_;
   std::condition_variable cv_;          // queue_ or stopping_ changed; waits on mu_

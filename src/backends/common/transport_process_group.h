@@ -16,6 +16,9 @@
 // Options.algo (or C10D_ALGO when empty) forces a choice: "ring" / "hd" alone apply to
 // all_reduce; "all_reduce=ring,broadcast=chain" per collective. Unknown names are rejected
 // when the group is made.
+// A backend's hooks (options.hooks, BackendHooks below) may take all_reduce and broadcast (unless
+// forced), all_gather, reduce_scatter and all_to_all with algorithms of their own: the ICI
+// backend runs its torus algorithms there.
 //
 // Failure: the first error an op meets that means the group can no longer agree (a NetworkError
 // from the transport: a peer died) aborts the transport, so every pending and later op of every
@@ -36,16 +39,61 @@
 // transport by shared_ptr and may outlive their parent.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "algorithms/context.h"
 #include "c10d/process_group.h"
 #include "c10d/types.h"
+#include "c10d/work.h"
 #include "transport/transport.h"
 
 namespace c10d::backends {
+
+// What a backend may add to the group (the ICI backend does): its own Work type and per-op
+// bookkeeping, and its own algorithms. Every method runs on the group's threads: make_work on the
+// caller's, op_started/op_finished on the worker (the completer for send/recv), just before the
+// op's first message and just before its Work completes. An algorithm method returns false to
+// leave the op to the default algorithm; it is asked only when options.algo / C10D_ALGO did not
+// force that collective's algorithm, and must decide the same way on every rank.
+class BackendHooks {
+ public:
+  virtual ~BackendHooks() = default;
+  virtual std::shared_ptr<Work> make_work(std::string op, std::uint64_t sequence) {
+    return std::make_shared<Work>(std::move(op), sequence);
+  }
+  virtual void op_started(Work&) {}
+  virtual void op_finished(Work&) {}
+  // The hooks of a subgroup of `ranks` (new_group); null for none.
+  virtual std::shared_ptr<BackendHooks> for_subgroup(const std::vector<int>&) { return nullptr; }
+
+  virtual bool all_reduce(const algorithms::Context&, DType, const Reduction&, void*,
+                          std::int64_t) {
+    return false;
+  }
+  virtual bool broadcast(const algorithms::Context&, std::span<std::byte>, int) { return false; }
+  // n blocks of input.size() bytes into output, in rank order (algorithms::all_gather).
+  virtual bool all_gather(const algorithms::Context&, std::span<const std::byte>,
+                          std::span<std::byte>) {
+    return false;
+  }
+  // As algorithms::reduce_scatter.
+  virtual bool reduce_scatter(const algorithms::Context&, DType, const Reduction&, const void*,
+                              void*, std::int64_t) {
+    return false;
+  }
+  // As algorithms::all_to_allv.
+  virtual bool all_to_allv(const algorithms::Context&, std::span<const std::byte>,
+                           std::span<const std::int64_t>, std::span<const std::int64_t>,
+                           std::span<std::byte>, std::span<const std::int64_t>,
+                           std::span<const std::int64_t>) {
+    return false;
+  }
+};
 
 struct TransportProcessGroupOptions {
   std::string backend_name = "transport";
@@ -53,7 +101,8 @@ struct TransportProcessGroupOptions {
   std::string algo;                        // forced algorithms; empty: C10D_ALGO
   int detail = -1;                         // 1: fingerprint checks; 0: off; -1: C10D_DEBUG
   std::uint32_t group_id = 0;
-  std::vector<int> ring_order;  // empty: 0..n-1 (the ICI backend passes a torus ring)
+  std::vector<int> ring_order;          // empty: 0..n-1 (the ICI backend passes a torus ring)
+  std::shared_ptr<BackendHooks> hooks;  // null: plain Work, the default algorithms
 };
 
 std::shared_ptr<ProcessGroup> make_transport_process_group(

@@ -61,8 +61,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
     return pg;
   }
 #endif
-  if (backend != "tcp" && backend != "gloo") {
-    if (backend == "mpi" || backend == "ici") {
+  if (backend != "tcp" && backend != "gloo" && backend != "ici") {
+    if (backend == "mpi") {
       C10D_THROW(Unsupported, "init_process_group: backend '{}' is not built into this library",
                  backend);
     }
@@ -80,6 +80,13 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
     rv.world_size = options.world_size;
   } else {
     rv = rendezvous(init_method, options.rank, options.world_size, timeout);
+  }
+  if (backend == "ici") {
+    // Every rank is a chip on this host; the slice comes from the C10D_ICI_* variables.
+    ProcessGroupICIOptions ici;
+    ici.timeout = timeout;
+    ici.algo = options.algo;
+    return make_process_group_ici(rv.store, rv.rank, rv.world_size, ici);
   }
   ProcessGroupTCPOptions tcp;
   tcp.timeout = timeout;

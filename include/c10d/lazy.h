@@ -1,0 +1,250 @@
+// Lazy tensors: ops on c10d::Tensor that are recorded as an IR graph and run, compiled and
+// fused, at a step boundary (PyTorch/XLA's model).
+//
+// Every op below returns at once with a Tensor whose value is pending: its TensorImpl holds an
+// IR value (a node and an output index) instead of storage. Nothing is computed until
+//   - mark_step() runs the graph of every live pending tensor, or
+//   - something reads a pending tensor's bytes (Tensor::data(), a collective, a copy out):
+//     that also runs the whole pending graph, and counts as a forced sync in metrics().
+// A run looks the graph up by its structural hash in an LRU cache of compiled programs; on a
+// miss it plans one (dead code removed, common subexpressions merged, chains of elementwise ops
+// and a chain feeding a reduction fused into one tiled pass over memory) and caches it. Input
+// data enters a graph by shape and dtype only, so a training step that repeats with new values
+// compiles nothing after its first run. Scalars passed as doubles are part of the graph (they
+// hash by value): a value that changes every step (a learning-rate schedule) belongs in a 0-d
+// tensor, or every step compiles anew.
+//
+// Eager mode (C10D_LAZY=0 in the environment, or set_lazy(false)) runs every op at once
+// through the same kernels; both modes give the same values.
+//
+// Shapes broadcast as numpy does. Dtypes: float32 and float64 for arithmetic and math, int32
+// and int64 for arithmetic and comparisons, bool from comparisons (and into where()); cast()
+// converts between any two dtypes of include/c10d/types.h. A bad shape, axis or dtype throws
+// InvalidArgument when the op is recorded, naming the op and the operands' types.
+//
+// Autograd is reverse mode over the same ops: the gradients are lazy tensors too, so a
+// backward pass and an optimizer update fuse into the step that follows them.
+//
+// Thread-safety: pending tensors belong to the thread that recorded them: mark_step() runs the
+// calling thread's live pending tensors (so ranks run as threads each have their own step, and
+// their collectives run on their own thread). A read of a pending tensor on any thread computes
+// it. The program cache and the metrics are process-wide (a mutex, atomics). Lifetime: IR nodes own
+// their operands (never their users), so a graph lives exactly as long as some tensor refers into
+// it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "c10d/tensor.h"
+#include "c10d/types.h"
+
+namespace c10d {
+
+class ProcessGroup;
+
+namespace lazy {
+
+using Shape = std::vector<std::int64_t>;
+
+// ---- Mode and step ----
+
+bool is_lazy();            // C10D_LAZY (default 1) unless set_lazy was called
+void set_lazy(bool lazy);  // for tests and benchmarks; affects ops recorded afterwards
+void mark_step();          // runs every live pending tensor's graph
+void set_cache_capacity(std::size_t programs);  // LRU size (default 64, or C10D_LAZY_CACHE)
+
+// ---- Creation ----
+
+Tensor zeros(const Shape& shape, DType dtype = DType::kFloat32);
+Tensor ones(const Shape& shape, DType dtype = DType::kFloat32);
+Tensor full(const Shape& shape, double value, DType dtype = DType::kFloat32);
+Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::kFloat32);
+Tensor scalar(double value, DType dtype = DType::kFloat32);  // shape []
+
+// A seeded random stream (Philox-style counter-based, so results are the same in lazy and
+// eager mode and on every machine). Each call draws fresh numbers and advances the stream.
+class Generator {
+ public:
+  explicit Generator(std::uint64_t seed) : seed_(seed) {}
+  std::uint64_t seed() const { return seed_; }
+  // Reserves `n` numbers of the stream; returns the offset of the first.
+  std::uint64_t advance(std::uint64_t n) {
+    const std::uint64_t at = offset_;
+    offset_ += n;
+    return at;
+  }
+
+ private:
+  std::uint64_t seed_;
+  std::uint64_t offset_ = 0;
+};
+Tensor uniform(const Shape& shape, Generator& gen, double low = 0.0, double high = 1.0,
+               DType dtype = DType::kFloat32);
+Tensor normal(const Shape& shape, Generator& gen, double mean = 0.0, double stddev = 1.0,
+              DType dtype = DType::kFloat32);
+
+// ---- Elementwise ----
+
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor neg(const Tensor& a);
+Tensor abs(const Tensor& a);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor relu(const Tensor& a);
+Tensor pow(const Tensor& a, double exponent);
+Tensor eq(const Tensor& a, const Tensor& b);  // comparisons give bool
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor cast(const Tensor& a, DType dtype);
+
+// ---- Reductions (axes may be negative; empty axes = all) ----
+
+Tensor sum(const Tensor& a, std::vector<std::int64_t> axes = {}, bool keepdim = false);
+Tensor mean(const Tensor& a, std::vector<std::int64_t> axes = {}, bool keepdim = false);
+Tensor max(const Tensor& a, std::vector<std::int64_t> axes = {}, bool keepdim = false);
+Tensor argmax(const Tensor& a, std::int64_t axis, bool keepdim = false);  // int64
+
+// ---- Linear algebra and shape ----
+
+Tensor matmul(const Tensor& a, const Tensor& b);  // [m,k]x[k,n]; batched [..,m,k]x[..,k,n]
+Tensor transpose(const Tensor& a, std::int64_t dim0 = -2, std::int64_t dim1 = -1);
+Tensor reshape(const Tensor& a, Shape shape);  // one dimension may be -1
+Tensor slice_rows(const Tensor& a, std::int64_t begin, std::int64_t end);  // first axis
+Tensor concat(const std::vector<Tensor>& tensors, std::int64_t axis = 0);
+Tensor broadcast_to(const Tensor& a, const Shape& shape);
+
+// ---- Neural-network functions ----
+
+Tensor softmax(const Tensor& a, std::int64_t axis = -1);
+Tensor log_softmax(const Tensor& a, std::int64_t axis = -1);
+// Mean over the batch of -log_softmax(logits)[i, labels[i]]; logits [N, C], labels int64 [N].
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
+Tensor one_hot(const Tensor& labels, std::int64_t classes, DType dtype = DType::kFloat32);
+
+// ---- Collective ----
+
+// An IR node that all-reduces `tensors` through `group` when the step runs, in program order
+// with the other collectives of the step, each result multiplied by `scale` (1/world for an
+// average). Returns the reduced tensors (pending). In eager mode it runs at once. The tensors
+// may differ in shape and dtype: each is one ProcessGroup::all_reduce, all issued in order
+// before the first is waited on.
+std::vector<Tensor> all_reduce(const std::vector<Tensor>& tensors, ReduceOp op, double scale,
+                               std::shared_ptr<ProcessGroup> group);
+
+// ---- In place ----
+
+// `dst` (every handle sharing its impl) now holds `value`, which must have dst's shape and
+// dtype. Optimizers and DDP write parameters and gradients this way; the old value stays alive
+// for as long as the pending graph reads it.
+void assign(const Tensor& dst, const Tensor& value);
+// A new handle on the same value, cut from the autograd graph.
+Tensor detach(const Tensor& a);
+
+// ---- Autograd ----
+//
+// Reverse mode over the ops above (src/lazy/autograd.h has the details). An op with an input
+// that requires grad records a node, unless NoGradGuard is alive on the thread; its floating
+// outputs then require grad. Comparisons, argmax, one_hot, random and creation ops are not
+// differentiable. Gradients are lazy tensors built from the same ops, so backward() itself
+// computes nothing: the gradients run, fused, with the next step.
+
+// Only leaves (tensors not made by a recorded op) can be switched; floating dtypes only.
+void set_requires_grad(const Tensor& t, bool requires_grad = true);
+bool requires_grad(const Tensor& t);
+// True unless `t` is the result of a recorded op (torch's is_leaf).
+bool is_leaf(const Tensor& t);
+// The accumulated gradient of a leaf (undefined Tensor when none yet).
+Tensor grad(const Tensor& t);
+// Replaces the gradient (every later backward() adds into this handle's impl); an undefined
+// `grad` clears it. The shape and dtype must match the tensor's.
+void set_grad(const Tensor& t, const Tensor& grad);
+// Reverse mode from `root` (a one-element tensor when `grad_output` is undefined), adding into
+// the .grad of every leaf that requires grad. Gradients of broadcast inputs are summed back to
+// their shape. Unless `retain_graph`, the values the graph saved are freed, and a second
+// backward() through the same ops throws InvalidArgument.
+void backward(const Tensor& root, const Tensor& grad_output = {}, bool retain_graph = false);
+// A leaf's hook runs once per backward() that reaches the leaf, the moment its gradient for
+// that pass is final (every path from the root to the leaf processed), so the hooks of
+// different leaves run in the order their gradients become final: roughly the reverse of
+// their use in the forward pass. It gets the leaf and its gradient from this pass; grad(leaf)
+// already includes it, and the hook may replace it with set_grad (DDP writes the all-reduced
+// gradient this way). Hooks run on the thread that called backward(), with grad mode off.
+// Returns an id for remove_grad_hook.
+using GradHook = std::function<void(const Tensor& leaf, const Tensor& grad)>;
+int add_grad_hook(const Tensor& leaf, GradHook hook);
+void remove_grad_hook(const Tensor& leaf, int id);
+
+// While alive, ops record no autograd history on this thread.
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+bool grad_enabled();
+
+// ---- Introspection ----
+
+// The pending graph that computes `outputs`, as text in the style of torch.jit graphs:
+//   graph(%0 : f32[64, 784], %1 : f32[784, 10]) {
+//     %2 = matmul(%0, %1) : f32[64, 10]
+//     return (%2)
+//   }
+std::string dump_graph(const std::vector<Tensor>& outputs);
+
+struct Metrics {
+  std::int64_t compiles = 0;  // programs planned (cache misses)
+  std::int64_t cache_hits = 0;
+  std::int64_t cache_misses = 0;
+  std::int64_t fused_kernels = 0;  // fused kernels executed
+  std::int64_t ops_run = 0;        // IR nodes executed (a fused kernel counts each node)
+  std::int64_t kernels_run = 0;    // kernels executed (fused ones count once)
+  std::int64_t forced_syncs = 0;   // graph runs caused by reading a pending value
+  std::int64_t steps = 0;          // graph runs in all
+  std::int64_t cse_merged = 0;     // nodes merged into an equal one when planning
+  double compile_seconds = 0;
+  double execute_seconds = 0;
+};
+Metrics metrics();
+void reset_metrics();
+std::string metrics_report();  // one "name: value" line each
+
+}  // namespace lazy
+
+// Operators on tensors, recorded like the functions above.
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+
+}  // namespace c10d

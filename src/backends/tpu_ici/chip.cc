@@ -1,0 +1,295 @@
+// IciTransport::Chip (chip.h): completion, failure, delivery and the router thread.
+#include "backends/tpu_ici/chip.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/spin_wait.h"
+
+namespace c10d::tpu_ici {
+
+using namespace fabric;
+
+namespace {
+
+// What a cancelled send writes in place of the bytes it may no longer read.
+constexpr std::byte kZeros[kMaxPayloadBytes] = {};
+
+}  // namespace
+
+void IciTransport::Chip::complete_locked(const std::shared_ptr<Op>& op, std::exception_ptr e,
+                                         double vtime) {
+  if (op->done.load(std::memory_order_relaxed)) return;
+  op->error = std::move(e);
+  op->vtime = vtime;
+  op->done.store(true, std::memory_order_release);
+  cv.notify_all();
+}
+
+void IciTransport::Chip::abort_locked(std::exception_ptr reason, int origin, bool notify) {
+  if (aborted) return;
+  aborted = reason;
+  for (auto& [key, q] : posted) {
+    for (auto& op : q) complete_locked(op, reason, now);
+  }
+  posted.clear();
+  for (auto& [key, msg] : arriving) {
+    if (msg->recv) complete_locked(msg->recv, reason, now);
+    msg->recv = nullptr;
+    msg->discard = true;
+  }
+  // Own sends leave the queues (their buffers belong to failed ops); transit packets stay.
+  for (auto& q : queues) {
+    std::deque<OutItem> kept;
+    for (auto& item : q) {
+      if (item.send) {
+        complete_locked(item.send, reason, now);
+      } else {
+        kept.push_back(std::move(item));
+      }
+    }
+    q.swap(kept);
+  }
+  if (!notify) return;
+  const std::string text = what_of(reason);
+  header->abort_origin = origin;
+  header->reason_bytes = static_cast<std::uint32_t>(std::min(text.size(), kMaxReasonBytes));
+  std::memcpy(header->reason, text.data(), header->reason_bytes);
+  header->state.store(kAborted, std::memory_order_release);
+  for (ChipHeader* n : neighbour_list) ring_doorbell(n);
+}
+
+void IciTransport::Chip::bind_locked(const std::shared_ptr<Incoming>& msg,
+                                     const std::shared_ptr<Op>& op) {
+  if (op->recv.size() != msg->bytes) {
+    complete_locked(op,
+                    error<InvalidArgument>(fmt::format(
+                        "{}: size mismatch: the receive buffer has {} bytes but the matching "
+                        "isend from rank {} has {} bytes",
+                        op->describe(), op->recv.size(), msg->src, msg->bytes)),
+                    now);
+    msg->discard = true;
+    msg->buffer.clear();
+    return;
+  }
+  if (msg->received > 0) std::memcpy(op->recv.data(), msg->buffer.data(), msg->received);
+  msg->buffer.clear();
+  msg->buffer.shrink_to_fit();
+  if (msg->received == msg->bytes) {
+    complete_locked(op, nullptr, msg->tail);
+    return;
+  }
+  msg->recv = op;
+  op->bound = msg.get();
+}
+
+void IciTransport::Chip::deliver_locked(const PacketHeader& h,
+                                        const std::function<void(std::byte*)>& copy) {
+  const MessageKey mkey{h.src, h.seq};
+  std::shared_ptr<Incoming> msg;
+  if (h.offset == 0) {
+    msg = std::make_shared<Incoming>();
+    msg->src = h.src;
+    msg->tag = h.tag;
+    msg->bytes = h.message_bytes;
+    msg->tail = h.tail;
+    arriving[mkey] = msg;
+    const Key key{h.src, h.tag};
+    auto it = posted.find(key);
+    if (it != posted.end()) {
+      auto op = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) posted.erase(it);
+      bind_locked(msg, op);
+    } else {
+      msg->buffer.resize(h.message_bytes);
+      unexpected[key].push_back(msg);
+    }
+  } else {
+    auto it = arriving.find(mkey);
+    if (it == arriving.end()) return;  // its first packet met an abort
+    msg = it->second;
+  }
+  if (!msg->discard && h.payload_bytes > 0) {
+    copy(msg->recv ? msg->recv->recv.data() + h.offset : msg->buffer.data() + h.offset);
+  }
+  msg->received += h.payload_bytes;
+  if (msg->received == msg->bytes) {
+    arriving.erase(mkey);
+    if (msg->recv) {
+      msg->recv->bound = nullptr;
+      complete_locked(msg->recv, nullptr, msg->tail);
+      msg->recv = nullptr;
+    }
+  }
+}
+
+void IciTransport::Chip::fabric_failure(const std::string& what) {
+  abort_locked(error<NetworkError>(fmt::format("ICI rank {}: {}", rank, what)), rank);
+}
+
+bool IciTransport::Chip::drain_locked(int k) {
+  ByteRing& ring = in[static_cast<std::size_t>(k)];
+  if (!ring.valid()) return false;
+  bool progress = false;
+  PacketHeader h;
+  for (int n = 0; n < 64 && ring.peek(h); ++n) {
+    progress = true;
+    const std::string bad = check_packet(h, torus.size(), options.ring_bytes);
+    if (!bad.empty() || h.route[h.hop_index] != k) {
+      fabric_failure(fmt::format("corrupt packet on {}: {}",
+                                 torus.link_name(torus.link_id(torus.neighbour(rank, k ^ 1), k)),
+                                 bad.empty() ? "wrong link" : bad));
+      ring = ByteRing();  // nothing more is read from a ring that carried garbage
+      return true;
+    }
+    if (h.hop_index + 1 == h.hops) {
+      deliver_locked(h, [&](std::byte* dst) { ring.read_payload(0, {dst, h.payload_bytes}); });
+    } else {
+      forward_locked(h, ring);
+    }
+    ring.consume(h);
+    if (ring.header().writer_waiting.exchange(0) != 0) {
+      ring_doorbell(in_header[static_cast<std::size_t>(k)]);
+    }
+  }
+  return progress;
+}
+
+void IciTransport::Chip::forward_locked(const PacketHeader& h, ByteRing& ring) {
+  auto t = std::make_shared<Transit>();
+  t->header = h;
+  t->header.hop_index = h.hop_index + 1;
+  const Hop next = h.route[t->header.hop_index];
+  const MessageKey mkey{h.src, h.seq};
+  if (h.offset == 0) {
+    forwarding[mkey] = links[next].cross(torus.link_bandwidth(), torus.hop_latency(),
+                                         h.message_bytes, {h.head, h.tail});
+  }
+  const MessageTimes times = forwarding[mkey];
+  if (h.offset + h.payload_bytes == h.message_bytes) forwarding.erase(mkey);
+  t->header.head = times.head;
+  t->header.tail = times.tail;
+  t->payload.resize(h.payload_bytes);
+  ring.read_payload(0, t->payload);
+  if (!out[next].valid() || !torus.link_up(torus.link_id(rank, next))) {
+    fabric_failure(fmt::format("a packet from rank {} to rank {} needs {}, which is missing", h.src,
+                               h.dst, torus.link_name(torus.link_id(rank, next))));
+    return;
+  }
+  queues[next].push_back({nullptr, std::move(t)});
+}
+
+bool IciTransport::Chip::write_locked(int hop) {
+  auto& q = queues[static_cast<std::size_t>(hop)];
+  ByteRing& ring = out[static_cast<std::size_t>(hop)];
+  bool wrote = false;
+  while (!q.empty()) {
+    OutItem& item = q.front();
+    if (item.transit) {
+      if (!has_room(ring, packet_bytes(item.transit->header))) break;
+      ring.write(item.transit->header, item.transit->payload);
+      q.pop_front();
+      wrote = true;
+      continue;
+    }
+    Op& op = *item.send;
+    if (op.cancelled && op.written == 0) {
+      q.pop_front();
+      continue;
+    }
+    PacketHeader h;
+    h.hops = static_cast<std::uint16_t>(op.route.size());
+    std::copy(op.route.begin(), op.route.end(), h.route);
+    h.src = rank;
+    h.dst = op.peer;
+    h.tag = op.tag;
+    h.seq = op.seq;
+    h.message_bytes = op.send.size();
+    h.offset = op.written;
+    h.payload_bytes =
+        static_cast<std::uint32_t>(std::min(kMaxPayloadBytes, op.send.size() - op.written));
+    h.head = op.times.head;
+    h.tail = op.times.tail;
+    if (!has_room(ring, packet_bytes(h))) break;
+    const std::span<const std::byte> payload =
+        op.cancelled ? std::span<const std::byte>(kZeros, h.payload_bytes)
+                     : op.send.subspan(op.written, h.payload_bytes);
+    ring.write(h, payload);
+    wrote = true;
+    op.written += h.payload_bytes;
+    if (op.written == op.send.size()) {
+      complete_locked(item.send, nullptr, op.vtime);
+      q.pop_front();
+    }
+  }
+  if (wrote) ring_doorbell(out_header[static_cast<std::size_t>(hop)]);
+  return wrote;
+}
+
+bool IciTransport::Chip::has_room(ByteRing& ring, std::size_t bytes) {
+  if (ring.has_room(bytes)) return true;
+  ring.header().writer_waiting.store(1, std::memory_order_seq_cst);
+  return ring.has_room(bytes);
+}
+
+bool IciTransport::Chip::check_neighbours_locked(bool check_pids) {
+  if (aborted) return false;
+  for (ChipHeader* n : neighbour_list) {
+    const auto state = n->state.load(std::memory_order_acquire);
+    if (state == kAborted) {
+      const std::string why(n->reason, std::min<std::size_t>(n->reason_bytes, kMaxReasonBytes));
+      abort_locked(error<NetworkError>(
+                       fmt::format("ICI rank {}: rank {} failed: {}", rank, n->abort_origin, why)),
+                   n->abort_origin);
+      return true;
+    }
+    if (check_pids && state == kRunning && n->pid != ::getpid() && ::kill(n->pid, 0) != 0 &&
+        errno == ESRCH) {
+      abort_locked(error<NetworkError>(
+                       fmt::format("ICI rank {}: rank {} (pid {}) died", rank, n->rank, n->pid)),
+                   n->rank);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool IciTransport::Chip::incoming_ready() const {
+  return std::any_of(in.begin(), in.end(),
+                     [](const ByteRing& r) { return r.valid() && !r.empty(); });
+}
+
+void IciTransport::Chip::router_loop() {
+  auto last_pid_check = Clock::now();
+  while (!stop.load(std::memory_order_acquire)) {
+    const std::uint32_t bell = header->doorbell.load(std::memory_order_acquire);
+    bool progress = false;
+    {
+      std::lock_guard lock(mu);
+      for (int k = 0; k < hops(); ++k) progress |= drain_locked(k);
+      for (int k = 0; k < hops(); ++k) {
+        if (out[static_cast<std::size_t>(k)].valid()) progress |= write_locked(k);
+      }
+      const bool pids = Clock::now() - last_pid_check > std::chrono::milliseconds(100);
+      if (pids) last_pid_check = Clock::now();
+      progress |= check_neighbours_locked(pids);
+    }
+    if (progress) continue;
+    // Idle: poll briefly (a reply is often microseconds away), then sleep on the doorbell.
+    const auto changed = [&] {
+      return header->doorbell.load(std::memory_order_acquire) != bell || incoming_ready() ||
+             stop.load(std::memory_order_relaxed);
+    };
+    if (core::spin_until(changed)) continue;
+    header->sleeping.store(1, std::memory_order_seq_cst);
+    if (!changed()) futex_wait(header->doorbell, bell, std::chrono::milliseconds(2));
+    header->sleeping.store(0, std::memory_order_seq_cst);
+  }
+}
+
+}  // namespace c10d::tpu_ici

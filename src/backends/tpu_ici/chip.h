@@ -1,0 +1,186 @@
+// IciTransport::Chip: the state of one chip of the fabric, shared by its IciTransport, the
+// requests it hands out and its router thread (ici_transport.h says what each does). Internal to
+// src/backends/tpu_ici.
+//
+// Words used here:
+//  - op: one isend or irecv, shared by its request and the queues that refer to it.
+//  - incoming: a message arriving for this chip, from its first packet on. It is bound to the
+//    oldest posted receive of its (source, tag) when one exists, and its packets land in that
+//    receive's buffer; otherwise it waits in `unexpected`, in a buffer of its own, for the
+//    receive that will take it.
+//  - transit packet: a packet for another chip, copied out of an incoming ring and queued on the
+//    link its route takes next.
+// Methods named *_locked require `mu`.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backends/tpu_ici/fabric_layout.h"
+#include "backends/tpu_ici/ici_transport.h"
+#include "backends/tpu_ici/link_model.h"
+#include "backends/tpu_ici/shm_segment.h"
+#include "c10d/errors.h"
+
+namespace c10d::tpu_ici {
+namespace fabric {
+
+using transport::Clock;
+using transport::Tag;
+
+inline std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+template <typename E>
+inline std::exception_ptr error(const std::string& message) {
+  return std::make_exception_ptr(E(message));
+}
+
+inline void ring_doorbell(ChipHeader* h) {
+  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+  if (h->sleeping.load(std::memory_order_seq_cst) != 0) futex_wake(h->doorbell);
+}
+
+struct Incoming;
+
+struct Op {
+  bool is_send = false;
+  int self = 0;
+  int peer = 0;
+  Tag tag = 0;
+  std::span<const std::byte> send;
+  std::span<std::byte> recv;
+  Clock::time_point posted = Clock::now();
+  std::atomic<bool> done{false};
+  std::exception_ptr error;  // written before `done`, under Chip::mu
+  double vtime = 0;          // virtual completion
+  // Sends: the route, the message sequence, the times on the first link, bytes written.
+  std::vector<Hop> route;
+  std::uint64_t seq = 0;
+  MessageTimes times;
+  std::size_t written = 0;
+  bool cancelled = false;
+  Incoming* bound = nullptr;  // receives: the message landing in this buffer
+
+  std::size_t bytes() const { return is_send ? send.size() : recv.size(); }
+  std::string describe() const {
+    return fmt::format("rank {} {} rank {} ({}, {} bytes)", self,
+                       is_send ? "isend to" : "irecv from", peer, transport::tag_string(tag),
+                       bytes());
+  }
+};
+
+struct Incoming {
+  int src = 0;
+  Tag tag = 0;
+  std::uint64_t bytes = 0;
+  double tail = 0;
+  std::uint64_t received = 0;
+  std::shared_ptr<Op> recv;
+  std::vector<std::byte> buffer;
+  bool discard = false;
+};
+
+struct Transit {
+  PacketHeader header;
+  std::vector<std::byte> payload;
+};
+
+struct OutItem {
+  std::shared_ptr<Op> send;          // this chip's own message
+  std::shared_ptr<Transit> transit;  // or a packet passing through
+};
+
+using Key = std::pair<int, Tag>;
+using MessageKey = std::pair<int, std::uint64_t>;  // (source, sequence)
+
+}  // namespace fabric
+
+struct IciTransport::Chip {
+  using Op = fabric::Op;
+  using Incoming = fabric::Incoming;
+  using OutItem = fabric::OutItem;
+  using Key = fabric::Key;
+  using MessageKey = fabric::MessageKey;
+
+  Chip(std::shared_ptr<Store> s, int r, Torus t, FabricOptions o)
+      : rank(r), torus(std::move(t)), options(std::move(o)), store(std::move(s)) {}
+
+  // ---- Immutable after set-up ----
+  const int rank;
+  const Torus torus;
+  const FabricOptions options;
+  std::shared_ptr<Store> store;
+  std::string prefix;  // store keys of this fabric
+  SharedSegment own;
+  std::map<int, SharedSegment> neighbours;  // by rank
+  ChipHeader* header = nullptr;
+  std::vector<ByteRing> in;                 // per hop: this chip's incoming rings
+  std::vector<ByteRing> out;                // per hop: the next chip's ring (invalid: no link)
+  std::vector<ChipHeader*> out_header;      // per hop: the chip it leads to
+  std::vector<ChipHeader*> in_header;       // per hop: the chip that writes in[hop]
+  std::vector<ChipHeader*> neighbour_list;  // distinct neighbours
+
+  // ---- Shared state ----
+  mutable std::mutex mu;
+  std::condition_variable cv;                                       // an op completed; waits on mu
+  double now = 0;                                                   // GUARDED_BY(mu)
+  std::vector<LinkClock> links;                                     // GUARDED_BY(mu); per hop
+  std::map<Key, std::deque<std::shared_ptr<Op>>> posted;            // GUARDED_BY(mu)
+  std::map<Key, std::deque<std::shared_ptr<Incoming>>> unexpected;  // GUARDED_BY(mu)
+  std::map<MessageKey, std::shared_ptr<Incoming>> arriving;         // GUARDED_BY(mu)
+  std::map<MessageKey, MessageTimes> forwarding;                    // GUARDED_BY(mu)
+  std::vector<std::deque<OutItem>> queues;                          // GUARDED_BY(mu); per hop
+  std::vector<std::uint64_t> next_seq;                              // GUARDED_BY(mu); per peer
+  std::exception_ptr aborted;                                       // GUARDED_BY(mu)
+  std::atomic<bool> stop{false};
+  std::thread router;
+
+  int hops() const { return 2 * torus.ndims(); }
+
+  // ---- Completion and failure ----
+  void complete_locked(const std::shared_ptr<Op>& op, std::exception_ptr e, double vtime);
+  // Fails everything pending; unless `notify` is false (a chip closing after the others left),
+  // posts the notice and wakes the neighbours. The first reason wins.
+  void abort_locked(std::exception_ptr reason, int origin, bool notify = true);
+
+  // ---- Delivery ----
+  void bind_locked(const std::shared_ptr<Incoming>& msg, const std::shared_ptr<Op>& op);
+  // A packet for this chip; `copy(dst)` copies its payload to dst.
+  void deliver_locked(const PacketHeader& h, const std::function<void(std::byte*)>& copy);
+
+  // ---- Router ----
+  void fabric_failure(const std::string& what);
+  bool drain_locked(int k);
+  void forward_locked(const PacketHeader& h, ByteRing& ring);
+  bool write_locked(int hop);
+  // Room now, or mark the ring so its reader wakes this chip when it makes some.
+  static bool has_room(ByteRing& ring, std::size_t bytes);
+  bool check_neighbours_locked(bool check_pids);
+  bool incoming_ready() const;
+  void router_loop();
+
+  // ---- Set-up and shutdown ----
+  void set_up();
+  void shut_down();
+};
+
+}  // namespace c10d::tpu_ici

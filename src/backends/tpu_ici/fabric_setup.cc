@@ -1,0 +1,121 @@
+// IciTransport::Chip (chip.h): meeting the neighbours through the store, and leaving.
+#include <unistd.h>
+
+#include <random>
+
+#include "backends/tpu_ici/chip.h"
+#include "core/check.h"
+
+namespace c10d::tpu_ici {
+
+using namespace fabric;
+
+void IciTransport::Chip::set_up() {
+  const int n = torus.size();
+  const auto timeout = options.timeout;
+  // A generation per (group name, rank): groups made one after another on one store meet their
+  // own peers, never a stale segment name.
+  const auto generation =
+      store->add(fmt::format("ici/{}/generation/{}", options.group_name, rank), 1);
+  prefix = fmt::format("ici/{}/{}/", options.group_name, generation);
+  if (rank == 0) {
+    std::random_device rd;
+    store->set(prefix + "token", fmt::format("{:08x}{:08x}", rd(), rd()));
+  }
+  const std::string token_key = prefix + "token";
+  store->wait(std::span<const std::string>(&token_key, 1), timeout);
+  const std::string token = store->get_string(token_key);
+
+  const std::size_t rings = static_cast<std::size_t>(hops());
+  const auto ring_at = [&](std::byte* base, std::size_t k) {
+    std::byte* r = base + kChipHeaderBytes + k * (kRingHeaderBytes + options.ring_bytes);
+    return ByteRing(reinterpret_cast<RingHeader*>(r), r + kRingHeaderBytes, options.ring_bytes);
+  };
+  own = SharedSegment::create(fmt::format("/c10d-ici-{}-{}", token, rank),
+                              segment_bytes(rings, options.ring_bytes));
+  header = new (own.data()) ChipHeader();
+  header->magic = kSegmentMagic;
+  header->version = kLayoutVersion;
+  header->rank = rank;
+  header->world = n;
+  header->rings = static_cast<std::uint32_t>(rings);
+  header->ring_bytes = static_cast<std::uint32_t>(options.ring_bytes);
+  header->pid = ::getpid();
+  in.resize(rings);
+  out.resize(rings);
+  out_header.assign(rings, nullptr);
+  in_header.assign(rings, nullptr);
+  for (std::size_t k = 0; k < rings; ++k) {
+    new (own.data() + kChipHeaderBytes + k * (kRingHeaderBytes + options.ring_bytes)) RingHeader();
+    if (torus.neighbour(rank, static_cast<Hop>(k ^ 1)) >= 0) in[k] = ring_at(own.data(), k);
+  }
+  store->set(prefix + "ready/" + std::to_string(rank), own.name());
+
+  for (std::size_t k = 0; k < rings; ++k) {
+    const int peer = torus.neighbour(rank, static_cast<Hop>(k));
+    if (peer < 0) continue;
+    auto it = neighbours.find(peer);
+    if (it == neighbours.end()) {
+      const std::string key = prefix + "ready/" + std::to_string(peer);
+      store->wait(std::span<const std::string>(&key, 1), timeout);
+      SharedSegment seg = SharedSegment::open(store->get_string(key));
+      const auto* h = reinterpret_cast<const ChipHeader*>(seg.data());
+      if (seg.size() < segment_bytes(rings, options.ring_bytes) || h->magic != kSegmentMagic ||
+          h->version != kLayoutVersion || h->rank != peer || h->world != n ||
+          h->ring_bytes != options.ring_bytes) {
+        C10D_THROW(NetworkError,
+                   "ICI rank {}: the segment {} of neighbour rank {} does not match this fabric "
+                   "(magic, version, rank, world size {} or ring size {})",
+                   rank, seg.name(), peer, n, options.ring_bytes);
+      }
+      it = neighbours.emplace(peer, std::move(seg)).first;
+      neighbour_list.push_back(reinterpret_cast<ChipHeader*>(it->second.data()));
+    }
+    out[k] = ring_at(it->second.data(), k);
+    out_header[k] = reinterpret_cast<ChipHeader*>(it->second.data());
+  }
+  for (std::size_t k = 0; k < rings; ++k) {
+    const int writer = torus.neighbour(rank, static_cast<Hop>(k ^ 1));
+    if (writer >= 0) in_header[k] = reinterpret_cast<ChipHeader*>(neighbours.at(writer).data());
+  }
+  if (store->add(prefix + "mapped", 1) == n) store->set(prefix + "all_mapped", "1");
+  const std::string all = prefix + "all_mapped";
+  store->wait(std::span<const std::string>(&all, 1), timeout);
+  own.unlink();
+
+  links.resize(rings);
+  queues.resize(rings);
+  next_seq.assign(static_cast<std::size_t>(n), 0);
+  router = std::thread([this] { router_loop(); });
+}
+
+void IciTransport::Chip::shut_down() {
+  bool failed;
+  {
+    std::lock_guard lock(mu);
+    failed = aborted != nullptr;
+    if (!failed) header->state.store(kLeaving, std::memory_order_release);
+  }
+  if (!failed) {
+    // Keep forwarding for the others until every chip is leaving.
+    try {
+      const auto deadline = Clock::now() + std::chrono::seconds(10);
+      const std::string key = prefix + "leaving";
+      std::int64_t left = store->add(key, 1);
+      while (left < torus.size() && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        left = store->add(key, 0);
+      }
+    } catch (const std::exception&) {
+      // The store is gone: the others are too.
+    }
+  }
+  stop.store(true, std::memory_order_release);
+  ring_doorbell(header);
+  router.join();
+  std::lock_guard lock(mu);
+  abort_locked(error<Error>(fmt::format("ICI rank {}: the transport was closed", rank)), rank,
+               /*notify=*/false);
+}
+
+}  // namespace c10d::tpu_ici

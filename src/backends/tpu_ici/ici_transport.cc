@@ -1,0 +1,202 @@
+// IciTransport (ici_transport.h): the Transport API and its requests over the chip's state
+// (chip.h).
+#include "backends/tpu_ici/ici_transport.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "backends/tpu_ici/chip.h"
+#include "core/check.h"
+#include "core/spin_wait.h"
+
+namespace c10d::tpu_ici {
+
+using namespace fabric;
+
+namespace {
+
+class IciRequest final : public transport::Request {
+ public:
+  IciRequest(std::shared_ptr<IciTransport::Chip> chip, std::shared_ptr<Op> op)
+      : chip_(std::move(chip)), op_(std::move(op)) {}
+  ~IciRequest() override {
+    std::lock_guard lock(chip_->mu);
+    if (op_->done.load(std::memory_order_relaxed)) return;
+    if (op_->is_send) {
+      op_->cancelled = true;  // the router drops it, or pads what is left with zeros
+      return;
+    }
+    if (op_->bound != nullptr) {
+      op_->bound->recv = nullptr;
+      op_->bound->discard = true;
+      return;
+    }
+    const auto it = chip_->posted.find({op_->peer, op_->tag});
+    if (it == chip_->posted.end()) return;
+    auto& q = it->second;
+    q.erase(std::remove(q.begin(), q.end(), op_), q.end());
+    if (q.empty()) chip_->posted.erase(it);
+  }
+
+  bool test() override {
+    if (!op_->done.load(std::memory_order_acquire)) return false;
+    finish();
+    return true;
+  }
+
+  void wait(Clock::time_point deadline) override {
+    if (!core::spin_until([&] { return op_->done.load(std::memory_order_acquire); }, deadline)) {
+      std::unique_lock lock(chip_->mu);
+      if (!chip_->cv.wait_until(lock, deadline, [&] { return op_->done.load(); })) {
+        const auto ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - op_->posted)
+                .count();
+        C10D_THROW(TimeoutError, "{} timed out on the ICI fabric {} ms after posting",
+                   op_->describe(), ms);
+      }
+    }
+    finish();
+  }
+
+ private:
+  void finish() {
+    {
+      std::lock_guard lock(chip_->mu);
+      chip_->now = std::max(chip_->now, op_->vtime);
+    }
+    if (op_->error) std::rethrow_exception(op_->error);
+  }
+
+  std::shared_ptr<IciTransport::Chip> chip_;
+  std::shared_ptr<Op> op_;
+};
+
+}  // namespace
+
+IciTransport::IciTransport(std::shared_ptr<Store> store, int rank, Torus torus,
+                           FabricOptions options) {
+  C10D_CHECK(store != nullptr, "IciTransport: needs a store");
+  C10D_CHECK(rank >= 0 && rank < torus.size(), "IciTransport: rank {} outside a torus of {}", rank,
+             torus.size());
+  C10D_CHECK(std::has_single_bit(options.ring_bytes) && options.ring_bytes >= 4 * kMaxPayloadBytes,
+             "IciTransport: ring bytes {} must be a power of two of at least {}",
+             options.ring_bytes, 4 * kMaxPayloadBytes);
+  chip_ = std::make_shared<Chip>(std::move(store), rank, std::move(torus), std::move(options));
+  chip_->set_up();
+}
+
+IciTransport::~IciTransport() { chip_->shut_down(); }
+
+int IciTransport::rank() const { return chip_->rank; }
+int IciTransport::size() const { return chip_->torus.size(); }
+const Torus& IciTransport::torus() const { return chip_->torus; }
+
+double IciTransport::clock() const {
+  std::lock_guard lock(chip_->mu);
+  return chip_->now;
+}
+
+std::unique_ptr<transport::Request> IciTransport::isend(int peer, Tag tag,
+                                                        std::span<const std::byte> data) {
+  C10D_CHECK(peer >= 0 && peer < size(), "rank {} isend ({}): peer {} is outside a world of {}",
+             rank(), transport::tag_string(tag), peer, size());
+  Chip& c = *chip_;
+  auto op = std::make_shared<Op>();
+  op->is_send = true;
+  op->self = c.rank;
+  op->peer = peer;
+  op->tag = tag;
+  op->send = data;
+  if (peer != c.rank) {
+    op->route = c.torus.route(c.rank, peer);  // NetworkError when down links cut it off
+    if (op->route.size() > kMaxRouteHops) {
+      C10D_THROW(Unsupported, "ICI: the route from rank {} to rank {} has {} hops (at most {})",
+                 c.rank, peer, op->route.size(), kMaxRouteHops);
+    }
+  }
+  {
+    std::lock_guard lock(c.mu);
+    if (c.aborted) {
+      c.complete_locked(op, c.aborted, c.now);
+    } else if (peer == c.rank) {
+      PacketHeader h;
+      h.src = h.dst = c.rank;
+      h.tag = tag;
+      h.seq = c.next_seq[static_cast<std::size_t>(peer)]++;
+      h.message_bytes = h.payload_bytes = static_cast<std::uint32_t>(data.size());
+      h.head = h.tail = c.now;
+      c.deliver_locked(h, [&](std::byte* dst) { std::memcpy(dst, data.data(), data.size()); });
+      c.complete_locked(op, nullptr, c.now);
+    } else {
+      op->seq = c.next_seq[static_cast<std::size_t>(peer)]++;
+      const Hop first = op->route.front();
+      LinkClock& link = c.links[first];
+      op->times =
+          link.cross(c.torus.link_bandwidth(), c.torus.hop_latency(), data.size(), {c.now, c.now});
+      op->vtime = link.last_finish();
+      c.queues[first].push_back({op, nullptr});
+    }
+  }
+  ring_doorbell(c.header);
+  return std::make_unique<IciRequest>(chip_, std::move(op));
+}
+
+std::unique_ptr<transport::Request> IciTransport::irecv(int peer, Tag tag,
+                                                        std::span<std::byte> data) {
+  C10D_CHECK(peer >= 0 && peer < size(), "rank {} irecv ({}): peer {} is outside a world of {}",
+             rank(), transport::tag_string(tag), peer, size());
+  Chip& c = *chip_;
+  auto op = std::make_shared<Op>();
+  op->self = c.rank;
+  op->peer = peer;
+  op->tag = tag;
+  op->recv = data;
+  std::lock_guard lock(c.mu);
+  if (c.aborted) {
+    c.complete_locked(op, c.aborted, c.now);
+    return std::make_unique<IciRequest>(chip_, std::move(op));
+  }
+  const Key key{peer, tag};
+  auto it = c.unexpected.find(key);
+  if (it != c.unexpected.end()) {
+    auto in = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) c.unexpected.erase(it);
+    c.bind_locked(in, op);
+  } else {
+    c.posted[key].push_back(op);
+  }
+  return std::make_unique<IciRequest>(chip_, std::move(op));
+}
+
+void IciTransport::abort(std::exception_ptr reason) {
+  if (!reason) reason = error<NetworkError>(fmt::format("ICI rank {} aborted", rank()));
+  std::lock_guard lock(chip_->mu);
+  chip_->abort_locked(std::move(reason), chip_->rank);
+}
+
+std::vector<LinkStats> IciTransport::link_stats() const {
+  const Chip& c = *chip_;
+  std::lock_guard lock(c.mu);
+  std::vector<LinkStats> out;
+  for (int k = 0; k < c.hops(); ++k) {
+    const int link = c.torus.link_id(c.rank, static_cast<Hop>(k));
+    if (!c.torus.link_exists(link)) continue;
+    const LinkClock& l = c.links[static_cast<std::size_t>(k)];
+    out.push_back({link, c.torus.link_name(link), l.bytes(), l.messages(), l.busy_seconds()});
+  }
+  return out;
+}
+
+std::string IciTransport::link_report() const {
+  const double t = clock();
+  std::string s = fmt::format("# ICI rank {} links at virtual time {:.3f} us\n", rank(), t * 1e6);
+  for (const auto& l : link_stats()) {
+    s += fmt::format("{:<50} {:>14} B {:>8} msgs {:>12.3f} us busy {:>6.1f}%\n", l.name, l.bytes,
+                     l.messages, l.busy_seconds * 1e6, t > 0 ? 100 * l.busy_seconds / t : 0.0);
+  }
+  return s;
+}
+
+}  // namespace c10d::tpu_ici

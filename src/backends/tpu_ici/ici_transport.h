@@ -1,0 +1,86 @@
+// IciTransport: the Transport of one simulated TPU chip on the shared-memory fabric
+// (fabric_layout.h), for one rank of a torus (topology.h). Ranks are processes of this host
+// (started by c10drun or mpirun) or threads of one process; either way they meet through the
+// store and exchange real bytes only with their torus neighbours.
+//
+// Semantics are those of transport.h: FIFO per (source, tag), a size mismatch fails the receive
+// with InvalidArgument naming both sizes, wait() takes a deadline. A send completes once its
+// last byte is in the first link's ring (so sends never wait for their receive). A message to a
+// far chip follows its route (Torus::route, fixed per pair, so messages never overtake each
+// other) and is forwarded by the router thread of every chip on the way.
+//
+// Virtual time (link_model.h): the chip has a clock, starting at 0. A send posted at clock t is
+// handed to its first link at t (links are served first come, first served, so congestion
+// shows); every chip that forwards it hands it to the next link when its first packet arrives.
+// Completing a wait() or test() moves the clock to the request's virtual completion: the
+// arrival of the message's last byte for a receive, its departure from the first link for a
+// send. clock() reads it; link_stats() reports bytes and busy time per outgoing link.
+//
+// Failure: abort(reason) fails every pending and later request of this chip and posts an abort
+// notice in the chip's segment; each router that sees a neighbour's notice aborts its own chip
+// with a NetworkError naming the rank that failed first, so a failure floods the torus. A
+// neighbour process that dies without a notice counts as a failure of that rank (checked every
+// 100 ms). A route cut by down links fails isend with the NetworkError of Torus::route.
+//
+// Threads: one router thread per chip moves packets between rings: it reads every incoming
+// ring, delivers packets for this chip (straight into a posted receive's buffer, or into a
+// buffer of its own until the receive is posted) and queues the others on their next link, and
+// writes the queued packets while the next ring has room. All matching state and the clock sit
+// behind one mutex. The router sleeps on its segment's doorbell (a futex) when idle.
+// Destruction: the chip says it is leaving in the store and keeps forwarding until every chip
+// has said so (bounded by 10 s), then stops the router; pending requests fail.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/tpu_ici/topology.h"
+#include "c10d/store.h"
+#include "c10d/types.h"
+#include "transport/transport.h"
+
+namespace c10d::tpu_ici {
+
+struct FabricOptions {
+  std::string group_name = "default";
+  Milliseconds timeout = kDefaultTimeout;         // bounds the set-up through the store
+  std::size_t ring_bytes = std::size_t{1} << 20;  // per incoming link; a power of two
+};
+
+struct LinkStats {
+  int link = 0;  // Torus link id
+  std::string name;
+  std::uint64_t bytes = 0;
+  std::uint64_t messages = 0;
+  double busy_seconds = 0;
+};
+
+class IciTransport final : public transport::Transport {
+ public:
+  // Blocks until every neighbour has mapped this chip's segment (bounded by options.timeout).
+  IciTransport(std::shared_ptr<Store> store, int rank, Torus torus, FabricOptions options = {});
+  ~IciTransport() override;
+
+  int rank() const override;
+  int size() const override;
+  std::unique_ptr<transport::Request> isend(int peer, transport::Tag tag,
+                                            std::span<const std::byte> data) override;
+  std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag,
+                                            std::span<std::byte> data) override;
+  void abort(std::exception_ptr reason) override;
+
+  const Torus& torus() const;
+  double clock() const;                       // this chip's virtual time, seconds
+  std::vector<LinkStats> link_stats() const;  // the links leaving this chip
+  // A table of link_stats() with utilization = busy / clock().
+  std::string link_report() const;
+
+  struct Chip;  // the state shared with requests and the router thread
+
+ private:
+  std::shared_ptr<Chip> chip_;
+};
+
+}  // namespace c10d::tpu_ici

@@ -1,0 +1,143 @@
+// make_process_group_ici (include/c10d/init.h): the ICI fabric's transport under the shared
+// TransportProcessGroup, with the torus algorithms and simulated timing of ici_hooks.h. The
+// group the caller gets is a thin ProcessGroupICI that forwards every op and keeps the fabric,
+// so ici_link_report() can find it.
+#include <charconv>
+#include <cstdlib>
+
+#include "backends/common/transport_process_group.h"
+#include "backends/tpu_ici/ici_hooks.h"
+#include "backends/tpu_ici/ici_transport.h"
+#include "c10d/init.h"
+#include "core/check.h"
+
+namespace c10d {
+namespace {
+
+using tpu_ici::IciTransport;
+
+std::string env_or(const std::string& value, const char* name) {
+  if (!value.empty()) return value;
+  const char* env = std::getenv(name);
+  return env == nullptr ? std::string() : std::string(env);
+}
+
+double number_or(double value, const char* name, double scale) {
+  if (value > 0) return value;
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return 0;
+  double v = 0;
+  const std::string_view text(env);
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  C10D_CHECK(ec == std::errc() && end == text.data() + text.size() && v > 0,
+             "{} '{}' is not a positive number", name, text);
+  return v * scale;
+}
+
+class ProcessGroupICI final : public ProcessGroup {
+ public:
+  ProcessGroupICI(std::shared_ptr<ProcessGroup> pg, std::shared_ptr<IciTransport> fabric)
+      : ProcessGroup(pg->rank(), pg->size()), pg_(std::move(pg)), fabric_(std::move(fabric)) {}
+
+  const IciTransport& fabric() const { return *fabric_; }
+
+  std::string backend_name() const override { return "ici"; }
+  std::shared_ptr<Work> all_reduce(std::vector<Tensor> t, const AllreduceOptions& o) override {
+    return pg_->all_reduce(std::move(t), o);
+  }
+  std::shared_ptr<Work> broadcast(std::vector<Tensor> t, const BroadcastOptions& o) override {
+    return pg_->broadcast(std::move(t), o);
+  }
+  std::shared_ptr<Work> reduce(Tensor t, const ReduceOptions& o) override {
+    return pg_->reduce(std::move(t), o);
+  }
+  std::shared_ptr<Work> all_gather(std::vector<Tensor> out, Tensor in,
+                                   const AllgatherOptions& o) override {
+    return pg_->all_gather(std::move(out), std::move(in), o);
+  }
+  std::shared_ptr<Work> all_gather_into_tensor(Tensor out, Tensor in,
+                                               const AllgatherOptions& o) override {
+    return pg_->all_gather_into_tensor(std::move(out), std::move(in), o);
+  }
+  std::shared_ptr<Work> reduce_scatter(Tensor out, std::vector<Tensor> in,
+                                       const ReduceScatterOptions& o) override {
+    return pg_->reduce_scatter(std::move(out), std::move(in), o);
+  }
+  std::shared_ptr<Work> reduce_scatter_tensor(Tensor out, Tensor in,
+                                              const ReduceScatterOptions& o) override {
+    return pg_->reduce_scatter_tensor(std::move(out), std::move(in), o);
+  }
+  std::shared_ptr<Work> all_to_all(Tensor out, Tensor in, const AllToAllOptions& o) override {
+    return pg_->all_to_all(std::move(out), std::move(in), o);
+  }
+  std::shared_ptr<Work> gather(std::vector<Tensor> out, Tensor in,
+                               const GatherOptions& o) override {
+    return pg_->gather(std::move(out), std::move(in), o);
+  }
+  std::shared_ptr<Work> scatter(Tensor out, std::vector<Tensor> in,
+                                const ScatterOptions& o) override {
+    return pg_->scatter(std::move(out), std::move(in), o);
+  }
+  std::shared_ptr<Work> barrier(const BarrierOptions& o) override { return pg_->barrier(o); }
+  std::shared_ptr<Work> send(std::vector<Tensor> t, int dst, const SendRecvOptions& o) override {
+    return pg_->send(std::move(t), dst, o);
+  }
+  std::shared_ptr<Work> recv(std::vector<Tensor> t, int src, const SendRecvOptions& o) override {
+    return pg_->recv(std::move(t), src, o);
+  }
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override {
+    return pg_->new_group(ranks);
+  }
+  void abort() override { pg_->abort(); }
+
+ private:
+  std::shared_ptr<ProcessGroup> pg_;
+  std::shared_ptr<IciTransport> fabric_;
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> make_process_group_ici(std::shared_ptr<Store> store, int rank,
+                                                     int world_size,
+                                                     const ProcessGroupICIOptions& options) {
+  C10D_CHECK(store != nullptr, "make_process_group_ici: needs a store");
+  C10D_CHECK(rank >= 0 && rank < world_size, "make_process_group_ici: rank {} of {}", rank,
+             world_size);
+  tpu_ici::TopologySpec spec;
+  spec.preset = env_or(options.preset, "C10D_ICI_PRESET");
+  spec.topology = env_or(options.topology, "C10D_ICI_TOPOLOGY");
+  spec.wrap = env_or(options.wrap, "C10D_ICI_WRAP");
+  spec.link_bandwidth = number_or(options.link_bandwidth, "C10D_ICI_LINK_GBPS", 1e9);
+  spec.hop_latency = number_or(options.hop_latency, "C10D_ICI_HOP_LATENCY_US", 1e-6);
+  spec.down_links = env_or(options.down_links, "C10D_ICI_DOWN_LINKS");
+  tpu_ici::Torus torus = tpu_ici::make_torus(spec, world_size);
+  const std::vector<int> ring = torus.ring_order();
+  tpu_ici::FabricOptions fabric_options;
+  fabric_options.group_name = options.group_name;
+  fabric_options.timeout = options.timeout;
+  auto fabric =
+      std::make_shared<IciTransport>(std::move(store), rank, std::move(torus), fabric_options);
+  backends::TransportProcessGroupOptions pg_options;
+  pg_options.backend_name = "ici";
+  pg_options.timeout = options.timeout;
+  pg_options.algo = options.algo;
+  pg_options.ring_order = ring;
+  pg_options.hooks = std::make_shared<tpu_ici::IciHooks>(fabric, true);
+  auto pg = backends::make_transport_process_group(fabric, std::move(pg_options));
+  return std::make_shared<ProcessGroupICI>(std::move(pg), std::move(fabric));
+}
+
+std::optional<double> ici_simulated_seconds(const Work& work) {
+  const auto* w = dynamic_cast<const tpu_ici::IciWork*>(&work);
+  if (w == nullptr || !w->is_completed()) return std::nullopt;
+  const double s = w->simulated.load(std::memory_order_acquire);
+  if (s < 0) return std::nullopt;
+  return s;
+}
+
+std::string ici_link_report(const ProcessGroup& group) {
+  const auto* pg = dynamic_cast<const ProcessGroupICI*>(&group);
+  return pg == nullptr ? std::string() : pg->fabric().link_report();
+}
+
+}  // namespace c10d

@@ -1,0 +1,87 @@
+// The all_reduce IR node over the in-process transport, ranks as threads: values, scale, and
+// program order of two collectives in one step (a control edge keeps the first one even when
+// nothing reads its result).
+#include <latch>
+#include <thread>
+
+#include "backends/common/transport_process_group.h"
+#include "lazy_testing.h"
+#include "transport/inproc_transport.h"
+
+namespace c10d::lazy {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Runs fn(rank, group) on `n` threads, each with its own process group; rethrows the first error.
+void run_ranks(int n, const std::function<void(int, std::shared_ptr<ProcessGroup>)>& fn) {
+  auto world = std::make_shared<transport::InProcWorld>(n);
+  std::latch done(n);
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      std::shared_ptr<ProcessGroup> pg;
+      try {
+        pg = backends::make_transport_process_group(
+            std::make_shared<transport::InProcTransport>(world, r),
+            {.backend_name = "inproc", .timeout = 20s});
+        fn(r, pg);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+      done.arrive_and_wait();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+class CollectiveTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CollectiveTest, TwoCollectivesRunInProgramOrderWithScale) {
+  const bool lazy = GetParam();
+  testing::ModeGuard mode(lazy);
+  constexpr int kWorld = 3;
+  run_ranks(kWorld, [&](int r, std::shared_ptr<ProcessGroup> pg) {
+    Tensor x = full({5}, r + 1.0);
+    Tensor y = full({2, 2}, 10.0 * (r + 1), DType::kFloat64);
+    // Sum of 2(r+1) over ranks, averaged: 2 * (1+2+3) / 3 = 4.
+    std::vector<Tensor> avg = all_reduce({x * 2.0}, ReduceOp::kSum, 1.0 / kWorld, pg);
+    // Max of 10(r+1) + 1 = 31, and a second tensor in the same collective.
+    std::vector<Tensor> mx = all_reduce({y + 1.0, x}, ReduceOp::kMax, 1.0, pg);
+    if (lazy) {
+      EXPECT_TRUE(avg[0].impl()->is_pending());
+      mark_step();
+    }
+    testing::expect_near(testing::values(avg[0]), std::vector<double>(5, 4.0));
+    testing::expect_near(testing::values(mx[0]), std::vector<double>(4, 31.0));
+    testing::expect_near(testing::values(mx[1]), std::vector<double>(5, 3.0));
+  });
+}
+
+TEST_P(CollectiveTest, AnUnreadCollectiveStillRunsBeforeTheNextOne) {
+  const bool lazy = GetParam();
+  testing::ModeGuard mode(lazy);
+  run_ranks(2, [&](int r, std::shared_ptr<ProcessGroup> pg) {
+    Tensor x = full({3}, r + 1.0);
+    { all_reduce({x}, ReduceOp::kSum, 1.0, pg); }  // result dropped
+    std::vector<Tensor> second = all_reduce({x * 10.0}, ReduceOp::kSum, 1.0, pg);
+    if (lazy) {
+      const std::string g = dump_graph(second);
+      EXPECT_NE(g.find("all_reduce[op=sum, scale=1]"), std::string::npos) << g;
+    }
+    testing::expect_near(testing::values(second[0]), std::vector<double>(3, 30.0));
+    // Both ran on this rank, in order: the group's sequence is in step with the peer's.
+    std::vector<Tensor> third = all_reduce({x}, ReduceOp::kMax, 1.0, pg);
+    testing::expect_near(testing::values(third[0]), std::vector<double>(3, 2.0));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CollectiveTest, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "Lazy" : "Eager"; });
+
+}  // namespace
+}  // namespace c10d::lazy

@@ -1,0 +1,10 @@
+// c10d-icisim --validate: the closed forms of issue 7 against the timing-only simulator, as the
+// markdown table of docs/ici.md (tests/ici/validation_test.cc asserts the same cases within 3%).
+#pragma once
+
+namespace c10d::tpu_ici {
+
+// Prints the table on stdout; returns 0 when every case is within 3%, else 1.
+int print_validation_table();
+
+}  // namespace c10d::tpu_ici
