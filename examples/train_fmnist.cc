@@ -61,20 +61,21 @@ struct Flags {
   std::int64_t kill_step = -1;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "train_fmnist: %s\nusage: train_fmnist [--backend tcp|mpi|ici] [--epochs N] "
+[[noreturn]] void usage(const std::string& why, int code = 2) {
+  std::fprintf(code == 0 ? stdout : stderr,
+               "%s%susage: train_fmnist [--backend tcp|mpi|ici] [--epochs N] "
                "[--batch-size N] [--lr X] [--momentum X] [--mode ddp|optimizer_step] "
                "[--checkpoint PATH] [--resume PATH] [--limit N] [--data DIR] [--seed N] "
                "[--progress N] [--min-accuracy X] [--kill-at RANK:STEP]\n",
-               why.c_str());
-  std::exit(2);
+               why.empty() ? "" : "train_fmnist: ", why.empty() ? "" : (why + "\n").c_str());
+  std::exit(code);
 }
 
 Flags parse(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") usage("", 0);
     if (i + 1 >= argc) usage(arg + " needs a value");
     const std::string v = argv[++i];
     try {

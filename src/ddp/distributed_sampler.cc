@@ -1,6 +1,7 @@
 // DistributedSampler (include/c10d/data.h). The permutation is a Fisher-Yates shuffle driven by
 // splitmix64 of (seed, epoch), written out here rather than std::shuffle, whose algorithm the
 // standard leaves to the library: every rank, on every machine, must draw the same order.
+#include <cstdint>
 #include <numeric>
 
 #include "c10d/data.h"
@@ -16,10 +17,12 @@ std::uint64_t splitmix64(std::uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-// Uniform in [0, bound) (Lemire's multiply-shift; the bias is below 2^-40 for data-set sizes).
+// Uniform in [0, bound): rejection of the top partial range, so there is no modulo bias.
 std::uint64_t below(std::uint64_t& state, std::uint64_t bound) {
-  return static_cast<std::uint64_t>((static_cast<unsigned __int128>(splitmix64(state)) * bound) >>
-                                    64);
+  const std::uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+  std::uint64_t r = splitmix64(state);
+  while (r >= limit) r = splitmix64(state);
+  return r % bound;
 }
 
 }  // namespace

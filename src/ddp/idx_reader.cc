@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -79,26 +80,23 @@ Tensor read_idx(const std::filesystem::path& path) {
              bytes.size(), header);
   std::vector<std::int64_t> shape;
   const std::uint64_t payload = bytes.size() - header;
-  // Multiplied while it stays within the payload (a product past it already proves the file
-  // wrong), so it cannot overflow: at most the payload times one u32.
-  unsigned __int128 elements = 1;
-  bool exact = true;
+  // The product of the dims, unless it overflows 64 bits (then it is surely wrong).
+  std::uint64_t elements = 1;
+  bool overflow = false;
   for (int d = 0; d < ndims; ++d) {
     const std::uint32_t dim = be32(bytes.data() + 4 + 4 * d);
     shape.push_back(dim);
-    if (elements > payload) {
-      exact = exact && dim == 1;
-    } else {
-      elements *= dim;
-    }
+    if (dim != 0 && elements > UINT64_MAX / dim) overflow = true;
+    if (!overflow) elements *= dim;
   }
-  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) elements = 0;
-  C10D_CHECK(elements == payload,
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) {
+    elements = 0;
+    overflow = false;
+  }
+  C10D_CHECK(!overflow && elements == payload,
              "{}: the IDX header's shape [{}] needs {} bytes of data but the file has {}", name,
              fmt::join(shape, ", "),
-             exact ? std::to_string(static_cast<std::uint64_t>(elements))
-                   : fmt::format("more than {}", payload),
-             payload);
+             overflow ? fmt::format("more than {}", payload) : std::to_string(elements), payload);
   Tensor t = Tensor::empty(shape, DType::kUInt8);
   if (payload > 0) std::memcpy(t.raw_data(), bytes.data() + header, payload);
   return t;

@@ -1,0 +1,143 @@
+// c10d-ddp-bench: the training step of examples/train_fmnist's MLP (784-512-256-10, SGD with
+// momentum, lazy mode) on every rank of a group, timed. Run it under c10drun at several world
+// sizes (bench/ddp_scaling.py does, and prints the ratios):
+//
+//   build/tools/c10drun --nproc-per-node 2 build/bench/c10d-ddp-bench --steps 40 --mode ddp
+//
+// Flags: --steps N [40] timed steps after --warmup N [5]; --batch N [64] per rank;
+// --mode ddp|optimizer_step|local [ddp] (local: no communication at all, the single-process
+// step); --json FILE (rank 0 writes its row there too).
+// Inputs are random (seeded), not Fashion-MNIST: the bench measures the step, not the reader.
+// Rank 0 prints one row: world, mode, per-rank batch, the median step time over ranks'
+// medians' maximum (the slowest rank sets the pace), steps/s, samples/s over all ranks, and for
+// DDP the mean communication time per step, the part not hidden under backward, and overlap.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "c10d/c10d.h"
+#include "c10d/ddp.h"
+#include "c10d/lazy.h"
+#include "c10d/nn.h"
+#include "c10d/optim.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+namespace lazy = c10d::lazy;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+int run(int argc, char** argv) {
+  int steps = 40, warmup = 5;
+  std::int64_t batch = 64;
+  std::string mode = "ddp", json;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--steps")
+      steps = std::stoi(v);
+    else if (a == "--warmup")
+      warmup = std::stoi(v);
+    else if (a == "--batch")
+      batch = std::stoll(v);
+    else if (a == "--mode")
+      mode = v;
+    else if (a == "--json")
+      json = v;
+    else {
+      std::fprintf(stderr, "c10d-ddp-bench: unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (mode != "ddp" && mode != "optimizer_step" && mode != "local") {
+    std::fprintf(stderr, "c10d-ddp-bench: --mode is ddp, optimizer_step or local\n");
+    return 2;
+  }
+  auto pg = c10d::init_process_group({.timeout = 120s});
+  lazy::Generator gen(1);
+  auto model = std::make_shared<c10d::nn::Sequential>();
+  model->push_back(std::make_shared<c10d::nn::Linear>(784, 512, gen));
+  model->push_back(std::make_shared<c10d::nn::ReLU>());
+  model->push_back(std::make_shared<c10d::nn::Linear>(512, 256, gen));
+  model->push_back(std::make_shared<c10d::nn::ReLU>());
+  model->push_back(std::make_shared<c10d::nn::Linear>(256, 10, gen));
+  std::optional<c10d::ddp::DistributedDataParallel> ddp;
+  if (mode == "ddp") ddp.emplace(model, pg);
+  c10d::optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+  lazy::Generator data_gen(100 + static_cast<std::uint64_t>(pg->rank()));
+  const auto x = lazy::normal({batch, 784}, data_gen);
+  std::vector<std::int64_t> labels;
+  for (std::int64_t i = 0; i < batch; ++i) labels.push_back(i % 10);
+  const auto y = c10d::Tensor::from_vector(labels, c10d::DType::kInt64);
+  lazy::mark_step();
+
+  std::vector<double> times, comm, exposed;
+  for (int s = 0; s < warmup + steps; ++s) {
+    const auto t0 = Clock::now();
+    opt.zero_grad();
+    if (ddp) {
+      const auto loss = lazy::cross_entropy((*ddp)(x), y);
+      ddp->backward(loss);
+      opt.step();
+      lazy::mark_step();
+    } else {
+      const auto loss = lazy::cross_entropy(model->forward(x), y);
+      lazy::backward(loss);
+      if (mode == "optimizer_step") {
+        c10d::ddp::optimizer_step(opt, pg);
+      } else {
+        opt.step();
+        lazy::mark_step();
+      }
+    }
+    if (s < warmup) continue;
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    if (ddp) {
+      comm.push_back(ddp->last_stats().comm_seconds);
+      exposed.push_back(ddp->last_stats().wait_seconds);
+    }
+  }
+  // The slowest rank's median sets the pace of the job.
+  auto pace = c10d::Tensor::from_vector(std::vector<double>{median(times)}, c10d::DType::kFloat64);
+  c10d::AllreduceOptions max;
+  max.reduce.op = c10d::ReduceOp::kMax;
+  pg->all_reduce({pace}, max)->wait(60s);
+  const double step = pace.data<double>()[0];
+  if (pg->rank() == 0) {
+    const double c = median(comm), e = median(exposed);
+    const std::string row = fmt::format(
+        "{:>5} {:>14} {:>5} {:>9.2f} {:>8.1f} {:>10.0f} {:>8.2f} {:>8.2f} {:>7.0f}%", pg->size(),
+        mode, batch, step * 1e3, 1 / step, double(batch * pg->size()) / step, c * 1e3, e * 1e3,
+        c > 0 ? 100 * std::max(0.0, 1 - e / c) : 0.0);
+    fmt::print("#{:>4} {:>14} {:>5} {:>9} {:>8} {:>10} {:>8} {:>8} {:>8}\n", "world", "mode",
+               "batch", "step_ms", "steps/s", "samples/s", "comm_ms", "wait_ms", "overlap");
+    fmt::print("{}\n", row);
+    if (!json.empty()) {
+      std::ofstream(json) << fmt::format(
+          "{{\"world\": {}, \"mode\": \"{}\", \"batch\": {}, \"step_ms\": {:.4f}, "
+          "\"comm_ms\": {:.4f}, \"wait_ms\": {:.4f}}}\n",
+          pg->size(), mode, batch, step * 1e3, c * 1e3, e * 1e3);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "c10d-ddp-bench: %s\n", e.what());
+    return 1;
+  }
+}
