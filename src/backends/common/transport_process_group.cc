@@ -196,6 +196,7 @@ class TransportProcessGroup final : public ProcessGroup {
   }
 
   std::string backend_name() const override { return options_.backend_name; }
+  const std::shared_ptr<transport::Transport>& transport() const { return transport_; }
 
   std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors,
                                    const AllreduceOptions& opts) override {
@@ -672,6 +673,11 @@ std::shared_ptr<ProcessGroup> make_transport_process_group(
     std::shared_ptr<transport::Transport> transport, TransportProcessGroupOptions options) {
   C10D_CHECK(transport != nullptr, "make_transport_process_group: no transport");
   return std::make_shared<TransportProcessGroup>(std::move(transport), std::move(options));
+}
+
+std::shared_ptr<transport::Transport> transport_of(const ProcessGroup& group) {
+  const auto* pg = dynamic_cast<const TransportProcessGroup*>(&group);
+  return pg == nullptr ? nullptr : pg->transport();
 }
 
 }  // namespace c10d::backends

@@ -108,4 +108,8 @@ struct TransportProcessGroupOptions {
 std::shared_ptr<ProcessGroup> make_transport_process_group(
     std::shared_ptr<transport::Transport> transport, TransportProcessGroupOptions options = {});
 
+// The transport under `group` when make_transport_process_group made it, else null (a
+// backend's accessors, such as ici_link_report, find their transport this way).
+std::shared_ptr<transport::Transport> transport_of(const ProcessGroup& group);
+
 }  // namespace c10d::backends

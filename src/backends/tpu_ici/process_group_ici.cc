@@ -1,7 +1,6 @@
 // make_process_group_ici (include/c10d/init.h): the ICI fabric's transport under the shared
-// TransportProcessGroup, with the torus algorithms and simulated timing of ici_hooks.h. The
-// group the caller gets is a thin ProcessGroupICI that forwards every op and keeps the fabric,
-// so ici_link_report() can find it.
+// TransportProcessGroup, with the torus algorithms and simulated timing of ici_hooks.h;
+// ici_link_report() finds the fabric through backends::transport_of().
 #include <charconv>
 #include <cstdlib>
 
@@ -34,67 +33,6 @@ double number_or(double value, const char* name, double scale) {
   return v * scale;
 }
 
-class ProcessGroupICI final : public ProcessGroup {
- public:
-  ProcessGroupICI(std::shared_ptr<ProcessGroup> pg, std::shared_ptr<IciTransport> fabric)
-      : ProcessGroup(pg->rank(), pg->size()), pg_(std::move(pg)), fabric_(std::move(fabric)) {}
-
-  const IciTransport& fabric() const { return *fabric_; }
-
-  std::string backend_name() const override { return "ici"; }
-  std::shared_ptr<Work> all_reduce(std::vector<Tensor> t, const AllreduceOptions& o) override {
-    return pg_->all_reduce(std::move(t), o);
-  }
-  std::shared_ptr<Work> broadcast(std::vector<Tensor> t, const BroadcastOptions& o) override {
-    return pg_->broadcast(std::move(t), o);
-  }
-  std::shared_ptr<Work> reduce(Tensor t, const ReduceOptions& o) override {
-    return pg_->reduce(std::move(t), o);
-  }
-  std::shared_ptr<Work> all_gather(std::vector<Tensor> out, Tensor in,
-                                   const AllgatherOptions& o) override {
-    return pg_->all_gather(std::move(out), std::move(in), o);
-  }
-  std::shared_ptr<Work> all_gather_into_tensor(Tensor out, Tensor in,
-                                               const AllgatherOptions& o) override {
-    return pg_->all_gather_into_tensor(std::move(out), std::move(in), o);
-  }
-  std::shared_ptr<Work> reduce_scatter(Tensor out, std::vector<Tensor> in,
-                                       const ReduceScatterOptions& o) override {
-    return pg_->reduce_scatter(std::move(out), std::move(in), o);
-  }
-  std::shared_ptr<Work> reduce_scatter_tensor(Tensor out, Tensor in,
-                                              const ReduceScatterOptions& o) override {
-    return pg_->reduce_scatter_tensor(std::move(out), std::move(in), o);
-  }
-  std::shared_ptr<Work> all_to_all(Tensor out, Tensor in, const AllToAllOptions& o) override {
-    return pg_->all_to_all(std::move(out), std::move(in), o);
-  }
-  std::shared_ptr<Work> gather(std::vector<Tensor> out, Tensor in,
-                               const GatherOptions& o) override {
-    return pg_->gather(std::move(out), std::move(in), o);
-  }
-  std::shared_ptr<Work> scatter(Tensor out, std::vector<Tensor> in,
-                                const ScatterOptions& o) override {
-    return pg_->scatter(std::move(out), std::move(in), o);
-  }
-  std::shared_ptr<Work> barrier(const BarrierOptions& o) override { return pg_->barrier(o); }
-  std::shared_ptr<Work> send(std::vector<Tensor> t, int dst, const SendRecvOptions& o) override {
-    return pg_->send(std::move(t), dst, o);
-  }
-  std::shared_ptr<Work> recv(std::vector<Tensor> t, int src, const SendRecvOptions& o) override {
-    return pg_->recv(std::move(t), src, o);
-  }
-  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override {
-    return pg_->new_group(ranks);
-  }
-  void abort() override { pg_->abort(); }
-
- private:
-  std::shared_ptr<ProcessGroup> pg_;
-  std::shared_ptr<IciTransport> fabric_;
-};
-
 }  // namespace
 
 std::shared_ptr<ProcessGroup> make_process_group_ici(std::shared_ptr<Store> store, int rank,
@@ -123,8 +61,7 @@ std::shared_ptr<ProcessGroup> make_process_group_ici(std::shared_ptr<Store> stor
   pg_options.algo = options.algo;
   pg_options.ring_order = ring;
   pg_options.hooks = std::make_shared<tpu_ici::IciHooks>(fabric, true);
-  auto pg = backends::make_transport_process_group(fabric, std::move(pg_options));
-  return std::make_shared<ProcessGroupICI>(std::move(pg), std::move(fabric));
+  return backends::make_transport_process_group(std::move(fabric), std::move(pg_options));
 }
 
 std::optional<double> ici_simulated_seconds(const Work& work) {
@@ -136,8 +73,8 @@ std::optional<double> ici_simulated_seconds(const Work& work) {
 }
 
 std::string ici_link_report(const ProcessGroup& group) {
-  const auto* pg = dynamic_cast<const ProcessGroupICI*>(&group);
-  return pg == nullptr ? std::string() : pg->fabric().link_report();
+  const auto fabric = std::dynamic_pointer_cast<IciTransport>(backends::transport_of(group));
+  return fabric == nullptr ? std::string() : fabric->link_report();
 }
 
 }  // namespace c10d
