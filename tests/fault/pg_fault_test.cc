@@ -2,8 +2,12 @@
 // middle of an all_reduce makes every other rank fail within 5 s with an error naming it, and
 // c10drun exit non-zero naming it; mismatched collectives under C10D_DEBUG=DETAIL fail on every
 // rank with both calls named.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <memory>
 #include <regex>
@@ -62,6 +66,48 @@ TEST(ProcessGroupFaultTest, KilledRankFailsEveryOtherRankQuicklyNamingIt) {
     const std::string out = child.out();
     EXPECT_NE(out.find("FAILED"), std::string::npos) << out;
     EXPECT_NE(out.find("rank 2"), std::string::npos) << "rank " << r << ": " << out;
+  }
+}
+
+// A port free at the time of asking (bound, read, released).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Rank 0 hosts the store in its own process (env:// without an external server) and is the
+// one killed: the store dies with it, and the others must still fail and exit within 5 s (a
+// failing transport asks the store for the cause only within a short bound).
+TEST(ProcessGroupFaultTest, KilledStoreHostingRankZeroStillFailsEveryOtherRankQuickly) {
+  TempDir dir;
+  const std::string port = std::to_string(free_port());
+  std::vector<std::unique_ptr<ChildProcess>> children;
+  for (int r = 0; r < 3; ++r) {
+    EnvChanges env{{"RANK", std::to_string(r)},
+                   {"WORLD_SIZE", "3"},
+                   {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", port},
+                   {"C10D_STORE_EXTERNAL", std::nullopt}};
+    children.push_back(
+        std::make_unique<ChildProcess>(std::vector<std::string>{child_path(), "kill", "0"}, env,
+                                       dir.path(), "rank" + std::to_string(r)));
+  }
+  const auto victim = children[0]->wait(std::chrono::steady_clock::now() + 60s);
+  ASSERT_FALSE(victim.exited) << children[0]->describe();
+  const auto died = std::chrono::steady_clock::now();
+  for (int r = 1; r < 3; ++r) {
+    auto& child = *children[static_cast<std::size_t>(r)];
+    const auto exit = child.wait(died + 5s);
+    EXPECT_FALSE(exit.timed_out) << "rank " << r << " still running 5 s after rank 0 died";
+    EXPECT_EQ(exit.code, 3) << child.describe();
+    EXPECT_NE(child.out().find("rank 0"), std::string::npos) << child.out();
   }
 }
 

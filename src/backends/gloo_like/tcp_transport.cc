@@ -52,6 +52,8 @@ constexpr std::uint64_t kParkBytes = 64 << 10;
 constexpr std::chrono::milliseconds kParkGrace{20};
 // How often the io thread looks whether it should watch a socket that a waiter is polling.
 constexpr std::chrono::milliseconds kRewatchInterval{1};
+// How long a failing transport waits for the store to answer (Impl::store_reachable).
+constexpr std::chrono::milliseconds kFailureStoreTimeout{500};
 
 template <typename E>
 std::exception_ptr error(const char* file, int line, const std::string& message) {
@@ -227,6 +229,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // there (published_failure) before it blames the peer.
   std::shared_ptr<Store> store;
   std::string failure_key;
+  std::string own_key;                  // this rank's address key, set at setup
+  std::atomic<bool> store_gone{false};  // the store did not answer once; not asked again
   asio::io_context io;
   std::vector<std::unique_ptr<Connection>> conns;  // by peer rank; null for self
   std::thread thread;
@@ -328,6 +332,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         fmt::format("{}\n{}", notice.lost_rank, describe_failure(notice, rank));
     const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(value.data()),
                                               value.size());
+    if (!store_reachable()) return;
     try {
       store->compare_set(failure_key, {}, bytes);
     } catch (const std::exception& e) {
@@ -335,9 +340,26 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     }
   }
 
+  // Whether the store answers within kFailureStoreTimeout: a bounded wait for a key this rank
+  // set at setup. The store's own calls reconnect until the store's timeout (minutes) when the
+  // server is gone (it may have lived in a rank that died), which must not hold up a failing
+  // transport; after one miss the store is not asked again.
+  bool store_reachable() {
+    if (store_gone.load()) return false;
+    try {
+      store->wait(std::span<const std::string>(&own_key, 1), kFailureStoreTimeout);
+      return true;
+    } catch (const std::exception& e) {
+      C10D_LOG_DEBUG("rank {}: the store does not answer: {}", rank, e.what());
+      store_gone.store(true);
+      return false;
+    }
+  }
+
   // The cause another rank published (an error, and the rank it names as lost), or none. Not
   // under mu_: a store round trip, only when a connection has ended.
   std::pair<std::exception_ptr, int> published_failure(int peer) {
+    if (!store_reachable()) return {nullptr, -1};
     try {
       const std::string key = failure_key;
       if (!store->check(std::span<const std::string>(&key, 1))) return {nullptr, -1};
@@ -898,6 +920,7 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   impl_->fail_all_on_peer_loss = options.fail_all_on_peer_loss;
   impl_->store = store;
   impl_->failure_key = fmt::format("{}/failure", group_name);
+  impl_->own_key = fmt::format("{}/addr/{}", group_name, rank);
   impl_->conns.resize(static_cast<std::size_t>(world_size));
   const Handshake mine{Handshake::kMagic, Handshake::kVersion,
                        static_cast<std::uint32_t>(world_size), static_cast<std::uint32_t>(rank),
@@ -914,8 +937,7 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   // A cause left by an earlier group of this name must not explain this one's failures. Every
   // other rank connects to rank 0 first, so none can publish before this.
   if (rank == 0) store->delete_key(impl_->failure_key);
-  store->set(fmt::format("{}/addr/{}", group_name, rank),
-             fmt::format("{}:{}", options.host, acceptor.local_endpoint().port()));
+  store->set(impl_->own_key, fmt::format("{}:{}", options.host, acceptor.local_endpoint().port()));
 
   for (int peer = 0; peer < rank; ++peer) {
     const std::string addr = store->get_string(fmt::format("{}/addr/{}", group_name, peer));
