@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -47,6 +48,7 @@ class Future : public std::enable_shared_from_this<Future> {
 
   // Blocks until completed or the deadline; returns false on timeout. Does not rethrow.
   bool wait_for(Milliseconds timeout) const;
+  bool wait_until(std::chrono::steady_clock::time_point deadline) const;
   // Blocks until completed, then rethrows the error if any. TimeoutError past the deadline.
   void wait(Milliseconds timeout = kDefaultTimeout) const;
   // The value; rethrows the error. Throws InvalidArgument when not yet completed.
@@ -92,9 +94,17 @@ class Work {
   void finish(std::vector<Tensor> outputs = {}) { future_->mark_completed(std::move(outputs)); }
   void finish_with_error(std::exception_ptr error) { future_->set_error(std::move(error)); }
 
+  // For backends: wait() calls the hook on the waiting thread, with the waiter's deadline,
+  // before it blocks. The hook may run the op on that thread (the MPI backend runs a collective
+  // its caller waits on as one blocking MPI call); it returns once the op completed or when it
+  // cannot help, and never throws. Set it before the Work is handed out.
+  using WaitHook = std::function<void(Work&, std::chrono::steady_clock::time_point deadline)>;
+  void set_wait_hook(WaitHook hook) { wait_hook_ = std::move(hook); }
+
  private:
   std::string op_name_;
   std::uint64_t sequence_;
+  WaitHook wait_hook_;
   std::shared_ptr<Future> future_ = std::make_shared<Future>();
 };
 

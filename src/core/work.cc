@@ -50,7 +50,10 @@ std::exception_ptr Future::exception() const {
 }
 
 bool Future::wait_for(Milliseconds timeout) const {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  return wait_until(std::chrono::steady_clock::now() + timeout);
+}
+
+bool Future::wait_until(std::chrono::steady_clock::time_point deadline) const {
   if (core::spin_until([&] { return done_.load(std::memory_order_acquire); }, deadline)) {
     return true;
   }
@@ -106,7 +109,9 @@ Work::Work(std::string op_name, std::uint64_t sequence)
     : op_name_(std::move(op_name)), sequence_(sequence) {}
 
 void Work::wait(Milliseconds timeout) {
-  if (!future_->wait_for(timeout)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (wait_hook_ && !future_->completed()) wait_hook_(*this, deadline);
+  if (!future_->wait_until(deadline)) {
     C10D_THROW(TimeoutError, "{} (sequence {}) did not complete within {} ms", op_name_, sequence_,
                timeout.count());
   }

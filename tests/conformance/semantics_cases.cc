@@ -118,6 +118,47 @@ void work_semantics_case(ProcessGroup& pg, const Config& config, Reporter& rep) 
     }
   }
   if (n < 2) return;
+  // A collective its waiter gives up on while rank 0 is late: wait(50 ms) throws TimeoutError,
+  // the op goes on (the MPI backend hands it from the waiter's thread to its worker) and a
+  // later wait() sees the sum.
+  barrier(pg, config, rep, "before the late all_reduce");
+  {
+    constexpr auto kLate = 300ms;
+    const Call call{
+        "all_reduce", DType::kInt64, ReduceOp::kSum, 5, -1, "wait(50 ms) while rank 0 is late"};
+    if (r == 0) std::this_thread::sleep_for(kLate);
+    const Tensor t = affine(5, r + 1, 0);
+    if (const auto work = issue(rep, call, [&] { return pg.all_reduce({t}); })) {
+      if (r != 0) {
+        try {
+          work->wait(50ms);
+          rep.fail(call, "wait(50 ms) returned although rank 0 had not called yet");
+        } catch (const TimeoutError&) {
+          rep.pass();
+        } catch (const std::exception& e) {
+          rep.fail(call,
+                   fmt::format("wait(50 ms) threw something else than TimeoutError: {}", e.what()));
+        }
+      }
+      finish(rep, call, *work, config);
+      expect_equal(rep, call, "the tensor", t, affine(5, n * (n + 1) / 2, 0));
+    }
+  }
+  // A collective completed without Work::wait (its future only): the backend starts it on its
+  // own.
+  {
+    const Call call{"all_reduce", DType::kInt64, ReduceOp::kSum, 3, -1, "future().wait() only"};
+    const Tensor t = affine(3, r + 1, 0);
+    if (const auto work = issue(rep, call, [&] { return pg.all_reduce({t}); })) {
+      try {
+        work->future()->wait(config.wait_timeout);
+        rep.pass();
+      } catch (const std::exception& e) {
+        rep.fail(call, fmt::format("future().wait() threw: {}", e.what()));
+      }
+      expect_equal(rep, call, "the tensor", t, affine(3, n * (n + 1) / 2, 0));
+    }
+  }
   barrier(pg, config, rep, "before the pending recv");
   constexpr auto kLate = 300ms;
   const Call call{

@@ -4,10 +4,14 @@
 // Contract, as the TCP group (backends/common/transport_process_group.cc): each call checks
 // its arguments on the caller's thread (InvalidArgument at once, nothing queued), takes the
 // group's next sequence number (collectives and point-to-point count apart) and queues the op;
-// the group's one worker thread starts the ops in issue order. Every collective is a
-// nonblocking MPI collective (MPI_Iallreduce, MPI_Ibcast, ...) that the worker tests until it
-// completes or its deadline passes, so a timeout or abort() ends an op instead of hanging in
-// MPI. At most one collective is in flight per group. send/recv post MPI_Isend/MPI_Irecv in
+// ops start in issue order. Every collective is a nonblocking MPI collective (MPI_Iallreduce,
+// MPI_Ibcast, ...) tested until it completes or its deadline passes, so a timeout or abort()
+// ends an op instead of hanging in MPI. At most one collective is in flight per group. Who
+// starts and tests a collective: the thread that waits for it, when it is next to start
+// (run_inline: no thread hand-off, which costs more than a small collective here), or else the
+// group's worker thread; while callers wait at once the worker holds a collective back for
+// kInlineGrace to leave it to them. Both ways post the same nonblocking calls, so the ranks'
+// calls always match, whichever thread made them. send/recv post MPI_Isend/MPI_Irecv in
 // issue order on the group's own point-to-point communicator (the user tag is the MPI tag) and
 // are tested alongside: a recv waiting for a peer never blocks the collectives behind it.
 //
@@ -34,10 +38,10 @@
 // initialized it. With MPI_THREAD_SERIALIZED every MPI call of every group takes one
 // process-wide mutex; below SERIALIZED the backend refuses (Unsupported).
 //
-// Threads: the caller's threads check, queue, and (new_group only) split communicators; one
-// worker per group runs every other MPI call of the group. Thread-safety: every method may be
-// called from any thread. Lifetime: the destructor fails pending ops with an Error and joins
-// the worker.
+// Threads: the caller's threads check, queue, (new_group only) split communicators, and run
+// the collectives they wait for (above); one worker per group runs every other MPI call.
+// Thread-safety: every method may be called from any thread. Lifetime: the destructor fails pending
+// ops with an Error and joins the worker.
 #include <mpi.h>
 
 #include <algorithm>
@@ -221,8 +225,11 @@ Tensor scratch_bytes(std::size_t n) {
 
 // A started op: its MPI requests and what to do once they all completed.
 struct Started {
+  // A new request slot for one nonblocking call (valid until the next add()).
+  MPI_Request* add() { return &requests.emplace_back(MPI_REQUEST_NULL); }
+
   std::vector<MPI_Request> requests;
-  std::function<std::vector<Tensor>()> finish;  // runs on the worker after completion
+  std::function<std::vector<Tensor>()> finish;  // runs after completion, where it was tested
   bool is_recv = false;
 };
 
@@ -237,7 +244,8 @@ struct PendingOp {
   backends::Fingerprint fingerprint;  // compared across ranks under C10D_DEBUG=DETAIL
   bool collective = true;
   Milliseconds timeout{};
-  // Posts the op's MPI requests (worker thread). `call` prefixes errors ("rank 0: op #3").
+  // Posts the op's MPI requests (on the worker, or on the thread that waits for it). `call`
+  // prefixes errors ("rank 0: op #3").
   std::function<Started(const Comms&, const std::string& call)> start;
 };
 
@@ -256,7 +264,14 @@ void abandon(Active a) {
   kept->push_back(std::move(a));
 }
 
-class ProcessGroupMPI final : public ProcessGroup {
+// C10D_MPI_INLINE=0 turns inline collectives off (see ProcessGroupMPI::run_inline).
+bool inline_from_env() {
+  const char* v = std::getenv("C10D_MPI_INLINE");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
+class ProcessGroupMPI final : public ProcessGroup,
+                              public std::enable_shared_from_this<ProcessGroupMPI> {
  public:
   // Takes ownership of `comm` (a communicator of its own, freed by the destructor).
   ProcessGroupMPI(MPI_Comm comm, int rank, int size, Milliseconds timeout, std::string name)
@@ -317,9 +332,8 @@ class ProcessGroupMPI final : public ProcessGroup {
             if (r.op == ReduceOp::kPremulSum) {
               algorithms::premul_in_place(t.dtype(), r.premul_factor, t.raw_data(), t.numel());
             }
-            s.requests.emplace_back();
             check(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), as_count(t.numel(), call),
-                                 mpi_type(t.dtype()), mpi_op(r.op), c.coll, &s.requests.back()),
+                                 mpi_type(t.dtype()), mpi_op(r.op), c.coll, s.add()),
                   call, "MPI_Iallreduce");
           }
           s.finish = [tensors, r, n = size()] {
@@ -343,9 +357,8 @@ class ProcessGroupMPI final : public ProcessGroup {
         opts.timeout, [this, tensors, root = opts.root](const Comms& c, const std::string& call) {
           Started s;
           for (const auto& t : tensors) {
-            s.requests.emplace_back();
             check(MPI_Ibcast(t.raw_data(), as_count(t.numel(), call), mpi_type(t.dtype()), root,
-                             c.coll, &s.requests.back()),
+                             c.coll, s.add()),
                   call, "MPI_Ibcast");
           }
           s.finish = [tensors] { return tensors; };
@@ -368,11 +381,9 @@ class ProcessGroupMPI final : public ProcessGroup {
           }
           const bool root = rank() == opts.root;
           Started s;
-          s.requests.emplace_back();
           check(MPI_Ireduce(root ? MPI_IN_PLACE : tensor.raw_data(),
                             root ? tensor.raw_data() : nullptr, as_count(tensor.numel(), call),
-                            mpi_type(tensor.dtype()), mpi_op(r.op), opts.root, c.coll,
-                            &s.requests.back()),
+                            mpi_type(tensor.dtype()), mpi_op(r.op), opts.root, c.coll, s.add()),
                 call, "MPI_Ireduce");
           s.finish = [tensor, r, root, n = size()] {
             if (root && r.op == ReduceOp::kAvg) {
@@ -396,9 +407,8 @@ class ProcessGroupMPI final : public ProcessGroup {
           const std::size_t block = input.nbytes();
           Tensor all = scratch_bytes(block * outputs.size());
           Started s;
-          s.requests.emplace_back();
           check(MPI_Iallgather(input.raw_data(), as_count(block, call), MPI_BYTE, all.raw_data(),
-                               as_count(block, call), MPI_BYTE, c.coll, &s.requests.back()),
+                               as_count(block, call), MPI_BYTE, c.coll, s.add()),
                 call, "MPI_Iallgather");
           s.finish = [outputs, all, block] {
             for (std::size_t r = 0; r < outputs.size(); ++r) {
@@ -432,9 +442,8 @@ class ProcessGroupMPI final : public ProcessGroup {
             send = copy.raw_data();
           }
           Started s;
-          s.requests.emplace_back();
           check(MPI_Iallgather(send, as_count(block, call), MPI_BYTE, out, as_count(block, call),
-                               MPI_BYTE, c.coll, &s.requests.back()),
+                               MPI_BYTE, c.coll, s.add()),
                 call, "MPI_Iallgather");
           s.finish = [output, copy] { return std::vector<Tensor>{output}; };
           return s;
@@ -492,10 +501,9 @@ class ProcessGroupMPI final : public ProcessGroup {
         kOp, backends::Fingerprint::of(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1),
         opts.timeout, [=, this](const Comms& c, const std::string& call) {
           Started s;
-          s.requests.emplace_back();
           check(MPI_Ialltoallv(input.raw_data(), send_counts.data(), send_offsets.data(), MPI_BYTE,
                                output.raw_data(), recv_counts.data(), recv_offsets.data(), MPI_BYTE,
-                               c.coll, &s.requests.back()),
+                               c.coll, s.add()),
                 call, "MPI_Ialltoallv");
           // The count and offset arrays must live until the request completes.
           s.finish = [output, send_counts, send_offsets, recv_counts, recv_offsets] {
@@ -517,10 +525,9 @@ class ProcessGroupMPI final : public ProcessGroup {
           const std::size_t block = input.nbytes();
           Tensor all = rank() == root ? scratch_bytes(block * outputs.size()) : Tensor();
           Started s;
-          s.requests.emplace_back();
           check(MPI_Igather(input.raw_data(), as_count(block, call), MPI_BYTE,
                             all.defined() ? all.raw_data() : nullptr, as_count(block, call),
-                            MPI_BYTE, root, c.coll, &s.requests.back()),
+                            MPI_BYTE, root, c.coll, s.add()),
                 call, "MPI_Igather");
           s.finish = [outputs, all, block] {
             for (std::size_t r = 0; r < outputs.size(); ++r) {
@@ -550,10 +557,9 @@ class ProcessGroupMPI final : public ProcessGroup {
             }
           }
           Started s;
-          s.requests.emplace_back();
           check(MPI_Iscatter(all.defined() ? all.raw_data() : nullptr, as_count(block, call),
                              MPI_BYTE, output.raw_data(), as_count(block, call), MPI_BYTE, root,
-                             c.coll, &s.requests.back()),
+                             c.coll, s.add()),
                 call, "MPI_Iscatter");
           s.finish = [output, all] { return std::vector<Tensor>{output}; };
           return s;
@@ -564,8 +570,7 @@ class ProcessGroupMPI final : public ProcessGroup {
     return enqueue("barrier", backends::Fingerprint{}, opts.timeout,
                    [this](const Comms& c, const std::string& call) {
                      Started s;
-                     s.requests.emplace_back();
-                     check(MPI_Ibarrier(c.coll, &s.requests.back()), call, "MPI_Ibarrier");
+                     check(MPI_Ibarrier(c.coll, s.add()), call, "MPI_Ibarrier");
                      s.finish = [] { return std::vector<Tensor>{}; };
                      return s;
                    });
@@ -631,10 +636,9 @@ class ProcessGroupMPI final : public ProcessGroup {
       algorithms::premul_in_place(dtype, r.premul_factor, all.raw_data(), output.numel() * size());
     }
     Started s;
-    s.requests.emplace_back();
     check(
         MPI_Ireduce_scatter_block(all.raw_data(), output.raw_data(), as_count(output.numel(), call),
-                                  mpi_type(dtype), mpi_op(r.op), c.coll, &s.requests.back()),
+                                  mpi_type(dtype), mpi_op(r.op), c.coll, s.add()),
         call, "MPI_Ireduce_scatter_block");
     s.finish = [output, all, r, n = size()] {
       if (r.op == ReduceOp::kAvg) {
@@ -669,23 +673,98 @@ class ProcessGroupMPI final : public ProcessGroup {
     p.timeout = t;
     std::shared_ptr<Work> work;
     std::exception_ptr failed;
+    bool wake = false;
     {
       std::lock_guard lock(mu_);
       C10D_CHECK(!stopping_, "{}: the group is being destroyed", op);
       const std::uint64_t seq = p.collective ? next_sequence_++ : next_p2p_++;
       work = std::make_shared<Work>(std::string(op), seq);
+      if (p.collective && inline_allowed_) {
+        work->set_wait_hook([weak = weak_from_this()](Work& w, Clock::time_point deadline) {
+          if (auto self = weak.lock()) self->run_inline(w, deadline);
+        });
+      }
       p.work = work;
       p.fingerprint.set_op(op);
       p.fingerprint.sequence = seq;
       failed = failure_;
-      if (!failed) queue_.push_back(std::move(p));
+      if (!failed) {
+        const auto now = Clock::now();
+        if (queue_.empty() && !coll_running_) startable_since_ = now;
+        last_enqueue_ = now;
+        // While callers wait for their collectives at once, the worker is not woken (a wake-up
+        // costs more than an 8-byte all_reduce): the waiter runs the op, or the worker, which
+        // polls every kInlineGrace in this mode, starts it after kInlineGrace.
+        wake = !(p.collective && predict_inline_ && !worker_parked_);
+        queue_.push_back(std::move(p));
+      }
     }
     if (failed) {
       work->finish_with_error(failed);  // outside mu_: its callbacks may call into the group
-    } else {
+    } else if (wake) {
       cv_.notify_all();
     }
     return work;
+  }
+
+  // ---- Collectives driven by their waiter ----
+
+  // Work::wait's hook for collectives (MPI_THREAD_MULTIPLE, not under DETAIL, C10D_MPI_INLINE
+  // not 0). When `w` is the next op to start, its waiter starts it and tests it in a tight loop
+  // on its own thread, as a program calling MPI itself would: no other thread has to wake, which
+  // on these machines costs more than a small collective. Otherwise the worker starts it now.
+  // The op keeps its deadline (TimeoutError, and the group fails, as on the worker); when the
+  // waiter's own deadline comes first, the worker adopts the op and the waiter returns.
+  void run_inline(Work& w, Clock::time_point wait_deadline) {
+    PendingOp op;
+    bool wake = false;
+    {
+      std::lock_guard lock(mu_);
+      const auto queued = std::find_if(queue_.begin(), queue_.end(),
+                                       [&](const PendingOp& p) { return p.work.get() == &w; });
+      if (queued == queue_.end()) return;  // started (or failed) already
+      if (queued != queue_.begin() || coll_running_ || failure_ || stopping_) {
+        // Ops ahead of it or one in flight: the worker runs it, from now on without waiting
+        // for waiters.
+        wake = predict_inline_;
+        predict_inline_ = false;
+      } else {
+        op = std::move(queue_.front());
+        queue_.pop_front();
+        coll_running_ = true;
+        predict_inline_ = true;
+      }
+    }
+    if (!op.work) {
+      if (wake) cv_.notify_all();
+      return;
+    }
+    const std::string call =
+        fmt::format("rank {}: {} #{} (MPI group {})", rank(), w.op_name(), w.sequence(), name_);
+    Active a{op.work, {}, Clock::now() + op.timeout};
+    try {
+      a.started = op.start(comms_, call);
+      while (!test(a)) {
+        const auto now = Clock::now();
+        if (now >= a.deadline) C10D_THROW(TimeoutError, "{} timed out", call);
+        if (now >= wait_deadline) {
+          {
+            std::lock_guard lock(mu_);
+            adopted_ = std::move(a);
+          }
+          cv_.notify_all();
+          return;
+        }
+      }
+    } catch (...) {
+      const auto error = std::current_exception();
+      if (!a.started.requests.empty()) give_up(a);
+      fail(error);
+      w.finish_with_error(error);
+      return;
+    }
+    collective_done();
+    w.finish(a.started.finish());
   }
 
   std::shared_ptr<Work> point_to_point(std::string_view op, std::vector<Tensor> tensors, int peer,
@@ -806,36 +885,81 @@ class ProcessGroupMPI final : public ProcessGroup {
 
   // ---- The worker ----
 
+  // Under mu_: moves the queued ops that may start now into `start`, in issue order. A
+  // collective waits for the one in flight (the worker's or an inline one) and, while callers
+  // wait for their collectives at once, for kInlineGrace after it could start, so that its
+  // waiter can run it inline; one the worker starts after that grace turns the prediction off.
+  void take_startable_locked(std::deque<PendingOp>& start) {
+    const auto now = Clock::now();
+    while (!queue_.empty()) {
+      if (queue_.front().collective) {
+        if (coll_running_) return;
+        if (predict_inline_ && now < startable_since_ + kInlineGrace) return;
+        predict_inline_ = false;
+        coll_running_ = true;
+      }
+      start.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+  }
+
+  // Under mu_, with nothing of the worker's in flight: sleeps until there is something to start
+  // (or the grace above ends), an op a waiter gave up on, a failure to apply, or the destructor.
+  // While callers wait at once enqueues do not wake the worker, so it polls every kInlineGrace
+  // until kPark passes without an enqueue, then parks (and enqueues wake it again).
+  void idle_wait_locked(std::unique_lock<std::mutex>& lock, bool failure_handled) {
+    for (;;) {
+      if (stopping_ || (failure_ && !failure_handled) || adopted_) return;
+      const auto now = Clock::now();
+      std::optional<Clock::time_point> until;
+      if (!queue_.empty()) {
+        if (!queue_.front().collective) return;
+        if (coll_running_) {
+          until = now + kInlineGrace;
+        } else if (!predict_inline_ || now >= startable_since_ + kInlineGrace) {
+          return;
+        } else {
+          until = startable_since_ + kInlineGrace;
+        }
+      } else if (predict_inline_ && now - last_enqueue_ < kPark) {
+        until = now + kInlineGrace;
+      }
+      worker_parked_ = !until;
+      if (until) {
+        cv_.wait_until(lock, *until);
+      } else {
+        cv_.wait(lock);
+      }
+      worker_parked_ = false;
+    }
+  }
+
   void work_loop() {
-    std::deque<PendingOp> ready;  // queued ops not yet started, in issue order
-    std::optional<Active> coll;   // the one collective in flight
-    std::list<Active> p2p;        // posted sends and recvs
+    std::optional<Active> coll;  // the collective the worker started (nonblocking) and tests
+    std::list<Active> p2p;       // posted sends and recvs
     auto nap = std::chrono::microseconds(0);
     auto last_progress = Clock::now();
     bool failure_handled = false;  // the failure_ seen has been applied to what this loop holds
-    // Wakes for a new op, the destructor, or a failure not yet applied.
     const auto wake = [&] {
-      return stopping_ || !queue_.empty() || (failure_ && !failure_handled);
+      return stopping_ || !queue_.empty() || adopted_ || (failure_ && !failure_handled);
     };
     for (;;) {
+      std::deque<PendingOp> start;  // ops to start now, in issue order
       std::exception_ptr failed;
       bool stop = false;
       {
         std::unique_lock lock(mu_);
-        if (ready.empty() && !coll && p2p.empty()) {
-          cv_.wait(lock, wake);
-        }
-        while (!queue_.empty()) {
-          ready.push_back(std::move(queue_.front()));
-          queue_.pop_front();
+        if (!coll && p2p.empty()) idle_wait_locked(lock, failure_handled);
+        if (adopted_) {
+          coll = std::move(adopted_);
+          adopted_.reset();
         }
         stop = stopping_;
         failed = stopping_ ? stop_reason_ : failure_;
+        if (!failed) take_startable_locked(start);
       }
       if (failed) {
         // Destroyed or failed: everything this worker holds fails with the reason.
-        for (auto& op : ready) op.work->finish_with_error(failed);
-        ready.clear();
         if (coll) {
           auto work = coll->work;
           give_up(*coll);
@@ -850,23 +974,23 @@ class ProcessGroupMPI final : public ProcessGroup {
         p2p.clear();
         if (stop) return;
         failure_handled = true;
-        continue;  // sleeps on cv_ until more work or the destructor
+        continue;  // sleeps until more work or the destructor
       }
       bool progressed = false;
       try {
-        // Start ops in issue order; a collective waits for the one in flight.
-        while (!ready.empty() && !(ready.front().collective && coll)) {
-          PendingOp op = std::move(ready.front());
-          ready.pop_front();
+        while (!start.empty()) {
+          PendingOp op = std::move(start.front());
+          start.pop_front();
           const std::string call = fmt::format("rank {}: {} #{} (MPI group {})", rank(),
                                                op.work->op_name(), op.work->sequence(), name_);
           Active a{op.work, {}, Clock::now() + op.timeout};
+          progressed = true;
           if (op.collective && detail_) {
             // Every rank sees the same fingerprints and skips this op alike, so the
             // communicator's collectives stay matched and the group stays usable.
             if (auto mismatch = check_fingerprints(op, a.deadline, call)) {
               op.work->finish_with_error(mismatch);
-              progressed = true;
+              collective_done();
               continue;
             }
           }
@@ -879,11 +1003,11 @@ class ProcessGroupMPI final : public ProcessGroup {
           } else {
             p2p.push_back(std::move(a));
           }
-          progressed = true;
         }
         if (coll && test(*coll)) {
           auto done = std::move(*coll);
           coll.reset();
+          collective_done();
           done.work->finish(done.started.finish());
           progressed = true;
         } else if (coll && Clock::now() >= coll->deadline) {
@@ -904,7 +1028,10 @@ class ProcessGroupMPI final : public ProcessGroup {
           }
         }
       } catch (...) {
-        fail(std::current_exception());
+        // Ops taken but not started fail with the group (fail() only sees the queue).
+        const auto error = std::current_exception();
+        fail(error);
+        for (auto& op : start) op.work->finish_with_error(error);
         continue;
       }
       // Progress happens only inside MPI calls: poll hard right after progress, then back off
@@ -924,10 +1051,23 @@ class ProcessGroupMPI final : public ProcessGroup {
     }
   }
 
+  // The worker's collective ended: the next may start.
+  void collective_done() {
+    std::lock_guard lock(mu_);
+    coll_running_ = false;
+    startable_since_ = Clock::now();
+  }
+
+  // The worker leaves a collective to its waiter this long (see take_startable_locked); while
+  // callers wait at once it also polls the queue this often, for kPark after the last enqueue.
+  static constexpr auto kInlineGrace = std::chrono::milliseconds(1);
+  static constexpr auto kPark = std::chrono::milliseconds(100);
+
   const backends::OpChecks checks_;
   const Milliseconds timeout_;
   const std::string name_;
   const bool detail_ = backends::detail_from_env();
+  const bool inline_allowed_ = !runtime().serialized && !detail_ && inline_from_env();
   Comms comms_;                       // used by the worker only (after construction)
   MPI_Comm control_ = MPI_COMM_NULL;  // new_group's splits, on the caller's thread
   std::mutex split_mu_;               // serializes new_group
@@ -941,6 +1081,13 @@ class ProcessGroupMPI final : public ProcessGroup {
   std::exception_ptr failure_;       // GUARDED_BY(mu_)
   std::exception_ptr stop_reason_;   // GUARDED_BY(mu_)
   bool stopping_ = false;            // GUARDED_BY(mu_)
+  // Inline collectives (run_inline) and the worker's part in them; all GUARDED_BY(mu_).
+  bool predict_inline_ = inline_allowed_;  // callers are waiting for their collectives at once
+  bool coll_running_ = false;              // a collective is in flight, the worker's or inline
+  bool worker_parked_ = false;             // the worker sleeps until an enqueue wakes it
+  Clock::time_point startable_since_{};    // when the queue's front could first start
+  Clock::time_point last_enqueue_{};
+  std::optional<Active> adopted_;  // started by a waiter that stopped waiting
   std::thread worker_;
 };
 
