@@ -1068,7 +1068,7 @@ class ProcessGroupMPI final : public ProcessGroup,
   const std::string name_;
   const bool detail_ = backends::detail_from_env();
   const bool inline_allowed_ = !runtime().serialized && !detail_ && inline_from_env();
-  Comms comms_;                       // used by the worker only (after construction)
+  Comms comms_;  // after construction, read by the worker and by waiters (run_inline)
   MPI_Comm control_ = MPI_COMM_NULL;  // new_group's splits, on the caller's thread
   std::mutex split_mu_;               // serializes new_group
   std::uint32_t next_child_ = 0;      // GUARDED_BY(split_mu_)
