@@ -739,8 +739,7 @@ class ProcessGroupMPI final : public ProcessGroup,
       if (wake) cv_.notify_all();
       return;
     }
-    const std::string call =
-        fmt::format("rank {}: {} #{} (MPI group {})", rank(), w.op_name(), w.sequence(), name_);
+    const std::string call = describe(w);
     Active a{op.work, {}, Clock::now() + op.timeout};
     try {
       a.started = op.start(comms_, call);
@@ -981,8 +980,7 @@ class ProcessGroupMPI final : public ProcessGroup,
         while (!start.empty()) {
           PendingOp op = std::move(start.front());
           start.pop_front();
-          const std::string call = fmt::format("rank {}: {} #{} (MPI group {})", rank(),
-                                               op.work->op_name(), op.work->sequence(), name_);
+          const std::string call = describe(*op.work);
           Active a{op.work, {}, Clock::now() + op.timeout};
           progressed = true;
           if (op.collective && detail_) {
@@ -1011,8 +1009,7 @@ class ProcessGroupMPI final : public ProcessGroup,
           done.work->finish(done.started.finish());
           progressed = true;
         } else if (coll && Clock::now() >= coll->deadline) {
-          C10D_THROW(TimeoutError, "rank {}: {} #{} (MPI group {}) timed out", rank(),
-                     coll->work->op_name(), coll->work->sequence(), name_);
+          C10D_THROW(TimeoutError, "{} timed out", describe(*coll->work));
         }
         for (auto it = p2p.begin(); it != p2p.end();) {
           if (test(*it)) {
@@ -1021,8 +1018,7 @@ class ProcessGroupMPI final : public ProcessGroup,
             done.work->finish(done.started.finish());
             progressed = true;
           } else if (Clock::now() >= it->deadline) {
-            C10D_THROW(TimeoutError, "rank {}: {} #{} (MPI group {}) timed out", rank(),
-                       it->work->op_name(), it->work->sequence(), name_);
+            C10D_THROW(TimeoutError, "{} timed out", describe(*it->work));
           } else {
             ++it;
           }
@@ -1049,6 +1045,11 @@ class ProcessGroupMPI final : public ProcessGroup,
         cv_.wait_for(lock, nap, wake);
       }
     }
+  }
+
+  // How errors name an op: "rank 0: all_reduce #3 (MPI group world)".
+  std::string describe(const Work& w) const {
+    return fmt::format("rank {}: {} #{} (MPI group {})", rank(), w.op_name(), w.sequence(), name_);
   }
 
   // The worker's collective ended: the next may start.
