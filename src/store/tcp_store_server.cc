@@ -404,14 +404,8 @@ struct TCPStoreServer::Impl {
         // size a header merely claims: a client that announces 64 MiB and sends nothing costs
         // a few KiB.
         if (end == in.size()) in.resize(std::min(need, 2 * in.size()));
-        // Wait for readability, then read without blocking: Asio's async_read_some would first
-        // try a speculative recv that, on a request/response connection, almost always fails.
-        co_await conn.socket.async_wait(socket_base::wait_read, use_awaitable);
-        error_code ec;
-        std::size_t n = conn.socket.read_some(asio::buffer(in.data() + end, in.size() - end), ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again) continue;
-        if (ec) throw boost::system::system_error(ec);
-        end += n;
+        end += co_await conn.socket.async_read_some(
+            asio::buffer(in.data() + end, in.size() - end), use_awaitable);
       }
     };
 
