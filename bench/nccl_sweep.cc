@@ -124,7 +124,10 @@ class Sweep {
     for (const bool in_place : {false, true}) {
       if (!backend_.unsupported(args_.collective, in_place).empty()) continue;
       backend_.prepare(make_call(size, in_place));
-      for (int i = 0; i < args_.warmup_iters; ++i) backend_.start();
+      for (int i = 0; i < args_.warmup_iters; ++i) {
+        backend_.start();
+        if (args_.blocking) backend_.complete();
+      }
       backend_.complete();
       return;
     }
@@ -141,7 +144,10 @@ class Sweep {
 
     backend_.barrier();
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < args_.iters; ++i) backend_.start();
+    for (int i = 0; i < args_.iters; ++i) {
+      backend_.start();
+      if (args_.blocking) backend_.complete();
+    }
     backend_.complete();
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
     const double per_call = backend_.simulated_time() ? backend_.simulated_seconds() / args_.iters
@@ -183,9 +189,11 @@ class Sweep {
                                                    : fmt::format("{}(bytes)", args_.step_bytes);
     fmt::print("# {} {}: backend {}, {} ranks\n", args_.program, collective_name(args_.collective),
                backend_.name(), n_);
-    fmt::print("# minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} validation: {}\n",
-               args_.min_bytes, args_.max_bytes, step, args_.warmup_iters, args_.iters,
-               args_.check ? 1 : 0);
+    fmt::print(
+        "# minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} validation: {} "
+        "blocking: {}\n",
+        args_.min_bytes, args_.max_bytes, step, args_.warmup_iters, args_.iters,
+        args_.check ? 1 : 0, args_.blocking ? 1 : 0);
     if (backend_.simulated_time()) {
       fmt::print(
           "# time: simulated interconnect time (the backend's virtual clock, per call, "

@@ -64,7 +64,7 @@ std::string apply_flag(std::string_view name, std::string_view value, SweepArgs&
     if (!bytes) return bad();
     (name == "minbytes" ? a.min_bytes : name == "maxbytes" ? a.max_bytes : a.step_bytes) = *bytes;
   } else if (name == "stepfactor" || name == "iters" || name == "warmup_iters" || name == "check" ||
-             name == "root") {
+             name == "root" || name == "blocking") {
     const auto n = parse_int(value);
     if (!n || *n < 0 || *n > 1'000'000'000) return bad();
     if (name == "stepfactor") a.step_factor = static_cast<std::size_t>(*n);
@@ -72,6 +72,7 @@ std::string apply_flag(std::string_view name, std::string_view value, SweepArgs&
     if (name == "warmup_iters") a.warmup_iters = static_cast<int>(*n);
     if (name == "check") a.check = *n != 0;
     if (name == "root") a.root = static_cast<int>(*n);
+    if (name == "blocking") a.blocking = *n != 0;
   } else if (name == "datatype") {
     const auto it = std::find_if(kTypeNames.begin(), kTypeNames.end(),
                                  [&](const auto& t) { return t.second == value; });
@@ -95,7 +96,7 @@ std::string apply_flag(std::string_view name, std::string_view value, SweepArgs&
   return "";
 }
 
-constexpr std::array<std::pair<char, std::string_view>, 10> kShortFlags = {{
+constexpr std::array<std::pair<char, std::string_view>, 11> kShortFlags = {{
     {'b', "minbytes"},
     {'e', "maxbytes"},
     {'i', "stepbytes"},
@@ -106,6 +107,7 @@ constexpr std::array<std::pair<char, std::string_view>, 10> kShortFlags = {{
     {'d', "datatype"},
     {'o', "op"},
     {'r', "root"},
+    {'z', "blocking"},
 }};
 
 }  // namespace
@@ -211,10 +213,10 @@ std::string usage(std::string_view program, bool accept_backend) {
       "usage: {} all_reduce|broadcast|reduce|all_gather|reduce_scatter|all_to_all\n"
       "         [-b minbytes] [-e maxbytes] [-f stepfactor | -i stepbytes] [-n iters]\n"
       "         [-w warmup_iters] [-c 0|1] [-d float|half|bfloat16|double|int32|int64|int8|uint8]\n"
-      "         [-o sum|prod|min|max|avg] [-r root] [--json FILE]{}\n"
+      "         [-o sum|prod|min|max|avg] [-r root] [-z 0|1] [--json FILE]{}\n"
       "  sizes take K, M, G suffixes (powers of 1024); long forms as nccl-tests\n"
       "  (--minbytes, --maxbytes, --stepfactor, --stepbytes, --iters, --warmup_iters, --check,\n"
-      "  --datatype, --op, --root)\n",
+      "  --datatype, --op, --root, --blocking)\n",
       program, accept_backend ? " [--backend tcp|mpi|ici]" : "");
 }
 

@@ -17,6 +17,9 @@
 //   -d, --datatype NAME      float|half|bfloat16|double|int32|int64|int8|uint8 (default float)
 //   -o, --op NAME            sum|prod|min|max|avg (default sum; avg needs a floating type)
 //   -r, --root N             root of broadcast and reduce (default 0)
+//   -z, --blocking N         nonzero: wait for each call before issuing the next, as a program
+//                            that calls all_reduce(...)->wait() does (default 0: issue the -n
+//                            calls back to back, then wait for them all)
 //   --json FILE              also write every measured row as a JSON array (rank 0)
 //   --backend NAME           only where the program accepts it (c10d-bench: tcp|mpi|ici)
 //   -h, --help
@@ -48,6 +51,7 @@ struct SweepArgs {
   DType dtype = DType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
+  bool blocking = false;
   std::string json_path;
   std::string backend;  // --backend, when the program takes it
   bool help = false;

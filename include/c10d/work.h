@@ -95,9 +95,10 @@ class Work {
   void finish_with_error(std::exception_ptr error) { future_->set_error(std::move(error)); }
 
   // For backends: wait() calls the hook on the waiting thread, with the waiter's deadline,
-  // before it blocks. The hook may run the op on that thread (the MPI backend runs a collective
-  // its caller waits on as one blocking MPI call); it returns once the op completed or when it
-  // cannot help, and never throws. Set it before the Work is handed out.
+  // before it blocks. The hook may run the op on that thread (the TCP and MPI backends run a
+  // collective that is next to start there: backends/common/inline_schedule.h); it returns once
+  // the op completed or when it cannot help, and never throws. Set it before the Work is handed
+  // out.
   using WaitHook = std::function<void(Work&, std::chrono::steady_clock::time_point deadline)>;
   void set_wait_hook(WaitHook hook) { wait_hook_ = std::move(hook); }
 

@@ -26,16 +26,22 @@ inline std::chrono::microseconds spin_window() {
   return window;
 }
 
-// Polls `ready()` as above until it returns true (then true) or the spin window or `deadline`
-// passes (then false: the caller blocks). Cheap when ready() is true at once.
+// A waiter that runs the progress of its own op (a transport wait) polls `scale` times longer:
+// it is the only thread of its rank that polls, and its peers may be late by a scheduler slice.
+inline std::chrono::microseconds spin_window(int scale) { return scale * spin_window(); }
+
+// Polls `ready()` as above until it returns true (then true) or `window` or `deadline` passes
+// (then false: the caller blocks). Cheap when ready() is true at once.
 template <typename Ready>
-bool spin_until(Ready&& ready, std::chrono::steady_clock::time_point deadline =
-                                   std::chrono::steady_clock::time_point::max()) {
+bool spin_until(Ready&& ready,
+                std::chrono::steady_clock::time_point deadline =
+                    std::chrono::steady_clock::time_point::max(),
+                std::chrono::microseconds window = spin_window()) {
   if (ready()) return true;
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     const auto now = std::chrono::steady_clock::now();
-    if (now - start >= spin_window() || now >= deadline) return ready();
+    if (now - start >= window || now >= deadline) return ready();
     if (now - start >= kHotSpin) sched_yield();
     if (ready()) return true;
   }

@@ -39,6 +39,7 @@
 #include "algorithms/scratch.h"
 #include "algorithms/tree.h"
 #include "backends/common/fingerprint.h"
+#include "backends/common/inline_schedule.h"
 #include "backends/common/op_checks.h"
 #include "c10d/errors.h"
 #include "core/check.h"
@@ -151,7 +152,12 @@ std::uint32_t child_group_id(std::uint32_t parent, std::uint32_t index) {
   return 1 + static_cast<std::uint32_t>(z % (transport::kMaxGroups - 1));
 }
 
-class TransportProcessGroup final : public ProcessGroup {
+// A waiter runs its collective only if it waits at least this close to the op's own timeout;
+// the op's deadline is then the earlier of the two (see run_inline).
+constexpr auto kInlineSlack = std::chrono::seconds(1);
+
+class TransportProcessGroup final : public ProcessGroup,
+                                    public std::enable_shared_from_this<TransportProcessGroup> {
  public:
   TransportProcessGroup(std::shared_ptr<transport::Transport> transport,
                         TransportProcessGroupOptions options)
@@ -159,7 +165,8 @@ class TransportProcessGroup final : public ProcessGroup {
         transport_(std::move(transport)),
         options_(std::move(options)),
         checks_(rank(), size()),
-        detail_(options_.detail < 0 ? detail_from_env() : options_.detail > 0) {
+        detail_(options_.detail < 0 ? detail_from_env() : options_.detail > 0),
+        schedule_(!options_.hooks && inline_from_env()) {
     const std::string algo = env_or("C10D_ALGO", options_.algo);
     algo_ = parse_algo(algo, options_.algo.empty() ? "C10D_ALGO" : "the algo option");
     C10D_CHECK(options_.group_id < transport::kMaxGroups, "group id {} is not below {}",
@@ -420,6 +427,7 @@ class TransportProcessGroup final : public ProcessGroup {
     p.fingerprint.set_op(op);
     std::shared_ptr<Work> work;
     std::exception_ptr failed;
+    bool wake = false;
     {
       std::lock_guard lock(mu_);
       C10D_CHECK(!stopping_, "{}: the group is being destroyed", op);
@@ -429,16 +437,22 @@ class TransportProcessGroup final : public ProcessGroup {
       p.fingerprint.sequence = seq;
       work = hooks_ ? hooks_->make_work(std::string(op), seq)
                     : std::make_shared<Work>(std::string(op), seq);
+      if (p.collective && schedule_.enabled()) {
+        work->set_wait_hook([weak = weak_from_this()](Work& w, Clock::time_point deadline) {
+          if (auto self = weak.lock()) self->run_inline(w, deadline);
+        });
+      }
       p.work = work;
       failed = failure_;
       if (!failed) {
+        wake = schedule_.enqueued(p.collective, queue_.empty() && !running_, Clock::now());
         queue_.push_back(std::move(p));
         queued_.fetch_add(1, std::memory_order_release);
       }
     }
     if (failed) {
       work->finish_with_error(failed);  // outside mu_: its callbacks may call into the group
-    } else {
+    } else if (wake) {
       cv_.notify_all();
     }
     return work;
@@ -481,35 +495,69 @@ class TransportProcessGroup final : public ProcessGroup {
     p2p_cv_.notify_all();
   }
 
+  // Under mu_: what the idle worker finds next (inline_schedule.h).
+  InlineSchedule::Front front_locked() const {
+    if (queue_.empty()) return InlineSchedule::Front::kEmpty;
+    if (running_) return InlineSchedule::Front::kBlocked;  // issue order: nothing overtakes it
+    return queue_.front().collective ? InlineSchedule::Front::kStartable
+                                     : InlineSchedule::Front::kOther;
+  }
+
   void work_loop() {
     for (;;) {
       PendingOp op;
-      // Training loops issue the next op right after the last one completes: poll for it
-      // briefly before sleeping (core/spin_wait.h).
-      core::spin_until([&] { return queued_.load(std::memory_order_acquire) > 0; });
+      // Training loops issue the next op right after the last one completes: unless its caller
+      // will run it (schedule_), poll for it briefly before sleeping (core/spin_wait.h).
+      if (!schedule_.predict()) {
+        core::spin_until([&] { return queued_.load(std::memory_order_acquire) > 0; });
+      }
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        op = std::move(queue_.front());
-        queue_.pop_front();
-        queued_.fetch_sub(1, std::memory_order_relaxed);
-        running_ = true;
+        schedule_.idle_wait(
+            lock, cv_, [&] { return stopping_; }, [&] { return front_locked(); });
+        if (stopping_) return;  // the destructor took the queue
+        if (queue_.front().collective) schedule_.worker_may_start(Clock::now());
+        op = take_front_locked();
       }
-      Outcome outcome = run_op(op);
-      {
-        // Cleared before the Work completes: a caller that destroys the group as soon as its
-        // last op is done must find nothing running (else the destructor aborts the transport).
-        std::lock_guard lock(mu_);
-        running_ = false;
-      }
-      if (hooks_ && (op.collective || outcome.error)) hooks_->op_finished(*op.work);
-      if (outcome.error) {
-        op.work->finish_with_error(outcome.error);
-      } else if (op.collective) {
-        op.work->finish(std::move(outcome.outputs));
+      finish_op(op, run_op(op, Clock::now() + op.timeout));
+    }
+  }
+
+  // Under mu_: the op at the queue's front, now running.
+  PendingOp take_front_locked() {
+    PendingOp op = std::move(queue_.front());
+    queue_.pop_front();
+    queued_.fetch_sub(1, std::memory_order_relaxed);
+    running_ = true;
+    return op;
+  }
+
+  // Work::wait's hook for collectives: when `w` is next to start, nothing runs ahead of it and
+  // its waiter waits about as long as the op's own timeout, the waiter runs the op on its own
+  // thread (no thread hand-off; see inline_schedule.h) with the earlier of the two deadlines.
+  // Otherwise the worker runs it, now. A waiter with a much shorter wait leaves the op to the
+  // worker, so that its wait can time out while the op goes on.
+  void run_inline(Work& w, Clock::time_point wait_deadline) {
+    PendingOp op;
+    bool wake = false;
+    {
+      std::lock_guard lock(mu_);
+      const auto queued = std::find_if(queue_.begin(), queue_.end(),
+                                       [&](const PendingOp& p) { return p.work.get() == &w; });
+      if (queued == queue_.end()) return;  // running or done already
+      if (queued != queue_.begin() || running_ || stopping_ ||
+          wait_deadline + kInlineSlack < Clock::now() + queued->timeout) {
+        wake = schedule_.waiter_declined();
+      } else {
+        op = take_front_locked();
+        schedule_.waiter_took();
       }
     }
+    if (!op.work) {
+      if (wake) cv_.notify_all();
+      return;
+    }
+    finish_op(op, run_op(op, std::min(Clock::now() + op.timeout, wait_deadline)));
   }
 
   struct Outcome {
@@ -517,9 +565,29 @@ class TransportProcessGroup final : public ProcessGroup {
     std::exception_ptr error;
   };
 
-  Outcome run_op(PendingOp& op) {
+  // Completes `op` after run_op, on the thread that ran it.
+  void finish_op(PendingOp& op, Outcome outcome) {
+    bool wake = false;
+    {
+      // Cleared before the Work completes: a caller that destroys the group as soon as its
+      // last op is done must find nothing running (else the destructor aborts the transport).
+      std::lock_guard lock(mu_);
+      running_ = false;
+      if (op.collective) schedule_.collective_done(Clock::now());
+      // An op queued behind this one that the worker should start now (it may be asleep).
+      wake = !queue_.empty() && (!queue_.front().collective || !schedule_.predict());
+    }
+    if (wake) cv_.notify_all();
+    if (hooks_ && (op.collective || outcome.error)) hooks_->op_finished(*op.work);
+    if (outcome.error) {
+      op.work->finish_with_error(outcome.error);
+    } else if (op.collective) {
+      op.work->finish(std::move(outcome.outputs));
+    }
+  }
+
+  Outcome run_op(PendingOp& op, Clock::time_point deadline) {
     const std::uint64_t seq = op.fingerprint.sequence;
-    const auto deadline = Clock::now() + op.timeout;
     if (hooks_) hooks_->op_started(*op.work);
     try {
       if (op.collective) {
@@ -662,7 +730,8 @@ class TransportProcessGroup final : public ProcessGroup {
   std::uint32_t next_child_ = 0;        // GUARDED_BY(mu_)
   std::exception_ptr failure_;          // GUARDED_BY(mu_)
   bool stopping_ = false;               // GUARDED_BY(mu_)
-  bool running_ = false;                // GUARDED_BY(mu_)
+  bool running_ = false;                // GUARDED_BY(mu_); an op runs (worker or waiter)
+  InlineSchedule schedule_;             // GUARDED_BY(mu_), except predict()
   std::thread worker_;
   std::thread completer_;  // started by the worker at the first p2p op; GUARDED_BY(mu_)
 };

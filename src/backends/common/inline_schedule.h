@@ -1,0 +1,126 @@
+// InlineSchedule: who starts a group's next collective, the thread that waits for it or the
+// group's worker thread. Shared by the TCP/ICI group (transport_process_group.cc) and the MPI
+// group (process_group_mpi.cc); each keeps it under its own mutex.
+//
+// On these machines a thread woken from a futex takes tens of microseconds to run, more than a
+// small collective takes. So when a caller waits for its collective as soon as it issued it
+// (the usual loop: all_reduce, wait, all_reduce, wait), the caller's thread runs the op itself
+// through Work's wait hook: no other thread wakes. The worker must then keep its hands off the
+// op. The schedule predicts which case holds:
+//  - predict on ("callers wait at once"): enqueuing a collective does not wake the worker; the
+//    worker leaves a startable collective to its waiter for kGrace, looking at the queue every
+//    kGrace until kPark passes without an enqueue (then it sleeps until an enqueue wakes it).
+//    A collective the worker starts after the grace (nobody waited for it) turns predict off.
+//  - predict off ("worker first"): enqueues wake the worker, which starts every op at once. A
+//    waiter that still finds its op next and nothing running takes it and turns predict on.
+// A waiter that cannot take its op (ops ahead of it, or its own deadline too short) turns
+// predict off and wakes the worker.
+//
+// C10D_INLINE=0 turns waiter-run collectives off in every backend.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <string_view>
+
+namespace c10d::backends {
+
+inline bool inline_from_env() {
+  const char* v = std::getenv("C10D_INLINE");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
+class InlineSchedule {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // How long the worker leaves a startable collective to its waiter, and how often it looks at
+  // the queue meanwhile.
+  static constexpr auto kGrace = std::chrono::milliseconds(1);
+  // How long after the last enqueue the worker keeps looking before it sleeps until woken.
+  static constexpr auto kPark = std::chrono::milliseconds(100);
+
+  // What the idle worker finds at the front of its queue.
+  enum class Front {
+    kEmpty,
+    kOther,      // an op the worker starts at once (point-to-point)
+    kBlocked,    // a collective behind one in flight (the worker's or a waiter's)
+    kStartable,  // a collective that may start now
+  };
+
+  explicit InlineSchedule(bool enabled) : enabled_(enabled), predict_(enabled) {}
+
+  bool enabled() const { return enabled_; }
+  // Whether callers are waiting for their collectives at once (readable without the mutex).
+  bool predict() const { return predict_.load(std::memory_order_relaxed); }
+
+  // All below under the group's mutex.
+
+  // An op was queued; `startable` when nothing is queued or in flight ahead of it. True when the
+  // worker must be woken.
+  bool enqueued(bool collective, bool startable, Clock::time_point now) {
+    if (startable) startable_since_ = now;
+    last_enqueue_ = now;
+    return !(collective && predict() && !worker_parked_);
+  }
+  // The collective in flight finished: the next one is startable from now.
+  void collective_done(Clock::time_point now) { startable_since_ = now; }
+  // A waiter took its collective to run it.
+  void waiter_took() { predict_.store(true, std::memory_order_relaxed); }
+  // A waiter could not take its collective: the worker runs it, and from now on without grace.
+  // True when the worker must be woken (it may be sleeping through the grace).
+  bool waiter_declined() { return predict_.exchange(false, std::memory_order_relaxed); }
+  // Whether the worker may start the startable collective at the front now: not during its
+  // waiter's grace. Starting one after the grace turns the prediction off.
+  bool worker_may_start(Clock::time_point now) {
+    if (predict() && now < startable_since_ + kGrace) return false;
+    predict_.store(false, std::memory_order_relaxed);
+    return true;
+  }
+
+  // The idle worker's sleep on `cv` under `lock` (the group's mutex): returns when `interrupted()`
+  // (the group's own reasons: destruction, a failure, an op handed back) or when the worker
+  // should start what is at the queue's front (`front()`), as described above.
+  template <typename Interrupted, typename FrontOf>
+  void idle_wait(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                 Interrupted&& interrupted, FrontOf&& front) {
+    for (;;) {
+      if (interrupted()) return;
+      const auto now = Clock::now();
+      std::optional<Clock::time_point> until;
+      switch (front()) {
+        case Front::kOther:
+          return;
+        case Front::kBlocked:
+          until = now + kGrace;
+          break;
+        case Front::kStartable:
+          if (!predict() || now >= startable_since_ + kGrace) return;
+          until = startable_since_ + kGrace;
+          break;
+        case Front::kEmpty:
+          if (predict() && now - last_enqueue_ < kPark) until = now + kGrace;
+          break;
+      }
+      worker_parked_ = !until;
+      if (until) {
+        cv.wait_until(lock, *until);
+      } else {
+        cv.wait(lock);
+      }
+      worker_parked_ = false;
+    }
+  }
+
+ private:
+  const bool enabled_;
+  std::atomic<bool> predict_;
+  bool worker_parked_ = false;  // the worker sleeps until an enqueue wakes it
+  Clock::time_point startable_since_{};
+  Clock::time_point last_enqueue_{};
+};
+
+}  // namespace c10d::backends
