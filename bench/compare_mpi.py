@@ -14,6 +14,9 @@ round: as shipped, and with glibc's mmap threshold pinned (MALLOC_MMAP_MAX_=0), 
 buffers of 32 MiB and more Open MPI's all_reduce allocates and page-faults a fresh buffer on
 every call. Both are printed. A run with any wrong value aborts the script.
 
+Both programs run with -z 1: every call is waited for before the next is issued, as a program
+calling MPI_Allreduce (or all_reduce(...)->wait()) does.
+
 The comparison uses the in-place columns for all_reduce and broadcast (the c10d API is in
 place) and the out-of-place columns for all_to_all (its API is out of place).
 """
@@ -51,8 +54,10 @@ def run(cmd, env=None):
 def sweep(build, world, collective, size, iters, backend, mmap_pinned=False, c10d_backend="tcp",
           btl="self,tcp"):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        # -z 1: c10d waits for each call before the next, as the reference's blocking MPI calls
+        # do (the reference accepts the flag and is blocking anyway).
         flags = [collective, "-b", str(size), "-e", str(size), "-n", str(iters), "-w", "3",
-                 "-c", "1", "--json", out.name]
+                 "-c", "1", "-z", "1", "--json", out.name]
         env = dict(os.environ)
         mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world)]
         if btl != "default":

@@ -9,11 +9,11 @@
 // ends an op instead of hanging in MPI. At most one collective is in flight per group. Who
 // starts and tests a collective: the thread that waits for it, when it is next to start
 // (run_inline: no thread hand-off, which costs more than a small collective here), or else the
-// group's worker thread; while callers wait at once the worker holds a collective back for
-// kInlineGrace to leave it to them. Both ways post the same nonblocking calls, so the ranks'
-// calls always match, whichever thread made them. send/recv post MPI_Isend/MPI_Irecv in
-// issue order on the group's own point-to-point communicator (the user tag is the MPI tag) and
-// are tested alongside: a recv waiting for a peer never blocks the collectives behind it.
+// group's worker thread; while callers wait at once the worker holds a collective back 1 ms to
+// leave it to them (backends/common/inline_schedule.h, shared with the TCP group). Both ways
+// post the same nonblocking calls, so the ranks' calls always match, whichever thread made them.
+// send/recv post MPI_Isend/MPI_Irecv in issue order on the group's own point-to-point
+// communicator (the user tag is the MPI tag) and are tested alongside: a recv waiting for a peer never blocks the collectives behind it.
 //
 // Reductions: every reduce op is a user-defined, commutative MPI_Op over per-dtype contiguous
 // datatypes that calls algorithms::reduce_into, so the arithmetic is exactly the TCP
@@ -65,6 +65,7 @@
 
 #include "algorithms/reduce_kernels.h"
 #include "backends/common/fingerprint.h"
+#include "backends/common/inline_schedule.h"
 #include "backends/common/op_checks.h"
 #include "c10d/errors.h"
 #include "c10d/init.h"
@@ -262,12 +263,6 @@ void abandon(Active a) {
   static auto* kept = new std::vector<Active>;
   std::lock_guard lock(mu);
   kept->push_back(std::move(a));
-}
-
-// C10D_MPI_INLINE=0 turns inline collectives off (see ProcessGroupMPI::run_inline).
-bool inline_from_env() {
-  const char* v = std::getenv("C10D_MPI_INLINE");
-  return v == nullptr || std::string_view(v) != "0";
 }
 
 class ProcessGroupMPI final : public ProcessGroup,
@@ -679,7 +674,7 @@ class ProcessGroupMPI final : public ProcessGroup,
       C10D_CHECK(!stopping_, "{}: the group is being destroyed", op);
       const std::uint64_t seq = p.collective ? next_sequence_++ : next_p2p_++;
       work = std::make_shared<Work>(std::string(op), seq);
-      if (p.collective && inline_allowed_) {
+      if (p.collective && schedule_.enabled()) {
         work->set_wait_hook([weak = weak_from_this()](Work& w, Clock::time_point deadline) {
           if (auto self = weak.lock()) self->run_inline(w, deadline);
         });
@@ -689,13 +684,7 @@ class ProcessGroupMPI final : public ProcessGroup,
       p.fingerprint.sequence = seq;
       failed = failure_;
       if (!failed) {
-        const auto now = Clock::now();
-        if (queue_.empty() && !coll_running_) startable_since_ = now;
-        last_enqueue_ = now;
-        // While callers wait for their collectives at once, the worker is not woken (a wake-up
-        // costs more than an 8-byte all_reduce): the waiter runs the op, or the worker, which
-        // polls every kInlineGrace in this mode, starts it after kInlineGrace.
-        wake = !(p.collective && predict_inline_ && !worker_parked_);
+        wake = schedule_.enqueued(p.collective, queue_.empty() && !coll_running_, Clock::now());
         queue_.push_back(std::move(p));
       }
     }
@@ -709,8 +698,8 @@ class ProcessGroupMPI final : public ProcessGroup,
 
   // ---- Collectives driven by their waiter ----
 
-  // Work::wait's hook for collectives (MPI_THREAD_MULTIPLE, not under DETAIL, C10D_MPI_INLINE
-  // not 0). When `w` is the next op to start, its waiter starts it and tests it in a tight loop
+  // Work::wait's hook for collectives (MPI_THREAD_MULTIPLE, not under DETAIL, C10D_INLINE not
+  // 0). When `w` is the next op to start, its waiter starts it and tests it in a tight loop
   // on its own thread, as a program calling MPI itself would: no other thread has to wake, which
   // on these machines costs more than a small collective. Otherwise the worker starts it now.
   // The op keeps its deadline (TimeoutError, and the group fails, as on the worker); when the
@@ -726,13 +715,12 @@ class ProcessGroupMPI final : public ProcessGroup,
       if (queued != queue_.begin() || coll_running_ || failure_ || stopping_) {
         // Ops ahead of it or one in flight: the worker runs it, from now on without waiting
         // for waiters.
-        wake = predict_inline_;
-        predict_inline_ = false;
+        wake = schedule_.waiter_declined();
       } else {
         op = std::move(queue_.front());
         queue_.pop_front();
         coll_running_ = true;
-        predict_inline_ = true;
+        schedule_.waiter_took();
       }
     }
     if (!op.work) {
@@ -886,15 +874,13 @@ class ProcessGroupMPI final : public ProcessGroup,
 
   // Under mu_: moves the queued ops that may start now into `start`, in issue order. A
   // collective waits for the one in flight (the worker's or an inline one) and, while callers
-  // wait for their collectives at once, for kInlineGrace after it could start, so that its
-  // waiter can run it inline; one the worker starts after that grace turns the prediction off.
+  // wait for their collectives at once, for the schedule's grace after it could start, so that
+  // its waiter can run it inline (InlineSchedule::worker_may_start).
   void take_startable_locked(std::deque<PendingOp>& start) {
     const auto now = Clock::now();
     while (!queue_.empty()) {
       if (queue_.front().collective) {
-        if (coll_running_) return;
-        if (predict_inline_ && now < startable_since_ + kInlineGrace) return;
-        predict_inline_ = false;
+        if (coll_running_ || !schedule_.worker_may_start(now)) return;
         coll_running_ = true;
       }
       start.push_back(std::move(queue_.front()));
@@ -903,34 +889,18 @@ class ProcessGroupMPI final : public ProcessGroup,
   }
 
   // Under mu_, with nothing of the worker's in flight: sleeps until there is something to start
-  // (or the grace above ends), an op a waiter gave up on, a failure to apply, or the destructor.
-  // While callers wait at once enqueues do not wake the worker, so it polls every kInlineGrace
-  // until kPark passes without an enqueue, then parks (and enqueues wake it again).
+  // (or the grace above ends), an op a waiter gave up on, a failure to apply, or the destructor
+  // (backends::InlineSchedule::idle_wait).
   void idle_wait_locked(std::unique_lock<std::mutex>& lock, bool failure_handled) {
-    for (;;) {
-      if (stopping_ || (failure_ && !failure_handled) || adopted_) return;
-      const auto now = Clock::now();
-      std::optional<Clock::time_point> until;
-      if (!queue_.empty()) {
-        if (!queue_.front().collective) return;
-        if (coll_running_) {
-          until = now + kInlineGrace;
-        } else if (!predict_inline_ || now >= startable_since_ + kInlineGrace) {
-          return;
-        } else {
-          until = startable_since_ + kInlineGrace;
-        }
-      } else if (predict_inline_ && now - last_enqueue_ < kPark) {
-        until = now + kInlineGrace;
-      }
-      worker_parked_ = !until;
-      if (until) {
-        cv_.wait_until(lock, *until);
-      } else {
-        cv_.wait(lock);
-      }
-      worker_parked_ = false;
-    }
+    schedule_.idle_wait(
+        lock, cv_,
+        [&] { return stopping_ || (failure_ && !failure_handled) || adopted_.has_value(); },
+        [&] {
+          using Front = backends::InlineSchedule::Front;
+          if (queue_.empty()) return Front::kEmpty;
+          if (!queue_.front().collective) return Front::kOther;
+          return coll_running_ ? Front::kBlocked : Front::kStartable;
+        });
   }
 
   void work_loop() {
@@ -1056,19 +1026,13 @@ class ProcessGroupMPI final : public ProcessGroup,
   void collective_done() {
     std::lock_guard lock(mu_);
     coll_running_ = false;
-    startable_since_ = Clock::now();
+    schedule_.collective_done(Clock::now());
   }
-
-  // The worker leaves a collective to its waiter this long (see take_startable_locked); while
-  // callers wait at once it also polls the queue this often, for kPark after the last enqueue.
-  static constexpr auto kInlineGrace = std::chrono::milliseconds(1);
-  static constexpr auto kPark = std::chrono::milliseconds(100);
 
   const backends::OpChecks checks_;
   const Milliseconds timeout_;
   const std::string name_;
   const bool detail_ = backends::detail_from_env();
-  const bool inline_allowed_ = !runtime().serialized && !detail_ && inline_from_env();
   Comms comms_;  // after construction, read by the worker and by waiters (run_inline)
   MPI_Comm control_ = MPI_COMM_NULL;  // new_group's splits, on the caller's thread
   std::mutex split_mu_;               // serializes new_group
@@ -1082,12 +1046,10 @@ class ProcessGroupMPI final : public ProcessGroup,
   std::exception_ptr failure_;       // GUARDED_BY(mu_)
   std::exception_ptr stop_reason_;   // GUARDED_BY(mu_)
   bool stopping_ = false;            // GUARDED_BY(mu_)
-  // Inline collectives (run_inline) and the worker's part in them; all GUARDED_BY(mu_).
-  bool predict_inline_ = inline_allowed_;  // callers are waiting for their collectives at once
-  bool coll_running_ = false;              // a collective is in flight, the worker's or inline
-  bool worker_parked_ = false;             // the worker sleeps until an enqueue wakes it
-  Clock::time_point startable_since_{};    // when the queue's front could first start
-  Clock::time_point last_enqueue_{};
+  // Inline collectives (run_inline) and the worker's part in them; GUARDED_BY(mu_).
+  backends::InlineSchedule schedule_{!runtime().serialized && !detail_ &&
+                                     backends::inline_from_env()};
+  bool coll_running_ = false;  // a collective is in flight, the worker's or inline
   std::optional<Active> adopted_;  // started by a waiter that stopped waiting
   std::thread worker_;
 };
