@@ -1,5 +1,6 @@
-// TransportProcessGroup: argument checks on the caller's thread, one worker thread running the
-// collectives in issue order, and one completer thread for point-to-point ops.
+// TransportProcessGroup: argument checks on the caller's thread, collectives run in issue order
+// by the worker thread or by the thread that waits for them (run_inline), and one completer
+// thread for point-to-point ops.
 //
 // Words used here:
 //  - op: one call of the ProcessGroup API, queued as a PendingOp with its Work, its sequence
