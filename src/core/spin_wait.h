@@ -26,10 +26,6 @@ inline std::chrono::microseconds spin_window() {
   return window;
 }
 
-// A waiter that runs the progress of its own op (a transport wait) polls `scale` times longer:
-// it is the only thread of its rank that polls, and its peers may be late by a scheduler slice.
-inline std::chrono::microseconds spin_window(int scale) { return scale * spin_window(); }
-
 // Polls `ready()` as above until it returns true (then true) or `window` or `deadline` passes
 // (then false: the caller blocks). Cheap when ready() is true at once.
 template <typename Ready>
