@@ -97,7 +97,9 @@ def main():
     for world in [int(w) for w in args.worlds.split(",")]:
         for collective, sizes, in_place in CASES[args.backend]:
             for size in sizes:
-                iters = args.iters if size > 8 else max(args.iters, 1000)
+                # Latency rows run long enough for a steady state: 1000 calls of 2 us are 2 ms,
+                # which start-up effects (first touches, the worker's first choices) dominate.
+                iters = args.iters if size > 8 else max(args.iters, 10000)
                 cells = {"c10d": [], "mpi": [], "pinned": []}
                 for _ in range(args.runs):
                     for name, backend, pinned in (("c10d", "c10d", False), ("mpi", "mpi", False),
