@@ -239,6 +239,30 @@ TEST(ProcessGroupTCPTest, SubgroupsShareConnectionsAndRunBesideTheParent) {
   });
 }
 
+// A subgroup destroyed as soon as its recv completes must not abort the transport it shares with
+// its parent: the recv's Work completes on the completer thread, possibly before the worker that
+// posted it has counted itself done. (It did abort it: the parent's next op failed with "group
+// ... was destroyed with this op pending", seen in the thread-sanitized conformance suite.)
+TEST(ProcessGroupTCPTest, ASubgroupDestroyedRightAfterItsRecvLeavesTheParentWorking) {
+  run_group(2, [](int r, std::shared_ptr<ProcessGroup>& pg) {
+    for (int i = 0; i < 200; ++i) {
+      {
+        auto sub = pg->new_group({0, 1});
+        auto t = filled(4, static_cast<float>(i));
+        if (r == 0) {
+          sub->send({t}, 1)->wait(20s);
+        } else {
+          sub->recv({t}, 0)->wait(20s);
+          ASSERT_EQ(t.data<float>()[3], static_cast<float>(i));
+        }
+      }  // destroyed here, at once
+      auto x = filled(2, 1.0f);
+      pg->all_reduce({x})->wait(20s);
+      ASSERT_EQ(x.data<float>()[1], 2.0f) << "iteration " << i;
+    }
+  });
+}
+
 TEST(ProcessGroupTCPTest, PendingRecvDoesNotBlockCollectivesAndTagsMatchOutOfOrder) {
   run_group(2, [](int r, std::shared_ptr<ProcessGroup>& pg) {
     auto a = filled(4, 0.0f);

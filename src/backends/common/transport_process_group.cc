@@ -564,6 +564,7 @@ class TransportProcessGroup final : public ProcessGroup,
   struct Outcome {
     std::vector<Tensor> outputs;
     std::exception_ptr error;
+    bool handed_off = false;  // a send/recv posted and given to the completer (not running)
   };
 
   // Completes `op` after run_op, on the thread that ran it.
@@ -573,7 +574,7 @@ class TransportProcessGroup final : public ProcessGroup,
       // Cleared before the Work completes: a caller that destroys the group as soon as its
       // last op is done must find nothing running (else the destructor aborts the transport).
       std::lock_guard lock(mu_);
-      running_ = false;
+      if (!outcome.handed_off) running_ = false;  // else cleared already; maybe set again since
       if (op.collective) schedule_.collective_done(Clock::now());
       // An op queued behind this one that the worker should start now (it may be asleep).
       wake = !queue_.empty() && (!queue_.front().collective || !schedule_.predict());
@@ -606,10 +607,14 @@ class TransportProcessGroup final : public ProcessGroup,
       {
         std::lock_guard lock(mu_);
         posted_.push_back(std::move(posted));
+        // From here the completer may complete the op's Work, and its caller destroy the group
+        // at once: nothing may count as running then (the destructor would abort the transport,
+        // which a subgroup shares with its parent).
+        running_ = false;
         if (!completer_.joinable()) completer_ = std::thread([this] { complete_loop(); });
       }
       p2p_cv_.notify_all();
-      return {};
+      return {.handed_off = true};
     } catch (...) {
       fail(std::current_exception());
       // The group's first failure is the cause: report it, whichever op met it first.
