@@ -359,7 +359,7 @@ struct FileStore::State {
   }
 
   // Polls until every key exists, then returns their values (when `fetch`), or throws
-  // TimeoutError naming the path, the keys still missing and the time waited.
+  // TimeoutError naming the path, the keys still missing, the time waited and the timeout.
   std::vector<Bytes> wait_for(std::span<const std::string> keys, Milliseconds timeout, bool fetch) {
     const Clock::time_point start = Clock::now();
     const Clock::time_point deadline = deadline_after(timeout);
@@ -376,8 +376,9 @@ struct FileStore::State {
       });
       if (absent.empty()) return found;
       if (Clock::now() >= deadline) {
-        C10D_THROW(TimeoutError, "FileStore '{}': timed out after {} ms waiting for keys {}", name,
-                   elapsed_ms(start), describe_keys(absent));
+        C10D_THROW(TimeoutError,
+                   "FileStore '{}': timed out after {} ms (timeout {} ms) waiting for keys {}", name,
+                   elapsed_ms(start), timeout.count(), describe_keys(absent));
       }
       sleep_backoff(backoff, kWaitBackoffMax, deadline);
     }

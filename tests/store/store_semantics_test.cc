@@ -251,7 +251,8 @@ TEST_P(StoreSemanticsTest, WaitTimesOutNamingTheMissingKey) {
   EXPECT_THROW(store().wait(keys, 100ms), TimeoutError);
   const std::string message = message_of([&] { store().wait(keys, 50ms); });
   EXPECT_NE(message.find("gone_missing"), std::string::npos) << message;
-  EXPECT_NE(message.find("50 ms"), std::string::npos) << message;  // how long it waited
+  // The timeout asked for, exactly (the time actually waited may be longer on a loaded machine).
+  EXPECT_NE(message.find("50 ms"), std::string::npos) << message;
 }
 
 TEST_P(StoreSemanticsTest, WaitIsSatisfiedByLaterSet) {

@@ -19,6 +19,7 @@
 // C10D_INLINE=0 turns waiter-run collectives off in every backend.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -68,11 +69,30 @@ class InlineSchedule {
   }
   // The collective in flight finished: the next one is startable from now.
   void collective_done(Clock::time_point now) { startable_since_ = now; }
-  // A waiter took its collective to run it.
-  void waiter_took() { predict_.store(true, std::memory_order_relaxed); }
-  // A waiter could not take its collective: the worker runs it, and from now on without grace.
-  // True when the worker must be woken (it may be sleeping through the grace).
-  bool waiter_declined() { return predict_.exchange(false, std::memory_order_relaxed); }
+  // What the waiter of a collective does (Work's wait hook), decided by waiter_choice.
+  enum class Choice {
+    kGone,     // the op is no longer queued: it runs or ran already
+    kTake,     // the waiter takes the queue's front op and runs it
+    kDecline,  // the worker runs it; `wake_worker` says whether it must be woken
+  };
+  // Under the group's mutex: finds the op of `w` in `queue` (elements with a `work` pointer).
+  // The waiter takes it when it is at the front and `may_take(op)` (the group's own conditions:
+  // nothing in flight, no failure, a long enough wait). Taking turns the prediction on;
+  // declining turns it off, without grace from now on, and then the worker must be woken if it
+  // was sleeping through the grace.
+  template <typename Queue, typename Work, typename MayTake>
+  Choice waiter_choice(const Queue& queue, const Work& w, MayTake&& may_take, bool& wake_worker) {
+    wake_worker = false;
+    const auto it = std::find_if(queue.begin(), queue.end(),
+                                 [&](const auto& p) { return p.work.get() == &w; });
+    if (it == queue.end()) return Choice::kGone;
+    if (it != queue.begin() || !may_take(*it)) {
+      wake_worker = predict_.exchange(false, std::memory_order_relaxed);
+      return Choice::kDecline;
+    }
+    predict_.store(true, std::memory_order_relaxed);
+    return Choice::kTake;
+  }
   // Whether the worker may start the startable collective at the front now: not during its
   // waiter's grace. Starting one after the grace turns the prediction off.
   bool worker_may_start(Clock::time_point now) {

@@ -543,15 +543,17 @@ class TransportProcessGroup final : public ProcessGroup,
     bool wake = false;
     {
       std::lock_guard lock(mu_);
-      const auto queued = std::find_if(queue_.begin(), queue_.end(),
-                                       [&](const PendingOp& p) { return p.work.get() == &w; });
-      if (queued == queue_.end()) return;  // running or done already
-      if (queued != queue_.begin() || running_ || stopping_ ||
-          wait_deadline + kInlineSlack < Clock::now() + queued->timeout) {
-        wake = schedule_.waiter_declined();
-      } else {
-        op = take_front_locked();
-        schedule_.waiter_took();
+      const auto may_take = [&](const PendingOp& p) {
+        return !running_ && !stopping_ && wait_deadline + kInlineSlack >= Clock::now() + p.timeout;
+      };
+      switch (schedule_.waiter_choice(queue_, w, may_take, wake)) {
+        case InlineSchedule::Choice::kGone:
+          return;
+        case InlineSchedule::Choice::kTake:
+          op = take_front_locked();
+          break;
+        case InlineSchedule::Choice::kDecline:
+          break;
       }
     }
     if (!op.work) {

@@ -725,18 +725,20 @@ class ProcessGroupMPI final : public ProcessGroup,
     bool wake = false;
     {
       std::lock_guard lock(mu_);
-      const auto queued = std::find_if(queue_.begin(), queue_.end(),
-                                       [&](const PendingOp& p) { return p.work.get() == &w; });
-      if (queued == queue_.end()) return;  // started (or failed) already
-      if (queued != queue_.begin() || coll_running_ || failure_ || stopping_) {
-        // Ops ahead of it or one in flight: the worker runs it, from now on without waiting
-        // for waiters.
-        wake = schedule_.waiter_declined();
-      } else {
-        op = std::move(queue_.front());
-        queue_.pop_front();
-        coll_running_ = true;
-        schedule_.waiter_took();
+      // Ops ahead of it or one in flight: the worker runs it (InlineSchedule::waiter_choice).
+      const auto may_take = [&](const PendingOp&) {
+        return !coll_running_ && !failure_ && !stopping_;
+      };
+      switch (schedule_.waiter_choice(queue_, w, may_take, wake)) {
+        case backends::InlineSchedule::Choice::kGone:
+          return;  // started (or failed) already
+        case backends::InlineSchedule::Choice::kTake:
+          op = std::move(queue_.front());
+          queue_.pop_front();
+          coll_running_ = true;
+          break;
+        case backends::InlineSchedule::Choice::kDecline:
+          break;
       }
     }
     if (!op.work) {
