@@ -29,10 +29,10 @@ inline std::chrono::microseconds spin_window() {
 // Polls `ready()` as above until it returns true (then true) or `window` or `deadline` passes
 // (then false: the caller blocks). Cheap when ready() is true at once.
 template <typename Ready>
-bool spin_until(Ready&& ready,
-                std::chrono::steady_clock::time_point deadline =
-                    std::chrono::steady_clock::time_point::max(),
-                std::chrono::microseconds window = spin_window()) {
+bool spin_until(
+    Ready&& ready,
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
+    std::chrono::microseconds window = spin_window()) {
   if (ready()) return true;
   const auto start = std::chrono::steady_clock::now();
   for (;;) {

@@ -377,8 +377,8 @@ struct FileStore::State {
       if (absent.empty()) return found;
       if (Clock::now() >= deadline) {
         C10D_THROW(TimeoutError,
-                   "FileStore '{}': timed out after {} ms (timeout {} ms) waiting for keys {}", name,
-                   elapsed_ms(start), timeout.count(), describe_keys(absent));
+                   "FileStore '{}': timed out after {} ms (timeout {} ms) waiting for keys {}",
+                   name, elapsed_ms(start), timeout.count(), describe_keys(absent));
       }
       sleep_backoff(backoff, kWaitBackoffMax, deadline);
     }

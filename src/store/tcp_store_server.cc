@@ -404,8 +404,8 @@ struct TCPStoreServer::Impl {
         // size a header merely claims: a client that announces 64 MiB and sends nothing costs
         // a few KiB.
         if (end == in.size()) in.resize(std::min(need, 2 * in.size()));
-        end += co_await conn.socket.async_read_some(
-            asio::buffer(in.data() + end, in.size() - end), use_awaitable);
+        end += co_await conn.socket.async_read_some(asio::buffer(in.data() + end, in.size() - end),
+                                                    use_awaitable);
       }
     };
 

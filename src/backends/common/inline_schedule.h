@@ -83,8 +83,8 @@ class InlineSchedule {
   template <typename Queue, typename Work, typename MayTake>
   Choice waiter_choice(const Queue& queue, const Work& w, MayTake&& may_take, bool& wake_worker) {
     wake_worker = false;
-    const auto it = std::find_if(queue.begin(), queue.end(),
-                                 [&](const auto& p) { return p.work.get() == &w; });
+    const auto it =
+        std::find_if(queue.begin(), queue.end(), [&](const auto& p) { return p.work.get() == &w; });
     if (it == queue.end()) return Choice::kGone;
     if (it != queue.begin() || !may_take(*it)) {
       wake_worker = predict_.exchange(false, std::memory_order_relaxed);

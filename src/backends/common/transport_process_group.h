@@ -5,9 +5,9 @@
 // Ops: each call checks its arguments on the caller's thread (InvalidArgument at once, nothing
 // queued), takes the group's next sequence number, and queues the op; ops run one at a time in
 // issue order, on the group's worker thread or, for a collective that is next to start when its
-// caller waits for it, on the waiting thread (inline_schedule.h; not with BackendHooks). An op's bytes carry transport::make_tag(group id,
-// sequence); send/recv carry transport::user_tag(group id, user tag), so subgroups and
-// point-to-point never mix with collectives.
+// caller waits for it, on the waiting thread (inline_schedule.h; not with BackendHooks). An op's
+// bytes carry transport::make_tag(group id, sequence); send/recv carry transport::user_tag(group
+// id, user tag), so subgroups and point-to-point never mix with collectives.
 //
 // Algorithm choice (per op, the same on every rank since it depends only on the arguments):
 //   all_reduce   halving-doubling below 256 KiB (latency: 2 log2 n rounds), ring above

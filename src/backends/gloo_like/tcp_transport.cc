@@ -909,7 +909,8 @@ class TCPRequest final : public transport::Request {
           return op_->done.load(std::memory_order_acquire);
         },
         deadline,
-        op_->bytes() <= kLongPollBytes ? kLongPollScale * core::spin_window() : core::spin_window());
+        op_->bytes() <= kLongPollBytes ? kLongPollScale * core::spin_window()
+                                       : core::spin_window());
     if (!op_->is_send && c.pollers.fetch_sub(1) == 1 && !done) {
       asio::post(impl_->io, [impl = impl_, peer = op_->peer] {
         impl->watch(peer);

@@ -13,7 +13,8 @@
 // leave it to them (backends/common/inline_schedule.h, shared with the TCP group). Both ways
 // post the same nonblocking calls, so the ranks' calls always match, whichever thread made them.
 // send/recv post MPI_Isend/MPI_Irecv in issue order on the group's own point-to-point
-// communicator (the user tag is the MPI tag) and are tested alongside: a recv waiting for a peer never blocks the collectives behind it.
+// communicator (the user tag is the MPI tag) and are tested alongside: a recv waiting for a peer
+// never blocks the collectives behind it.
 //
 // Reductions: every reduce op is a user-defined, commutative MPI_Op over per-dtype contiguous
 // datatypes that calls algorithms::reduce_into, so the arithmetic is exactly the TCP
@@ -468,17 +469,16 @@ class ProcessGroupMPI final : public ProcessGroup,
     checks_.count(kOp, "inputs", inputs.size());
     for (const auto& t : inputs) checks_.like(t, output, kOp, "an input");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
-    return enqueue(
-        kOp, backends::Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()),
-        opts.timeout,
-        [this, output, inputs, r = opts.reduce](const Comms& c, const Call& call) {
-          const std::size_t block = output.nbytes();
-          Tensor all = scratch_bytes(block * inputs.size());
-          for (std::size_t q = 0; q < inputs.size(); ++q) {
-            if (block > 0) std::memcpy(bytes(all) + q * block, bytes(inputs[q]), block);
-          }
-          return start_reduce_scatter(c, call, all, output, r);
-        });
+    return enqueue(kOp, backends::Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()),
+                   opts.timeout,
+                   [this, output, inputs, r = opts.reduce](const Comms& c, const Call& call) {
+                     const std::size_t block = output.nbytes();
+                     Tensor all = scratch_bytes(block * inputs.size());
+                     for (std::size_t q = 0; q < inputs.size(); ++q) {
+                       if (block > 0) std::memcpy(bytes(all) + q * block, bytes(inputs[q]), block);
+                     }
+                     return start_reduce_scatter(c, call, all, output, r);
+                   });
   }
 
   std::shared_ptr<Work> reduce_scatter_tensor(Tensor output, Tensor input,
@@ -531,8 +531,7 @@ class ProcessGroupMPI final : public ProcessGroup,
     checks_.root_list(kOp, opts.root, outputs, input, "outputs");
     return enqueue(
         kOp, backends::Fingerprint::of(kOp, input, std::nullopt, opts.root, input.numel()),
-        opts.timeout,
-        [this, outputs, input, root = opts.root](const Comms& c, const Call& call) {
+        opts.timeout, [this, outputs, input, root = opts.root](const Comms& c, const Call& call) {
           const std::size_t block = input.nbytes();
           Tensor all = rank() == root ? scratch_bytes(block * outputs.size()) : Tensor();
           Started s;
@@ -557,8 +556,7 @@ class ProcessGroupMPI final : public ProcessGroup,
     checks_.root_list(kOp, opts.root, inputs, output, "inputs");
     return enqueue(
         kOp, backends::Fingerprint::of(kOp, output, std::nullopt, opts.root, output.numel()),
-        opts.timeout,
-        [this, output, inputs, root = opts.root](const Comms& c, const Call& call) {
+        opts.timeout, [this, output, inputs, root = opts.root](const Comms& c, const Call& call) {
           const std::size_t block = output.nbytes();
           Tensor all;
           if (rank() == root) {
@@ -1071,7 +1069,7 @@ class ProcessGroupMPI final : public ProcessGroup,
   // Inline collectives (run_inline) and the worker's part in them; GUARDED_BY(mu_).
   backends::InlineSchedule schedule_{!runtime().serialized && !detail_ &&
                                      backends::inline_from_env()};
-  bool coll_running_ = false;  // a collective is in flight, the worker's or inline
+  bool coll_running_ = false;      // a collective is in flight, the worker's or inline
   std::optional<Active> adopted_;  // started by a waiter that stopped waiting
   std::thread worker_;
 };
