@@ -43,8 +43,10 @@ void dispatch_dtype(DType t, F&& f, bool with_bool = false) {
   C10D_THROW(InvalidArgument, "no kernel for dtype {}", dtype_name(t));
 }
 
-// Elements per tile of a fused kernel: a few registers of this size stay in L1/L2.
-inline constexpr std::int64_t kTile = 1024;
+// Elements per tile of a fused kernel: a few registers of this size stay in L1. With AVX2,
+// tanh(x*x+1)*0.5 over 16M floats ran fastest at 512 (10.5 ms; 11.5 at 1024, 16.5 at 2048,
+// 14.2 at 128, where dispatching each instruction per tile starts to show).
+inline constexpr std::int64_t kTile = 512;
 
 struct Buf {
   std::shared_ptr<Storage> storage;
