@@ -79,12 +79,73 @@ using Clock = std::chrono::steady_clock;
 
 // ---- MPI runtime: initialization, the serialization mutex, datatypes and reduce ops ----
 
+// libnbc, Open MPI's nonblocking collectives, runs every in-place MPI_Iallreduce on fewer than
+// 4 ranks, whatever its size, as a binomial reduce followed by a broadcast: at 16 MiB on 2 ranks
+// 2.2x slower than MPI_Allreduce. Its algorithm is the MCA variable
+// coll_libnbc_iallreduce_algorithm, which the MPI tool interface (MPI_T) can set between calls,
+// so each all_reduce sets it first: recursive doubling (log2 p rounds) below 64 KiB, the ring
+// (bandwidth-optimal) from 64 KiB up, where each measured fastest (docs/benchmarks.md). Left
+// alone when the user chose (the variable's environment variable, or a value not the default)
+// or when there is no such variable (another MPI, or Open MPI without libnbc).
+class NbcAllreduceChoice {
+ public:
+  static constexpr std::size_t kRingBytes = std::size_t{64} << 10;
+
+  // After MPI_Init.
+  void init() {
+    constexpr const char* kName = "coll_libnbc_iallreduce_algorithm";
+    if (std::getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm") != nullptr) return;
+    int provided = 0, index = 0, count = 0, value = -1;
+    if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return;
+    if (MPI_T_cvar_get_index(kName, &index) != MPI_SUCCESS ||
+        MPI_T_cvar_handle_alloc(index, nullptr, &handle_, &count) != MPI_SUCCESS) {
+      MPI_T_finalize();
+      return;
+    }
+    if (count == 1 && MPI_T_cvar_read(handle_, &value) == MPI_SUCCESS && value == 0) {
+      current_ = 0;
+      active_ = true;
+    } else {
+      MPI_T_cvar_handle_free(&handle_);
+      MPI_T_finalize();
+    }
+  }
+
+  // Sets the algorithm for an all_reduce of `bytes`; the lock returned is held while the caller
+  // posts the MPI_Iallreduce, so that another group's thread cannot change it in between.
+  std::unique_lock<std::mutex> select(std::size_t bytes) {
+    if (!active_) return {};
+    std::unique_lock lock(mu_);
+    if (!active_) return {};
+    const int want = bytes >= kRingBytes ? kRing : kRecursiveDoubling;
+    if (want != current_ && MPI_T_cvar_write(handle_, &want) == MPI_SUCCESS) current_ = want;
+    return lock;
+  }
+
+  // Before MPI_Finalize, when this process initialized MPI.
+  void shutdown() {
+    if (!active_) return;
+    std::lock_guard lock(mu_);
+    active_ = false;
+    MPI_T_cvar_handle_free(&handle_);
+    MPI_T_finalize();
+  }
+
+ private:
+  static constexpr int kRing = 1, kRecursiveDoubling = 4;  // libnbc's numbering
+  std::atomic<bool> active_{false};
+  MPI_T_cvar_handle handle_ = nullptr;
+  std::mutex mu_;
+  int current_ = 0;  // GUARDED_BY(mu_)
+};
+
 struct Runtime {
   bool serialized = false;  // provided == MPI_THREAD_SERIALIZED: lock every call
   std::mutex mu;            // taken around every MPI call when `serialized`
   MPI_Datatype types[kNumDTypes] = {};
   MPI_Op sum = MPI_OP_NULL, product = MPI_OP_NULL, min = MPI_OP_NULL, max = MPI_OP_NULL,
          band = MPI_OP_NULL, bor = MPI_OP_NULL, bxor = MPI_OP_NULL;
+  NbcAllreduceChoice allreduce_algorithm;
 };
 
 Runtime& runtime() {
@@ -135,6 +196,7 @@ void user_reduce(void* in, void* inout, int* len, MPI_Datatype* type) {
 }
 
 void finalize_at_exit() {
+  runtime().allreduce_algorithm.shutdown();
   if (!mpi_finalized()) MPI_Finalize();
 }
 
@@ -165,6 +227,7 @@ void ensure_runtime() {
                  provided);
     }
     rt.serialized = provided < MPI_THREAD_MULTIPLE;
+    rt.allreduce_algorithm.init();
     for (int d = 0; d < kNumDTypes; ++d) {
       const int bytes = static_cast<int>(element_size(static_cast<DType>(d)));
       throw_if_error(MPI_Type_contiguous(bytes, MPI_BYTE, &rt.types[d]), "MPI_Type_contiguous");
@@ -344,6 +407,7 @@ class ProcessGroupMPI final : public ProcessGroup,
             if (r.op == ReduceOp::kPremulSum) {
               algorithms::premul_in_place(t.dtype(), r.premul_factor, t.raw_data(), t.numel());
             }
+            const auto algorithm = runtime().allreduce_algorithm.select(t.nbytes());
             check(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), as_count(t.numel(), call),
                                  mpi_type(t.dtype()), mpi_op(r.op), c.coll, s.add()),
                   call, "MPI_Iallreduce");
