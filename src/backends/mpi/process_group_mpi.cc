@@ -86,7 +86,8 @@ using Clock = std::chrono::steady_clock;
 // so each all_reduce sets it first: recursive doubling (log2 p rounds) below 64 KiB, the ring
 // (bandwidth-optimal) from 64 KiB up, where each measured fastest (docs/benchmarks.md). Left
 // alone when the user chose (the variable's environment variable, or a value not the default)
-// or when there is no such variable (another MPI, or Open MPI without libnbc).
+// or when there is no such variable (another MPI, or Open MPI without libnbc). The variable is
+// the process's: a program that also calls MPI_Iallreduce itself gets the last choice made here.
 class NbcAllreduceChoice {
  public:
   static constexpr std::size_t kRingBytes = std::size_t{64} << 10;
