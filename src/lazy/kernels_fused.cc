@@ -3,9 +3,12 @@
 // space's shape, a gathered copy when it broadcasts, a prefilled tile for a constant), each
 // instruction computes its register with Eigen's vectorized array ops, registers that escape
 // are computed straight into their output buffer, and the optional reduction folds one
-// register into per-output accumulators. Sums accumulate float32 in float64 with a fixed
-// order (eight lanes per segment, segments split at tile boundaries), so eager and lazy runs,
-// which cut the same tiles, give the same bits.
+// register into per-output accumulators. When every instruction is a float32 op of
+// kernels_f32.h, a tile is computed in blocks of kF32Block elements instead (every instruction
+// on a block, then the next), so memory traffic overlaps the arithmetic as in one hand-written
+// loop. Sums accumulate float32 in float64 with a fixed order (eight lanes per segment,
+// segments split at tile boundaries), so eager and lazy runs, which cut the same tiles, give
+// the same bits.
 #include <Eigen/Core>
 #include <cmath>
 #include <cstring>
@@ -13,6 +16,7 @@
 
 #include "core/check.h"
 #include "lazy/kernels.h"
+#include "lazy/kernels_f32.h"
 
 namespace c10d::lazy {
 namespace {
@@ -71,6 +75,11 @@ void eval_pow(Arr<T> o, Arr<T> a, double e) {
 
 // Computes one instruction over `n` elements into `out`.
 void eval(const TileInstr& ins, void* const* regs, void* out, std::int64_t n) {
+  if (const F32Step f = f32_step(ins); f.kernels.span != nullptr) {
+    const float* b = f.b < 0 ? nullptr : static_cast<const float*>(regs[f.b]);
+    f.kernels.span(static_cast<const float*>(regs[f.a]), b, f.imm, static_cast<float*>(out), n);
+    return;
+  }
   const auto len = static_cast<Eigen::Index>(n);
   auto arr = [&](auto tag, int r) {
     using T = decltype(tag);
@@ -391,6 +400,12 @@ void run_tiles(const FusedKernel& k, std::vector<Buf>& bufs, Reducer<T, Acc>* re
       }
     }
   }
+  std::vector<F32Step> f32(k.instrs.size());
+  bool all_f32 = true;
+  for (std::size_t j = 0; j < k.instrs.size(); ++j) {
+    f32[j] = f32_step(k.instrs[j]);
+    all_f32 = all_f32 && f32[j].kernels.span != nullptr;
+  }
   for (std::int64_t start = 0; start < k.numel; start += kTile) {
     const std::int64_t n = std::min(kTile, k.numel - start);
     for (std::size_t i = 0; i < n_in; ++i) {
@@ -405,12 +420,15 @@ void run_tiles(const FusedKernel& k, std::vector<Buf>& bufs, Reducer<T, Acc>* re
     }
     for (std::size_t j = 0; j < k.instrs.size(); ++j) {
       const std::size_t r = n_in + j;
-      const TileInstr& ins = k.instrs[j];
-      void* out = store_base[r] != nullptr
-                      ? store_base[r] + static_cast<std::size_t>(start) * element_size(ins.dtype)
-                      : reg_scratch(r);
-      eval(ins, regs.data(), out, n);
-      regs[r] = out;
+      regs[r] = store_base[r] != nullptr ? store_base[r] + static_cast<std::size_t>(start) *
+                                                               element_size(k.instrs[j].dtype)
+                                         : reg_scratch(r);
+    }
+    if (all_f32) {
+      run_f32_chain(f32, regs.data(), n_in, n);
+    } else {
+      for (std::size_t j = 0; j < k.instrs.size(); ++j)
+        eval(k.instrs[j], regs.data(), regs[n_in + j], n);
     }
     if (reducer != nullptr) {
       reducer->add(static_cast<const T*>(regs[static_cast<std::size_t>(k.reduce_reg)]), start, n);
