@@ -24,9 +24,11 @@
 
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "c10d/errors.h"
 #include "nccl_sweep.h"
@@ -163,9 +165,19 @@ class MpiBackend : public c10d::bench::SweepBackend {
   int count_ = 0;
 };
 
-// MPI_Init and MPI_Finalize around main's body.
+// MPI_Init and MPI_Finalize around main's body. C10D_REF_THREAD_MULTIPLE=1 initializes with
+// MPI_THREAD_MULTIPLE, the level c10d's MPI backend asks for, under which Open MPI takes locks
+// in every call: bench/compare_mpi.py --backend mpi compares against both.
 struct MpiSession {
-  MpiSession(int* argc, char*** argv) { MPI_Init(argc, argv); }
+  MpiSession(int* argc, char*** argv) {
+    const char* multiple = std::getenv("C10D_REF_THREAD_MULTIPLE");
+    if (multiple != nullptr && std::string_view(multiple) == "1") {
+      int provided = 0;
+      MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    } else {
+      MPI_Init(argc, argv);
+    }
+  }
   ~MpiSession() { MPI_Finalize(); }
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;

@@ -8,6 +8,11 @@
 //   mismatch        with C10D_DEBUG=DETAIL: rank 1 calls broadcast while the others call
 //                   all_reduce; every rank prints "MISMATCH <message>" and exits 3.
 //   ok              20 all_reduces, checked; prints "OK" and exits 0.
+//   stall           (MPI backend, blocking collectives) rank 0 calls all_reduce with a 2 s
+//                   timeout that rank 1 never joins: wait(100 ms) must throw TimeoutError
+//                   ("WAITER_TIMEOUT") while the worker runs the blocking call, then the
+//                   watchdog must end the job at the op's deadline. No rank may get further
+//                   ("UNEXPECTED").
 // Any other outcome prints "UNEXPECTED ..." and exits 1. Every wait is bounded (30 s).
 #include <fmt/format.h>
 #include <signal.h>
@@ -47,6 +52,29 @@ int run(const std::string& scenario, int victim) {
     fmt::print("UNEXPECTED: the mismatched collective succeeded\n");
     return 1;
   }
+  if (scenario == "stall") {
+    if (rank != 0) {
+      std::this_thread::sleep_for(30s);  // the job is aborted long before
+      fmt::print("UNEXPECTED: rank {} was not stopped\n", rank);
+      return 1;
+    }
+    auto work = pg->all_reduce({t}, {.timeout = 2000ms});
+    try {
+      work->wait(100ms);
+      fmt::print("UNEXPECTED: the all_reduce finished without rank 1\n");
+      return 1;
+    } catch (const c10d::TimeoutError&) {
+      fmt::print("WAITER_TIMEOUT\n");
+      std::fflush(stdout);
+    }
+    try {
+      work->wait(30s);
+      fmt::print("UNEXPECTED: the all_reduce finished without rank 1\n");
+    } catch (const c10d::Error& e) {
+      fmt::print("UNEXPECTED: {}\n", e.what());
+    }
+    return 1;
+  }
   for (int i = 0; i < 200; ++i) {
     float* d = t.data<float>();
     for (std::int64_t j = 0; j < t.numel(); ++j) d[j] = 1.0f;
@@ -82,7 +110,7 @@ int run(const std::string& scenario, int victim) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: pg_fault_child kill VICTIM | mismatch | ok\n");
+    std::fprintf(stderr, "usage: pg_fault_child kill VICTIM | mismatch | ok | stall\n");
     return 2;
   }
   try {

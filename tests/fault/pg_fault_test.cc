@@ -170,6 +170,30 @@ TEST(ProcessGroupFaultTest, MismatchedCollectivesUnderDetailFailOnEveryMpiRank) 
             std::string::npos)
       << out;
 }
+
+// Blocking MPI collectives (the default) cannot be cancelled: a waiter with a short wait gets
+// its TimeoutError while the worker stays in MPI, and at the op's own deadline the watchdog
+// names the op and aborts the whole job instead of leaving it hanging.
+TEST(ProcessGroupFaultTest, BlockingMpiCollectivePastItsDeadlineAbortsTheJob) {
+  TempDir dir;
+  ChildProcess mpirun({C10D_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", "2",
+                       child_path(), "stall"},
+                      {{"C10D_BACKEND", "mpi"}}, dir.path(), "mpirun");
+  const auto started = std::chrono::steady_clock::now();
+  const auto exit = mpirun.wait(started + 60s);
+  const auto seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_FALSE(exit.timed_out) << mpirun.describe();
+  EXPECT_NE(exit.code, 0) << mpirun.describe();
+  EXPECT_LT(seconds, 20.0) << "rank 1 sleeps 30 s unless the job is aborted";
+  const std::string all = mpirun.out() + mpirun.err();
+  EXPECT_NE(all.find("WAITER_TIMEOUT"), std::string::npos) << all;
+  EXPECT_EQ(all.find("UNEXPECTED"), std::string::npos) << all;
+  EXPECT_NE(all.find("rank 0: all_reduce #0 (MPI group world) did not finish within its timeout "
+                     "inside a blocking MPI call"),
+            std::string::npos)
+      << all;
+}
 #endif
 
 }  // namespace

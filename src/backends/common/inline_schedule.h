@@ -52,6 +52,17 @@ class InlineSchedule {
     kStartable,  // a collective that may start now
   };
 
+  // Whether a waiter whose wait ends at `wait_deadline` waits long enough to run an op with
+  // `timeout` itself: at least as long as the op's own timeout, less kSlack. (The TCP group then
+  // gives the op the earlier of the two deadlines; the MPI group's blocking calls cannot stop
+  // early, so it runs them only for such waiters.)
+  static constexpr auto kSlack = std::chrono::seconds(1);
+  template <typename Duration>
+  static bool waits_long_enough(Clock::time_point now, Clock::time_point wait_deadline,
+                                Duration timeout) {
+    return wait_deadline + kSlack >= now + timeout;
+  }
+
   explicit InlineSchedule(bool enabled) : enabled_(enabled), predict_(enabled) {}
 
   bool enabled() const { return enabled_; }

@@ -153,10 +153,6 @@ std::uint32_t child_group_id(std::uint32_t parent, std::uint32_t index) {
   return 1 + static_cast<std::uint32_t>(z % (transport::kMaxGroups - 1));
 }
 
-// A waiter runs its collective only if it waits at least this close to the op's own timeout;
-// the op's deadline is then the earlier of the two (see run_inline).
-constexpr auto kInlineSlack = std::chrono::seconds(1);
-
 class TransportProcessGroup final : public ProcessGroup,
                                     public std::enable_shared_from_this<TransportProcessGroup> {
  public:
@@ -544,7 +540,8 @@ class TransportProcessGroup final : public ProcessGroup,
     {
       std::lock_guard lock(mu_);
       const auto may_take = [&](const PendingOp& p) {
-        return !running_ && !stopping_ && wait_deadline + kInlineSlack >= Clock::now() + p.timeout;
+        return !running_ && !stopping_ &&
+               InlineSchedule::waits_long_enough(Clock::now(), wait_deadline, p.timeout);
       };
       switch (schedule_.waiter_choice(queue_, w, may_take, wake)) {
         case InlineSchedule::Choice::kGone:

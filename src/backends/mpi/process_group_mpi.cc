@@ -4,14 +4,28 @@
 // Contract, as the TCP group (backends/common/transport_process_group.cc): each call checks
 // its arguments on the caller's thread (InvalidArgument at once, nothing queued), takes the
 // group's next sequence number (collectives and point-to-point count apart) and queues the op;
-// ops start in issue order. Every collective is a nonblocking MPI collective (MPI_Iallreduce,
-// MPI_Ibcast, ...) tested until it completes or its deadline passes, so a timeout or abort()
-// ends an op instead of hanging in MPI. At most one collective is in flight per group. Who
-// starts and tests a collective: the thread that waits for it, when it is next to start
-// (run_inline: no thread hand-off, which costs more than a small collective here), or else the
-// group's worker thread; while callers wait at once the worker holds a collective back 1 ms to
-// leave it to them (backends/common/inline_schedule.h, shared with the TCP group). Both ways
-// post the same nonblocking calls, so the ranks' calls always match, whichever thread made them.
+// ops start in issue order, at most one collective in flight per group. Who runs a collective:
+// the thread that waits for it, when it is next to start (run_inline: no thread hand-off, which
+// costs more than a small collective here), or else the group's worker thread; while callers
+// wait at once the worker holds a collective back 1 ms to leave it to them
+// (backends/common/inline_schedule.h, shared with the TCP group).
+//
+// How a collective is called (Comms::blocking, C10D_MPI_BLOCKING):
+//  - blocking (the default): the blocking MPI function (MPI_Allreduce, MPI_Bcast, ...), which is
+//    what raw MPI programs call and Open MPI's fastest path (its nonblocking collectives, libnbc,
+//    are a schedule interpreter: measured up to 1.8x slower over TCP, docs/benchmarks.md). A
+//    waiter runs one only if it waits as long as the op's timeout (a blocking call cannot be
+//    handed over midway); other waiters leave it to the worker and may time out themselves
+//    (TimeoutError) while it runs. MPI cannot cancel a collective, so a call still running at
+//    the op's deadline ends the job: a DeadlineWatchdog logs the op and calls MPI_Abort, and
+//    mpirun stops every rank. abort() fails the group's queued ops but cannot stop a call in
+//    MPI; the destructor then waits for it (at most until its deadline).
+//  - nonblocking (C10D_MPI_BLOCKING=0): the nonblocking twin (MPI_Iallreduce, ...) tested until
+//    it completes or its deadline passes, so a timeout or abort() fails the op (TimeoutError)
+//    and the group instead of the job; a waiter whose own deadline comes first hands the started
+//    op to the worker (adopted_).
+// Every rank must choose alike (MPI never matches a blocking collective with a nonblocking one);
+// the thread that calls never matters. Under MPI_THREAD_SERIALIZED collectives are nonblocking.
 // send/recv post MPI_Isend/MPI_Irecv in issue order on the group's own point-to-point
 // communicator (the user tag is the MPI tag) and are tested alongside: a recv waiting for a peer
 // never blocks the collectives behind it.
@@ -32,7 +46,7 @@
 // Failure: an MPI error or a timeout fails the op and marks the group failed: every pending and
 // later op fails with that error. MPI cannot cancel a collective, so an op abandoned on timeout
 // or abort() keeps its buffers (and scratch) alive for the rest of the process. abort() never
-// calls MPI_Abort: it only fails this group's ops.
+// calls MPI_Abort: it only fails this group's ops (the watchdog above is the one caller).
 //
 // MPI lifetime: the first group initializes MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE)
 // unless the program already did; MPI_Finalize then runs at exit (atexit), only if we
@@ -40,7 +54,8 @@
 // process-wide mutex; below SERIALIZED the backend refuses (Unsupported).
 //
 // Threads: the caller's threads check, queue, (new_group only) split communicators, and run
-// the collectives they wait for (above); one worker per group runs every other MPI call.
+// the collectives they wait for (above); one worker per group runs every other MPI call; with
+// blocking collectives, one watchdog thread per group (deadline_watchdog.h).
 // Thread-safety: every method may be called from any thread. Lifetime: the destructor fails pending
 // ops with an Error and joins the worker.
 #include <mpi.h>
@@ -68,9 +83,11 @@
 #include "backends/common/fingerprint.h"
 #include "backends/common/inline_schedule.h"
 #include "backends/common/op_checks.h"
+#include "backends/mpi/deadline_watchdog.h"
 #include "c10d/errors.h"
 #include "c10d/init.h"
 #include "core/check.h"
+#include "core/logging.h"
 
 namespace c10d {
 namespace {
@@ -205,6 +222,30 @@ void throw_if_error(int rc, std::string_view what) {
   if (rc != MPI_SUCCESS) C10D_THROW(NetworkError, "{} failed: {}", what, mpi_error_text(rc));
 }
 
+// MPI's predefined datatype for a dtype, or MPI_DATATYPE_NULL (float16, bfloat16).
+MPI_Datatype predefined_type(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return MPI_FLOAT;
+    case DType::kFloat64:
+      return MPI_DOUBLE;
+    case DType::kInt8:
+      return MPI_INT8_T;
+    case DType::kUInt8:
+      return MPI_UINT8_T;
+    case DType::kInt32:
+      return MPI_INT32_T;
+    case DType::kInt64:
+      return MPI_INT64_T;
+    case DType::kBool:
+      return MPI_C_BOOL;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      break;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
 // Initializes MPI once per process (unless the program did) and creates the datatypes and ops.
 void ensure_runtime() {
   static std::once_flag once;
@@ -230,7 +271,18 @@ void ensure_runtime() {
     rt.serialized = provided < MPI_THREAD_MULTIPLE;
     rt.allreduce_algorithm.init();
     for (int d = 0; d < kNumDTypes; ++d) {
+      // MPI's own datatype where it has one of the same size: Open MPI packs a derived
+      // datatype through its general convertor, which cost an all_reduce of 64 KiB about 1 µs
+      // over MPI_FLOAT. float16 and bfloat16 (and any type whose size differs) are contiguous
+      // bytes. Either way the reduction is ours (user_reduce finds the dtype by its datatype).
       const int bytes = static_cast<int>(element_size(static_cast<DType>(d)));
+      const MPI_Datatype own = predefined_type(static_cast<DType>(d));
+      int own_bytes = 0;
+      if (own != MPI_DATATYPE_NULL && MPI_Type_size(own, &own_bytes) == MPI_SUCCESS &&
+          own_bytes == bytes) {
+        rt.types[d] = own;
+        continue;
+      }
       throw_if_error(MPI_Type_contiguous(bytes, MPI_BYTE, &rt.types[d]), "MPI_Type_contiguous");
       throw_if_error(MPI_Type_commit(&rt.types[d]), "MPI_Type_commit");
     }
@@ -315,11 +367,26 @@ struct Started {
   bool is_recv = false;
 };
 
-// The communicators an op runs on.
+// The communicators an op runs on, and how its collectives are called.
 struct Comms {
   MPI_Comm coll = MPI_COMM_NULL;
   MPI_Comm p2p = MPI_COMM_NULL;
+  bool blocking = false;  // blocking MPI collectives (blocking_from_env)
 };
+
+// Whether collectives are blocking MPI calls: C10D_MPI_BLOCKING, default on ("0" turns it off).
+bool blocking_from_env() {
+  const char* v = std::getenv("C10D_MPI_BLOCKING");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
+// Calls one collective: the blocking MPI function when the group's collectives block
+// (Comms::blocking), else its nonblocking twin, whose request joins the Started `s`. A failure is
+// a NetworkError naming the op and the MPI function. The two functions take the same arguments
+// but the nonblocking one's trailing request.
+#define C10D_MPI_COLLECTIVE(c, s, call, blocking_fn, nonblocking_fn, ...)                       \
+  check((c).blocking ? blocking_fn(__VA_ARGS__) : nonblocking_fn(__VA_ARGS__, (s).add()), call, \
+        (c).blocking ? #blocking_fn : #nonblocking_fn)
 
 struct PendingOp {
   std::shared_ptr<Work> work;
@@ -366,6 +433,19 @@ class ProcessGroupMPI final : public ProcessGroup,
       throw_if_error(MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN),
                      "MPI_Comm_set_errhandler");
     }
+    // Blocking collectives need MPI_THREAD_MULTIPLE: under the SERIALIZED lock one group's call
+    // that waits for a late peer would stall every other group's MPI calls.
+    comms_.blocking = blocking_from_env() && !runtime().serialized;
+    if (comms_.blocking) {
+      watchdog_.emplace(mu_, [](const std::string& what) {
+        C10D_LOG_ERROR(
+            "{} did not finish within its timeout inside a blocking MPI call, and MPI cannot "
+            "cancel a collective: aborting the job (MPI_Abort). C10D_MPI_BLOCKING=0 runs "
+            "collectives as nonblocking calls, whose timeouts throw TimeoutError instead",
+            what);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      });
+    }
     worker_ = std::thread([this] { work_loop(); });
   }
 
@@ -408,10 +488,12 @@ class ProcessGroupMPI final : public ProcessGroup,
             if (r.op == ReduceOp::kPremulSum) {
               algorithms::premul_in_place(t.dtype(), r.premul_factor, t.raw_data(), t.numel());
             }
-            const auto algorithm = runtime().allreduce_algorithm.select(t.nbytes());
-            check(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), as_count(t.numel(), call),
-                                 mpi_type(t.dtype()), mpi_op(r.op), c.coll, s.add()),
-                  call, "MPI_Iallreduce");
+            // libnbc's algorithm, for the nonblocking call only.
+            const auto algorithm = c.blocking ? std::unique_lock<std::mutex>()
+                                              : runtime().allreduce_algorithm.select(t.nbytes());
+            C10D_MPI_COLLECTIVE(c, s, call, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE,
+                                t.raw_data(), as_count(t.numel(), call), mpi_type(t.dtype()),
+                                mpi_op(r.op), c.coll);
           }
           s.finish = [tensors, r, n = size()] {
             if (r.op == ReduceOp::kAvg) {
@@ -434,9 +516,8 @@ class ProcessGroupMPI final : public ProcessGroup,
         opts.timeout, [this, tensors, root = opts.root](const Comms& c, const Call& call) {
           Started s;
           for (const auto& t : tensors) {
-            check(MPI_Ibcast(t.raw_data(), as_count(t.numel(), call), mpi_type(t.dtype()), root,
-                             c.coll, s.add()),
-                  call, "MPI_Ibcast");
+            C10D_MPI_COLLECTIVE(c, s, call, MPI_Bcast, MPI_Ibcast, t.raw_data(),
+                                as_count(t.numel(), call), mpi_type(t.dtype()), root, c.coll);
           }
           s.finish = [tensors] { return tensors; };
           return s;
@@ -458,10 +539,10 @@ class ProcessGroupMPI final : public ProcessGroup,
           }
           const bool root = rank() == opts.root;
           Started s;
-          check(MPI_Ireduce(root ? MPI_IN_PLACE : tensor.raw_data(),
-                            root ? tensor.raw_data() : nullptr, as_count(tensor.numel(), call),
-                            mpi_type(tensor.dtype()), mpi_op(r.op), opts.root, c.coll, s.add()),
-                call, "MPI_Ireduce");
+          C10D_MPI_COLLECTIVE(c, s, call, MPI_Reduce, MPI_Ireduce,
+                              root ? MPI_IN_PLACE : tensor.raw_data(),
+                              root ? tensor.raw_data() : nullptr, as_count(tensor.numel(), call),
+                              mpi_type(tensor.dtype()), mpi_op(r.op), opts.root, c.coll);
           s.finish = [tensor, r, root, n = size()] {
             if (root && r.op == ReduceOp::kAvg) {
               algorithms::finish_average(tensor.dtype(), tensor.raw_data(), tensor.numel(), n);
@@ -478,23 +559,23 @@ class ProcessGroupMPI final : public ProcessGroup,
     checks_.defined(input, kOp, "the input");
     checks_.count(kOp, "outputs", outputs.size());
     for (const auto& t : outputs) checks_.like(t, input, kOp, "an output");
-    return enqueue(
-        kOp, backends::Fingerprint::of(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
-        [this, outputs, input](const Comms& c, const Call& call) {
-          const std::size_t block = input.nbytes();
-          Tensor all = scratch_bytes(block * outputs.size());
-          Started s;
-          check(MPI_Iallgather(input.raw_data(), as_count(block, call), MPI_BYTE, all.raw_data(),
-                               as_count(block, call), MPI_BYTE, c.coll, s.add()),
-                call, "MPI_Iallgather");
-          s.finish = [outputs, all, block] {
-            for (std::size_t r = 0; r < outputs.size(); ++r) {
-              if (block > 0) std::memcpy(bytes(outputs[r]), bytes(all) + r * block, block);
-            }
-            return outputs;
-          };
-          return s;
-        });
+    return enqueue(kOp, backends::Fingerprint::of(kOp, input, std::nullopt, -1, input.numel()),
+                   opts.timeout, [this, outputs, input](const Comms& c, const Call& call) {
+                     const std::size_t block = input.nbytes();
+                     Tensor all = scratch_bytes(block * outputs.size());
+                     Started s;
+                     C10D_MPI_COLLECTIVE(c, s, call, MPI_Allgather, MPI_Iallgather,
+                                         input.raw_data(), as_count(block, call), MPI_BYTE,
+                                         all.raw_data(), as_count(block, call), MPI_BYTE, c.coll);
+                     s.finish = [outputs, all, block] {
+                       for (std::size_t r = 0; r < outputs.size(); ++r) {
+                         if (block > 0)
+                           std::memcpy(bytes(outputs[r]), bytes(all) + r * block, block);
+                       }
+                       return outputs;
+                     };
+                     return s;
+                   });
   }
 
   std::shared_ptr<Work> all_gather_into_tensor(Tensor output, Tensor input,
@@ -519,9 +600,9 @@ class ProcessGroupMPI final : public ProcessGroup,
             send = copy.raw_data();
           }
           Started s;
-          check(MPI_Iallgather(send, as_count(block, call), MPI_BYTE, out, as_count(block, call),
-                               MPI_BYTE, c.coll, s.add()),
-                call, "MPI_Iallgather");
+          C10D_MPI_COLLECTIVE(c, s, call, MPI_Allgather, MPI_Iallgather, send,
+                              as_count(block, call), MPI_BYTE, out, as_count(block, call), MPI_BYTE,
+                              c.coll);
           s.finish = [output, copy] { return std::vector<Tensor>{output}; };
           return s;
         });
@@ -577,10 +658,9 @@ class ProcessGroupMPI final : public ProcessGroup,
         kOp, backends::Fingerprint::of(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1),
         opts.timeout, [=, this](const Comms& c, const Call& call) {
           Started s;
-          check(MPI_Ialltoallv(input.raw_data(), send_counts.data(), send_offsets.data(), MPI_BYTE,
-                               output.raw_data(), recv_counts.data(), recv_offsets.data(), MPI_BYTE,
-                               c.coll, s.add()),
-                call, "MPI_Ialltoallv");
+          C10D_MPI_COLLECTIVE(c, s, call, MPI_Alltoallv, MPI_Ialltoallv, input.raw_data(),
+                              send_counts.data(), send_offsets.data(), MPI_BYTE, output.raw_data(),
+                              recv_counts.data(), recv_offsets.data(), MPI_BYTE, c.coll);
           // The count and offset arrays must live until the request completes.
           s.finish = [output, send_counts, send_offsets, recv_counts, recv_offsets] {
             return std::vector<Tensor>{output};
@@ -600,10 +680,10 @@ class ProcessGroupMPI final : public ProcessGroup,
           const std::size_t block = input.nbytes();
           Tensor all = rank() == root ? scratch_bytes(block * outputs.size()) : Tensor();
           Started s;
-          check(MPI_Igather(input.raw_data(), as_count(block, call), MPI_BYTE,
-                            all.defined() ? all.raw_data() : nullptr, as_count(block, call),
-                            MPI_BYTE, root, c.coll, s.add()),
-                call, "MPI_Igather");
+          C10D_MPI_COLLECTIVE(c, s, call, MPI_Gather, MPI_Igather, input.raw_data(),
+                              as_count(block, call), MPI_BYTE,
+                              all.defined() ? all.raw_data() : nullptr, as_count(block, call),
+                              MPI_BYTE, root, c.coll);
           s.finish = [outputs, all, block] {
             for (std::size_t r = 0; r < outputs.size(); ++r) {
               if (block > 0) std::memcpy(bytes(outputs[r]), bytes(all) + r * block, block);
@@ -631,10 +711,10 @@ class ProcessGroupMPI final : public ProcessGroup,
             }
           }
           Started s;
-          check(MPI_Iscatter(all.defined() ? all.raw_data() : nullptr, as_count(block, call),
-                             MPI_BYTE, output.raw_data(), as_count(block, call), MPI_BYTE, root,
-                             c.coll, s.add()),
-                call, "MPI_Iscatter");
+          C10D_MPI_COLLECTIVE(c, s, call, MPI_Scatter, MPI_Iscatter,
+                              all.defined() ? all.raw_data() : nullptr, as_count(block, call),
+                              MPI_BYTE, output.raw_data(), as_count(block, call), MPI_BYTE, root,
+                              c.coll);
           s.finish = [output, all] { return std::vector<Tensor>{output}; };
           return s;
         });
@@ -644,7 +724,7 @@ class ProcessGroupMPI final : public ProcessGroup,
     return enqueue("barrier", backends::Fingerprint{}, opts.timeout,
                    [this](const Comms& c, const Call& call) {
                      Started s;
-                     check(MPI_Ibarrier(c.coll, s.add()), call, "MPI_Ibarrier");
+                     C10D_MPI_COLLECTIVE(c, s, call, MPI_Barrier, MPI_Ibarrier, c.coll);
                      s.finish = [] { return std::vector<Tensor>{}; };
                      return s;
                    });
@@ -710,10 +790,9 @@ class ProcessGroupMPI final : public ProcessGroup,
       algorithms::premul_in_place(dtype, r.premul_factor, all.raw_data(), output.numel() * size());
     }
     Started s;
-    check(
-        MPI_Ireduce_scatter_block(all.raw_data(), output.raw_data(), as_count(output.numel(), call),
-                                  mpi_type(dtype), mpi_op(r.op), c.coll, s.add()),
-        call, "MPI_Ireduce_scatter_block");
+    C10D_MPI_COLLECTIVE(c, s, call, MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block,
+                        all.raw_data(), output.raw_data(), as_count(output.numel(), call),
+                        mpi_type(dtype), mpi_op(r.op), c.coll);
     s.finish = [output, all, r, n = size()] {
       if (r.op == ReduceOp::kAvg) {
         algorithms::finish_average(output.dtype(), output.raw_data(), output.numel(), n);
@@ -786,11 +865,19 @@ class ProcessGroupMPI final : public ProcessGroup,
   void run_inline(Work& w, Clock::time_point wait_deadline) {
     PendingOp op;
     bool wake = false;
+    bool wake_watchdog = false;
+    const Call call = describe(w);
+    const auto now = Clock::now();
+    Active a{nullptr, {}, {}};
     {
       std::lock_guard lock(mu_);
       // Ops ahead of it or one in flight: the worker runs it (InlineSchedule::waiter_choice).
-      const auto may_take = [&](const PendingOp&) {
-        return !coll_running_ && !failure_ && !stopping_;
+      // A blocking call cannot be handed to the worker midway, so only a waiter that waits as
+      // long as the op's own timeout runs one.
+      const auto may_take = [&](const PendingOp& p) {
+        return !coll_running_ && !failure_ && !stopping_ &&
+               (!comms_.blocking ||
+                backends::InlineSchedule::waits_long_enough(now, wait_deadline, p.timeout));
       };
       switch (schedule_.waiter_choice(queue_, w, may_take, wake)) {
         case backends::InlineSchedule::Choice::kGone:
@@ -799,6 +886,8 @@ class ProcessGroupMPI final : public ProcessGroup,
           op = std::move(queue_.front());
           queue_.pop_front();
           coll_running_ = true;
+          a = Active{op.work, {}, now + op.timeout};
+          if (comms_.blocking) wake_watchdog = watch_locked(a.deadline, call);
           break;
         case backends::InlineSchedule::Choice::kDecline:
           break;
@@ -808,17 +897,16 @@ class ProcessGroupMPI final : public ProcessGroup,
       if (wake) cv_.notify_all();
       return;
     }
-    const Call call = describe(w);
-    Active a{op.work, {}, Clock::now() + op.timeout};
+    if (wake_watchdog) watchdog_->wake();
     try {
       a.started = op.start(comms_, call);
       // The clock is read every kClockEvery tests: on these guests a read costs about as much
       // as an MPI_Testall (perf: clock_gettime took 15% of an 8-byte all_reduce loop).
       for (unsigned polls = 1; !test(a); ++polls) {
         if (polls % kClockEvery != 0) continue;
-        const auto now = Clock::now();
-        if (now >= a.deadline) C10D_THROW(TimeoutError, "{} timed out", call.str());
-        if (now >= wait_deadline) {
+        const auto tested = Clock::now();
+        if (tested >= a.deadline) C10D_THROW(TimeoutError, "{} timed out", call.str());
+        if (tested >= wait_deadline) {
           {
             std::lock_guard lock(mu_);
             adopted_ = std::move(a);
@@ -829,6 +917,7 @@ class ProcessGroupMPI final : public ProcessGroup,
       }
     } catch (...) {
       const auto error = std::current_exception();
+      unwatch();  // the call this thread watched failed (blocking) or is abandoned below
       if (!a.started.requests.empty()) give_up(a);
       fail(error);
       w.finish_with_error(error);
@@ -1047,9 +1136,16 @@ class ProcessGroupMPI final : public ProcessGroup,
               continue;
             }
           }
-          {
+          if (comms_.blocking && op.collective) {
+            std::lock_guard lock(mu_);
+            if (watch_locked(a.deadline, call)) watchdog_->wake();
+          }
+          try {
             MpiLock lock;
             a.started = op.start(comms_, call);
+          } catch (...) {
+            if (comms_.blocking && op.collective) unwatch();
+            throw;
           }
           if (op.collective) {
             coll = std::move(a);
@@ -1102,16 +1198,32 @@ class ProcessGroupMPI final : public ProcessGroup,
     }
   }
 
+  // Under mu_: watches the blocking collective about to start until collective_done() (the
+  // watchdog ends the job past `deadline`). `call` must live until then. True when the
+  // watchdog must be woken.
+  bool watch_locked(Clock::time_point deadline, const Call& call) {
+    return watchdog_->watch_locked(deadline, [&call] { return call.str(); });
+  }
+
   // How errors name an op: "rank 0: all_reduce #3 (MPI group world)".
   Call describe(const Work& w) const { return Call{rank(), &w, &name_}; }
 
   static constexpr unsigned kClockEvery = 16;
 
-  // The worker's collective ended: the next may start.
+  // The blocking collective this thread watched failed.
+  void unwatch() {
+    if (!watchdog_) return;
+    std::lock_guard lock(mu_);
+    watchdog_->unwatch_locked();
+  }
+
+  // The collective in flight ended (the worker's or a waiter's): the next may start.
   void collective_done() {
     std::lock_guard lock(mu_);
     coll_running_ = false;
-    schedule_.collective_done(Clock::now());
+    if (watchdog_) watchdog_->unwatch_locked();
+    // The next collective's grace starts now, if one is queued (else its enqueue starts it).
+    if (!queue_.empty()) schedule_.collective_done(Clock::now());
   }
 
   const backends::OpChecks checks_;
@@ -1136,6 +1248,8 @@ class ProcessGroupMPI final : public ProcessGroup,
                                      backends::inline_from_env()};
   bool coll_running_ = false;      // a collective is in flight, the worker's or inline
   std::optional<Active> adopted_;  // started by a waiter that stopped waiting
+  // Watches blocking collectives (comms_.blocking); destroyed after the worker is joined.
+  std::optional<mpi::DeadlineWatchdog> watchdog_;
   std::thread worker_;
 };
 

@@ -1,0 +1,62 @@
+// DeadlineWatchdog: ends the process when a call that cannot be interrupted outlives its
+// deadline. The MPI group runs its collectives as blocking MPI calls by default
+// (process_group_mpi.cc); MPI cannot cancel a collective, so a blocking call whose peer never
+// comes would hang its thread forever. The group watches each blocking call: when the deadline
+// passes before the call returns, the watchdog calls `expire` with the call's description (the
+// group logs it and calls MPI_Abort, which ends every rank of the job loudly instead of leaving
+// them hanging).
+//
+// One call is watched at a time (a group runs one collective at a time). The watch state is
+// guarded by the owner's mutex, so that the group arms and disarms it inside critical sections
+// it enters anyway: no lock, clock read or wake-up of its own per call. The watchdog thread
+// sleeps at most kTick at a time and is woken only for a deadline earlier than the end of its
+// current sleep.
+//
+// Threads: one thread of its own, started by the constructor and joined by the destructor
+// (which does not wait for a watched call: it stops watching). `expire` runs on that thread,
+// without the mutex. Lifetime: the mutex must outlive the watchdog.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace c10d::mpi {
+
+class DeadlineWatchdog {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // The longest the thread sleeps without looking (the watched call may have changed since).
+  static constexpr auto kTick = std::chrono::seconds(1);
+
+  DeadlineWatchdog(std::mutex& mu, std::function<void(const std::string&)> expire);
+  ~DeadlineWatchdog();
+  DeadlineWatchdog(const DeadlineWatchdog&) = delete;
+  DeadlineWatchdog& operator=(const DeadlineWatchdog&) = delete;
+
+  // Under the owner's mutex. Watches one call until unwatch_locked(); `describe` names it for
+  // `expire` and must stay valid until then. Returns whether the watchdog must be woken
+  // (wake() after releasing the mutex): the deadline comes before the end of its sleep.
+  [[nodiscard]] bool watch_locked(Clock::time_point deadline,
+                                  std::function<std::string()> describe);
+  void unwatch_locked();
+  void wake() { cv_.notify_all(); }
+
+ private:
+  void loop();
+
+  std::mutex& mu_;
+  const std::function<void(const std::string&)> expire_;
+  std::condition_variable cv_;             // waits on mu_
+  bool watching_ = false;                  // GUARDED_BY(mu_)
+  Clock::time_point deadline_{};           // GUARDED_BY(mu_)
+  std::function<std::string()> describe_;  // GUARDED_BY(mu_)
+  Clock::time_point sleeping_until_{};     // GUARDED_BY(mu_)
+  bool stop_ = false;                      // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace c10d::mpi
