@@ -12,7 +12,9 @@ Every configuration is run --runs times, alternating c10d and Open MPI so that d
 the machine hits both alike; each cell is the median over the runs. Open MPI runs twice per
 round: as shipped, and with glibc's mmap threshold pinned (MALLOC_MMAP_MAX_=0), since for
 buffers of 32 MiB and more Open MPI's all_reduce allocates and page-faults a fresh buffer on
-every call. Both are printed. A run with any wrong value aborts the script.
+every call. Both are printed. With --backend mpi the second reference run is instead initialized
+with MPI_THREAD_MULTIPLE (C10D_REF_THREAD_MULTIPLE=1), the thread level the MPI backend asks for.
+A run with any wrong value aborts the script.
 
 Both programs run with -z 1: every call is waited for before the next is issued, as a program
 calling MPI_Allreduce (or all_reduce(...)->wait()) does.
@@ -51,7 +53,7 @@ def run(cmd, env=None):
         sys.exit(f"failed ({result.returncode}): {' '.join(cmd)}\n{result.stdout[-3000:]}")
 
 
-def sweep(build, world, collective, size, iters, backend, mmap_pinned=False, c10d_backend="tcp",
+def sweep(build, world, collective, size, iters, backend, variant=None, c10d_backend="tcp",
           btl="self,tcp"):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         # -z 1: c10d waits for each call before the next, as the reference's blocking MPI calls
@@ -62,8 +64,10 @@ def sweep(build, world, collective, size, iters, backend, mmap_pinned=False, c10
         mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world)]
         if btl != "default":
             mpirun += ["--mca", "btl", btl]
-        if mmap_pinned:
+        if variant == "pinned":
             mpirun += ["-x", "MALLOC_MMAP_MAX_=0", "-x", "MALLOC_TRIM_THRESHOLD_=4000000000"]
+        elif variant == "multiple":
+            mpirun += ["-x", "C10D_REF_THREAD_MULTIPLE=1"]
         if backend == "c10d" and c10d_backend == "tcp":
             cmd = [f"{build}/tools/c10drun", "--nproc-per-node", str(world),
                    f"{build}/bench/c10d-bench"] + flags
@@ -90,9 +94,14 @@ def main():
     parser.add_argument("--btl", default="self,tcp")
     args = parser.parse_args()
 
+    # The second reference run: for the TCP backend, Open MPI with glibc's mmap threshold pinned
+    # (see the module docstring); for the MPI backend, the reference initialized with
+    # MPI_THREAD_MULTIPLE, the level the backend asks for (Open MPI then locks in every call).
+    variant = "pinned" if args.backend == "tcp" else "multiple"
+    variant_label = "mmap pinned" if variant == "pinned" else "THREAD_MULTIPLE"
     print("| collective | ranks | size | c10d time (µs) | c10d busbw (GB/s) | Open MPI time (µs) "
-          "| Open MPI busbw | Open MPI, mmap pinned: time (µs) | busbw | c10d / Open MPI "
-          "| c10d / pinned |")
+          f"| Open MPI busbw | Open MPI, {variant_label}: time (µs) | busbw | c10d / Open MPI "
+          f"| c10d / {variant_label} |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for world in [int(w) for w in args.worlds.split(",")]:
         for collective, sizes, in_place in CASES[args.backend]:
@@ -100,11 +109,11 @@ def main():
                 # Latency rows run long enough for a steady state: 1000 calls of 2 us are 2 ms,
                 # which start-up effects (first touches, the worker's first choices) dominate.
                 iters = args.iters if size > 8 else max(args.iters, 10000)
-                cells = {"c10d": [], "mpi": [], "pinned": []}
+                cells = {"c10d": [], "mpi": [], "variant": []}
                 for _ in range(args.runs):
-                    for name, backend, pinned in (("c10d", "c10d", False), ("mpi", "mpi", False),
-                                                  ("pinned", "mpi", True)):
-                        rows = sweep(args.build, world, collective, size, iters, backend, pinned,
+                    for name, backend, v in (("c10d", "c10d", None), ("mpi", "mpi", None),
+                                             ("variant", "mpi", variant)):
+                        rows = sweep(args.build, world, collective, size, iters, backend, v,
                                      args.backend, args.btl)
                         cells[name].append(rows[in_place])
                 med = {k: (statistics.median(r["time_us"] for r in v),
@@ -112,16 +121,16 @@ def main():
                 # Small sizes compare times (lower is better), large ones bus bandwidth.
                 if size <= 8:
                     ratio = med["mpi"][0] / med["c10d"][0]
-                    ratio_pinned = med["pinned"][0] / med["c10d"][0]
+                    ratio_variant = med["variant"][0] / med["c10d"][0]
                 else:
                     ratio = med["c10d"][1] / med["mpi"][1]
-                    ratio_pinned = med["c10d"][1] / med["pinned"][1]
+                    ratio_variant = med["c10d"][1] / med["variant"][1]
                 label = (f"{size >> 20} MiB" if size >= 1 << 20 else
                          f"{size >> 10} KiB" if size >= 1 << 10 else f"{size} B")
                 print(f"| {collective} | {world} | {label} | {med['c10d'][0]:.1f} | "
                       f"{med['c10d'][1]:.2f} | {med['mpi'][0]:.1f} | {med['mpi'][1]:.2f} | "
-                      f"{med['pinned'][0]:.1f} | {med['pinned'][1]:.2f} | {ratio:.2f}x | "
-                      f"{ratio_pinned:.2f}x |", flush=True)
+                      f"{med['variant'][0]:.1f} | {med['variant'][1]:.2f} | {ratio:.2f}x | "
+                      f"{ratio_variant:.2f}x |", flush=True)
 
 
 if __name__ == "__main__":

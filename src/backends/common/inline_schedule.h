@@ -9,7 +9,8 @@
 // op. The schedule predicts which case holds:
 //  - predict on ("callers wait at once"): enqueuing a collective does not wake the worker; the
 //    worker leaves a startable collective to its waiter for kGrace, looking at the queue every
-//    kGrace until kPark passes without an enqueue (then it sleeps until an enqueue wakes it).
+//    kGrace (less often while every look finds nothing: kLookMax) until kPark passes without an
+//    enqueue (then it sleeps until an enqueue wakes it).
 //    A collective the worker starts after the grace (nobody waited for it) turns predict off.
 //  - predict off ("worker first"): enqueues wake the worker, which starts every op at once. A
 //    waiter that still finds its op next and nothing running takes it and turns predict on.
@@ -43,6 +44,12 @@ class InlineSchedule {
   static constexpr auto kGrace = std::chrono::milliseconds(1);
   // How long after the last enqueue the worker keeps looking before it sleeps until woken.
   static constexpr auto kPark = std::chrono::milliseconds(100);
+  // While its looks at an empty queue find nothing left for it (every collective was taken by
+  // its waiter), the worker looks half as often each time, down to every kLookMax: each look
+  // wakes a thread on a core the callers are using (measured: 0.3-0.5 µs of a 10 µs MPI
+  // all_reduce with a look every 1 ms). The first collective nobody waits for after such a run
+  // may then start up to kLookMax late; the worker's next start after a grace resets the pace.
+  static constexpr auto kLookMax = std::chrono::milliseconds(8);
 
   // What the idle worker finds at the front of its queue.
   enum class Front {
@@ -108,6 +115,7 @@ class InlineSchedule {
   // waiter's grace. Starting one after the grace turns the prediction off.
   bool worker_may_start(Clock::time_point now) {
     if (predict() && now < startable_since_ + kGrace) return false;
+    if (predict()) look_ = kGrace;  // nobody took it: look often again
     predict_.store(false, std::memory_order_relaxed);
     return true;
   }
@@ -133,7 +141,10 @@ class InlineSchedule {
           until = startable_since_ + kGrace;
           break;
         case Front::kEmpty:
-          if (predict() && now - last_enqueue_ < kPark) until = now + kGrace;
+          if (predict() && now - last_enqueue_ < kPark) {
+            until = now + look_;
+            look_ = std::min<Clock::duration>(look_ * 2, kLookMax);
+          }
           break;
       }
       worker_parked_ = !until;
@@ -152,6 +163,7 @@ class InlineSchedule {
   bool worker_parked_ = false;  // the worker sleeps until an enqueue wakes it
   Clock::time_point startable_since_{};
   Clock::time_point last_enqueue_{};
+  Clock::duration look_ = kGrace;  // the idle worker's next sleep at an empty queue (kLookMax)
 };
 
 }  // namespace c10d::backends
