@@ -1,4 +1,5 @@
-// Float32 span kernels on Eigen's packets (8 lanes with AVX2, 16 with AVX-512). See
+// Float32 span kernels on Eigen's packets of the build's instruction set (8 lanes at
+// x86-64-v3), and the choice of the AVX-512 transcendentals of kernels_f32_avx512.cc. See
 // kernels_f32.h for why they exist and what they promise.
 #include "lazy/kernels_f32.h"
 
@@ -6,8 +7,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "lazy/kernels.h"
+
 namespace c10d::lazy {
 namespace {
+
+static_assert(kTile % kF32Block == 0, "a tile is a whole number of blocks");
 
 namespace ei = Eigen::internal;
 using P = ei::packet_traits<float>::type;
@@ -136,7 +141,24 @@ F32Kernels binary_kernels(const TileInstr& ins) {
 
 }  // namespace
 
-F32Kernels f32_kernels(const TileInstr& ins) {
+F32Isa f32_isa() {
+#ifdef C10D_F32_AVX512
+  // __builtin_cpu_supports also checks that the OS saves the AVX-512 registers (XCR0).
+  static const F32Isa isa = [] {
+    __builtin_cpu_init();
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    return avx512 ? F32Isa::kAvx512 : F32Isa::kBuild;
+  }();
+  return isa;
+#else
+  return F32Isa::kBuild;
+#endif
+}
+
+F32Kernels f32_kernels(const TileInstr& ins) { return f32_kernels(ins, f32_isa()); }
+
+F32Kernels f32_kernels(const TileInstr& ins, F32Isa isa) {
   if (ins.dtype != DType::kFloat32 || ins.in_dtype != DType::kFloat32) return {};
   if (ins.a_imm && ins.b_imm) return {};  // folded by the planner; not worth a kernel
   switch (ins.op) {
@@ -156,6 +178,11 @@ F32Kernels f32_kernels(const TileInstr& ins) {
       break;
   }
   if (ins.a_imm || ins.b_imm) return {};  // only the binary ops above take an immediate
+#ifdef C10D_F32_AVX512
+  if (isa == F32Isa::kAvx512) {
+    if (const F32Kernels k = detail::f32_avx512_kernels(ins.op); k.span != nullptr) return k;
+  }
+#endif
   switch (ins.op) {
     case OpKind::kNeg:
       return unary_kernels<Neg>();

@@ -4,9 +4,10 @@
 // instruction computes its register with Eigen's vectorized array ops, registers that escape
 // are computed straight into their output buffer, and the optional reduction folds one
 // register into per-output accumulators. When every instruction is a float32 op of
-// kernels_f32.h, a tile is computed in blocks of kF32Block elements instead (every instruction
-// on a block, then the next), so memory traffic overlaps the arithmetic as in one hand-written
-// loop. Sums accumulate float32 in float64 with a fixed order (eight lanes per segment,
+// kernels_f32.h, a tile runs through those kernels instead, in blocks of kF32Block elements
+// (every instruction on a block, then the next; today one block is the whole tile), each a
+// plain call with no dtype or op dispatch, so memory traffic overlaps the arithmetic nearly as
+// in one hand-written loop. Sums accumulate float32 in float64 with a fixed order (eight lanes per segment,
 // segments split at tile boundaries), so eager and lazy runs, which cut the same tiles, give
 // the same bits.
 #include <Eigen/Core>
