@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "lazy/kernels.h"
 
@@ -139,6 +140,71 @@ F32Kernels binary_kernels(const TileInstr& ins) {
   return {&binary<Op, Imm::kNone>, &binary_block<Op, Imm::kNone>};
 }
 
+// The register chain's packet operations on the build's packets: the functors above, so the
+// chain and the per-instruction kernels share their code and bits.
+struct ChainOps {
+  using P = lazy::P;
+  static constexpr std::int64_t kLanes = lazy::kLanes;
+  static P load(const float* p) { return ei::ploadu<P>(p); }
+  static P load_tail(const float* p, std::int64_t m) { return lazy::load_tail(p, m); }
+  static void store(float* p, const P& v) { ei::pstoreu(p, v); }
+  static void store_tail(float* p, const P& v, std::int64_t m) { lazy::store_tail(p, v, m); }
+  static P splat(float x) { return ei::pset1<P>(x); }
+  static P neg(const P& x) { return Neg::f(x); }
+  static P abs(const P& x) { return Abs::f(x); }
+  static P relu(const P& x) { return Relu::f(x); }
+  static P square(const P& x) { return Square::f(x); }
+  static P exp(const P& x) { return Exp::f(x); }
+  static P log(const P& x) { return Log::f(x); }
+  static P sqrt(const P& x) { return Sqrt::f(x); }
+  static P tanh(const P& x) { return Tanh::f(x); }
+  static P sigmoid(const P& x) { return Sigmoid::f(x); }
+  static P add(const P& x, const P& y) { return Add::f(x, y); }
+  static P sub(const P& x, const P& y) { return Sub::f(x, y); }
+  static P mul(const P& x, const P& y) { return Mul::f(x, y); }
+  static P div(const P& x, const P& y) { return Div::f(x, y); }
+  static P max(const P& x, const P& y) { return Max::f(x, y); }
+  static P min(const P& x, const P& y) { return Min::f(x, y); }
+};
+
+// The chain code of a covered instruction.
+F32Code chain_code(OpKind op) {
+  switch (op) {
+    case OpKind::kNeg:
+      return F32Code::kNeg;
+    case OpKind::kAbs:
+      return F32Code::kAbs;
+    case OpKind::kRelu:
+      return F32Code::kRelu;
+    case OpKind::kPow:
+      return F32Code::kSquare;  // f32_kernels() covers pow 2 only
+    case OpKind::kExp:
+      return F32Code::kExp;
+    case OpKind::kLog:
+      return F32Code::kLog;
+    case OpKind::kSqrt:
+      return F32Code::kSqrt;
+    case OpKind::kTanh:
+      return F32Code::kTanh;
+    case OpKind::kSigmoid:
+      return F32Code::kSigmoid;
+    case OpKind::kAdd:
+      return F32Code::kAdd;
+    case OpKind::kSub:
+      return F32Code::kSub;
+    case OpKind::kMul:
+      return F32Code::kMul;
+    case OpKind::kDiv:
+      return F32Code::kDiv;
+    case OpKind::kMaximum:
+      return F32Code::kMax;
+    default:
+      return F32Code::kMin;
+  }
+}
+
+bool is_binary(F32Code c) { return c >= F32Code::kAdd; }
+
 }  // namespace
 
 F32Isa f32_isa() {
@@ -231,6 +297,133 @@ void run_f32_chain(const std::vector<F32Step>& steps, void* const* regs, std::si
     const F32Step& f = steps[j];
     f.kernels.span(in(f.a, s), in(f.b, s), f.imm, reg(first_out + j) + s, n - s);
   }
+}
+
+}  // namespace c10d::lazy
+
+namespace c10d::lazy {
+
+F32Chain f32_chain(const std::vector<TileInstr>& instrs, std::size_t n_in,
+                   const std::vector<bool>& escapes, F32Isa isa) {
+  // Eager's one-instruction kernels stay on the per-instruction kernels: through the chain,
+  // c10d-lazy-bench's eager tanh(x*x+1)*0.5 took 16.9-17.1 ms instead of 14.2 (AVX-512, 8
+  // packets a group) and 14.1-14.9 (4 packets).
+  if (instrs.size() < 2) return {};
+  const std::size_t n_regs = n_in + instrs.size();
+  // Each instruction's chain op (slots still to assign) and register operands (-1: none).
+  std::vector<F32ChainOp> code(instrs.size());
+  std::vector<std::pair<int, int>> operands(instrs.size());
+  bool sqrt = false;
+  bool transcendental = false;
+  for (std::size_t j = 0; j < instrs.size(); ++j) {
+    const TileInstr& ins = instrs[j];
+    if (f32_kernels(ins, F32Isa::kBuild).span == nullptr) return {};
+    F32ChainOp& o = code[j];
+    o.code = chain_code(ins.op);
+    o.imm = static_cast<float>(ins.imm);
+    o.src = ins.b_imm ? F32Src::kImmRight : ins.a_imm ? F32Src::kImmLeft : F32Src::kAcc;
+    const int a = ins.a_imm ? ins.b : ins.a;
+    const int b = is_binary(o.code) && o.src == F32Src::kAcc ? ins.b : -1;
+    if (a < 0 || static_cast<std::size_t>(a) >= n_in + j) return {};
+    if (b >= 0 && static_cast<std::size_t>(b) >= n_in + j) return {};
+    operands[j] = {a, b};
+    sqrt = sqrt || o.code == F32Code::kSqrt;
+    transcendental = transcendental || o.code == F32Code::kExp || o.code == F32Code::kLog ||
+                     o.code == F32Code::kTanh || o.code == F32Code::kSigmoid;
+  }
+  // live[r]: register r is stored or read by a live instruction; last_read[r]: the last live
+  // instruction reading it (-1: none).
+  std::vector<bool> live(n_regs, false);
+  std::vector<int> last_read(n_regs, -1);
+  for (std::size_t j = instrs.size(); j-- > 0;) {
+    const std::size_t r = n_in + j;
+    if (r < escapes.size() && escapes[r]) live[r] = true;
+    if (!live[r]) continue;
+    for (int x : {operands[j].first, operands[j].second}) {
+      if (x < 0) continue;
+      live[static_cast<std::size_t>(x)] = true;
+      int& last = last_read[static_cast<std::size_t>(x)];
+      last = std::max(last, static_cast<int>(j));
+    }
+  }
+  // The accumulator holds one register at a time. Before it is overwritten, a computed
+  // register still to be read is saved to a slot; inputs are read again from memory.
+  F32Chain chain;
+  int acc = -1;
+  std::vector<int> slot(n_regs, -1);
+  unsigned free_slots = (1u << kF32ChainSlots) - 1;
+  auto emit = [&](F32Code c, F32Src src, int index) {
+    F32ChainOp o{c};
+    o.src = src;
+    o.index = index;
+    chain.ops.push_back(o);
+  };
+  // Saves the accumulator when its register is computed, unsaved and read by instruction j or
+  // later (`after`: by a later one only); false when no slot is free.
+  auto save_acc = [&](std::size_t j, bool after) {
+    if (acc < 0 || static_cast<std::size_t>(acc) < n_in) return true;
+    const auto r = static_cast<std::size_t>(acc);
+    const int last = last_read[r];
+    if (slot[r] >= 0 || last < static_cast<int>(j) + (after ? 1 : 0)) return true;
+    if (free_slots == 0) return false;
+    slot[r] = __builtin_ctz(free_slots);
+    free_slots &= free_slots - 1;
+    emit(F32Code::kSave, F32Src::kAcc, slot[r]);
+    return true;
+  };
+  auto src_of = [&](int r) -> std::pair<F32Src, int> {
+    if (r == acc) return {F32Src::kAcc, 0};
+    if (static_cast<std::size_t>(r) < n_in) return {F32Src::kInput, r};
+    return {F32Src::kSlot, slot[static_cast<std::size_t>(r)]};
+  };
+  for (std::size_t j = 0; j < instrs.size(); ++j) {
+    const std::size_t r = n_in + j;
+    if (!live[r]) continue;  // nothing reads or stores it
+    const auto [a, b] = operands[j];
+    if (acc != a) {
+      if (!save_acc(j, false)) return {};
+      const auto [src, index] = src_of(a);
+      if (src == F32Src::kSlot && index < 0) return {};  // not reached: a is saved or an input
+      emit(F32Code::kLoad, src, index);
+      acc = a;
+    }
+    F32ChainOp o = code[j];
+    if (b >= 0) {
+      const auto [src, index] = src_of(b);
+      if (src == F32Src::kSlot && index < 0) return {};
+      o.src = src;
+      o.index = index;
+    }
+    if (!save_acc(j, true)) return {};  // the op overwrites a, still read later
+    chain.ops.push_back(o);
+    acc = static_cast<int>(r);
+    if (r < escapes.size() && escapes[r]) emit(F32Code::kStore, F32Src::kAcc, static_cast<int>(r));
+    for (int x : {a, b}) {
+      if (x < 0 || last_read[static_cast<std::size_t>(x)] != static_cast<int>(j)) continue;
+      int& sx = slot[static_cast<std::size_t>(x)];
+      if (sx >= 0) free_slots |= 1u << sx;
+      sx = -1;
+    }
+  }
+  // A chain of memory-bound ops only is already at memcpy speed instruction by instruction,
+  // and was slower as a chain: affine (x*x+1)*0.5 took 4.1 ms on AVX-512 packets (8 a group)
+  // and 4.5-4.8 ms on AVX2 ones, vs 3.5-3.6 ms.
+  if (!transcendental) return {};
+  chain.avx512 = isa == F32Isa::kAvx512 && !sqrt;
+  return chain;
+}
+
+void run_f32_chain(const F32Chain& chain, void* const* regs, std::int64_t n) {
+#ifdef C10D_F32_AVX512
+  if (chain.avx512) {
+    detail::f32_avx512_chain(chain, regs, n);
+    return;
+  }
+#endif
+  // Four packets a group: with eight, fused tanh(x*x+1)*0.5 on AVX2 packets took 6.7 ms
+  // instead of 6.2-6.3 (per instruction: 6.1-6.2), the accumulators and tanh's temporaries
+  // spilling from the 16 ymm registers.
+  detail::f32_chain_run<ChainOps, 4>(chain, regs, n);
 }
 
 }  // namespace c10d::lazy

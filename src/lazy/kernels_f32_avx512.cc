@@ -93,7 +93,43 @@ F32Kernels unary_kernels() {
   return {&unary<Op>, &unary_block<Op>};
 }
 
+// The register chain's packet operations on 16 lanes: the same Eigen functions as ChainOps in
+// kernels_f32.cc, which give the same bits on Packet16f as on Packet8f (checked by
+// tests/lazy/kernels_f32_test.cc), except sqrt: Eigen's fast Packet16f sqrt starts from
+// rsqrt14, not rsqrt, and rounds differently, so f32_chain() never sends a chain with sqrt
+// here; it is defined only because the interpreter names every code.
+struct ChainOps {
+  using P = detail::P;
+  static constexpr std::int64_t kLanes = detail::kLanes;
+  static P load(const float* p) { return ei::ploadu<P>(p); }
+  static P load_tail(const float* p, std::int64_t m) { return detail::load_tail(p, m); }
+  static void store(float* p, const P& v) { ei::pstoreu(p, v); }
+  static void store_tail(float* p, const P& v, std::int64_t m) { detail::store_tail(p, v, m); }
+  static P splat(float x) { return ei::pset1<P>(x); }
+  static P neg(const P& x) { return ei::pnegate(x); }
+  static P abs(const P& x) { return ei::pabs(x); }
+  static P relu(const P& x) { return ei::pmax(x, ei::pzero(x)); }
+  static P square(const P& x) { return ei::pmul(x, x); }
+  static P exp(const P& x) { return Exp::f(x); }
+  static P log(const P& x) { return Log::f(x); }
+  static P sqrt(const P& x) { return ei::psqrt(x); }
+  static P tanh(const P& x) { return Tanh::f(x); }
+  static P sigmoid(const P& x) { return Sigmoid::f(x); }
+  static P add(const P& x, const P& y) { return ei::padd(x, y); }
+  static P sub(const P& x, const P& y) { return ei::psub(x, y); }
+  static P mul(const P& x, const P& y) { return ei::pmul(x, y); }
+  static P div(const P& x, const P& y) { return ei::pdiv(x, y); }
+  static P max(const P& x, const P& y) { return ei::pmax(x, y); }
+  static P min(const P& x, const P& y) { return ei::pmin(x, y); }
+};
+
 }  // namespace
+
+void f32_avx512_chain(const F32Chain& chain, void* const* regs, std::int64_t n) {
+  // Eight packets a group (8 of the 32 zmm registers): fused tanh(x*x+1)*0.5 took 3.7-3.9 ms,
+  // with four 3.9-4.0 ms.
+  f32_chain_run<ChainOps, 8>(chain, regs, n);
+}
 
 F32Kernels f32_avx512_kernels(OpKind op) {
   switch (op) {

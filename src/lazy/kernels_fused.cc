@@ -7,9 +7,9 @@
 // kernels_f32.h, a tile runs through those kernels instead, in blocks of kF32Block elements
 // (every instruction on a block, then the next; today one block is the whole tile), each a
 // plain call with no dtype or op dispatch, so memory traffic overlaps the arithmetic nearly as
-// in one hand-written loop. Sums accumulate float32 in float64 with a fixed order (eight lanes per segment,
-// segments split at tile boundaries), so eager and lazy runs, which cut the same tiles, give
-// the same bits.
+// in one hand-written loop. Sums accumulate float32 in float64 with a fixed order (eight lanes per
+// segment, segments split at tile boundaries), so eager and lazy runs, which cut the same tiles,
+// give the same bits.
 #include <Eigen/Core>
 #include <cmath>
 #include <cstring>
@@ -407,6 +407,12 @@ void run_tiles(const FusedKernel& k, std::vector<Buf>& bufs, Reducer<T, Acc>* re
     f32[j] = f32_step(k.instrs[j]);
     all_f32 = all_f32 && f32[j].kernels.span != nullptr;
   }
+  F32Chain chain;  // registers held across instructions; not with a reduction
+  if (all_f32 && reducer == nullptr) {
+    std::vector<bool> escapes(n_regs);
+    for (std::size_t r = 0; r < n_regs; ++r) escapes[r] = store_base[r] != nullptr;
+    chain = f32_chain(k.instrs, n_in, escapes);
+  }
   for (std::int64_t start = 0; start < k.numel; start += kTile) {
     const std::int64_t n = std::min(kTile, k.numel - start);
     for (std::size_t i = 0; i < n_in; ++i) {
@@ -425,7 +431,9 @@ void run_tiles(const FusedKernel& k, std::vector<Buf>& bufs, Reducer<T, Acc>* re
                                                                element_size(k.instrs[j].dtype)
                                          : reg_scratch(r);
     }
-    if (all_f32) {
+    if (!chain.ops.empty()) {
+      run_f32_chain(chain, regs.data(), n);
+    } else if (all_f32) {
       run_f32_chain(f32, regs.data(), n_in, n);
     } else {
       for (std::size_t j = 0; j < k.instrs.size(); ++j)

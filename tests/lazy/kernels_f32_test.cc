@@ -13,9 +13,12 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "lazy/kernels.h"
 
 namespace c10d::lazy {
 namespace {
@@ -236,6 +239,181 @@ TEST(KernelsF32, OnlyFloat32OpsItCovers) {
   EXPECT_NE(f32_kernels(ins).span, nullptr);
   ins = unary(OpKind::kCast);
   EXPECT_EQ(f32_kernels(ins).span, nullptr);
+}
+
+// Register chains (f32_chain, run_f32_chain) against the per-instruction kernels they replace.
+
+// A random chain of covered instructions over `n_in` inputs: operands mostly recent registers
+// (so most chains fit the slots), immediates on either side, ops drawn from `ops` after a
+// first tanh or sigmoid (f32_chain() takes only chains with a compute-bound op).
+std::vector<TileInstr> random_chain(std::mt19937& rng, std::size_t n_in, std::size_t len,
+                                    const std::vector<OpKind>& ops) {
+  std::vector<TileInstr> chain;
+  auto pick = [&](std::size_t regs) {
+    const std::size_t back = std::min<std::size_t>(regs, 1 + rng() % 4);
+    return static_cast<int>(regs - 1 - rng() % back);
+  };
+  for (std::size_t j = 0; j < len; ++j) {
+    const std::size_t regs = n_in + j;
+    TileInstr ins =
+        unary(j == 0 ? (rng() % 2 ? OpKind::kTanh : OpKind::kSigmoid) : ops[rng() % ops.size()]);
+    ins.a = pick(regs);
+    if (ins.op == OpKind::kPow) ins.real = 2;
+    const bool binary = ins.op == OpKind::kAdd || ins.op == OpKind::kSub ||
+                        ins.op == OpKind::kMul || ins.op == OpKind::kDiv ||
+                        ins.op == OpKind::kMaximum || ins.op == OpKind::kMinimum;
+    if (binary) {
+      ins.b = pick(regs);
+      ins.imm = std::uniform_real_distribution<double>(-3, 3)(rng);
+      switch (rng() % 4) {
+        case 0:
+          ins.b_imm = true;
+          break;
+        case 1:
+          ins.a_imm = true;
+          ins.b = ins.a;  // the register operand of an immediate-left op is b
+          break;
+        default:
+          break;
+      }
+    }
+    chain.push_back(ins);
+  }
+  return chain;
+}
+
+// Runs `instrs` over `n` elements per instruction (f32_step's kernels on `isa`), every register
+// computed into a buffer of its own.
+std::vector<std::vector<float>> run_steps(const std::vector<TileInstr>& instrs,
+                                          std::vector<std::vector<float>> regs, std::int64_t n,
+                                          F32Isa isa) {
+  const std::size_t n_in = regs.size();
+  std::vector<F32Step> steps;
+  for (const TileInstr& ins : instrs) {
+    F32Step s = f32_step(ins);
+    s.kernels = f32_kernels(ins, isa);
+    steps.push_back(s);
+    regs.emplace_back(static_cast<std::size_t>(n));
+  }
+  std::vector<void*> ptrs;
+  for (auto& r : regs) ptrs.push_back(r.data());
+  run_f32_chain(steps, ptrs.data(), n_in, n);
+  return regs;
+}
+
+TEST(KernelsF32, RegisterChainGivesThePerInstructionBits) {
+  std::mt19937 rng(20261124);
+  using K = OpKind;
+  const std::vector<std::vector<OpKind>> mixes = {
+      {K::kAdd, K::kSub, K::kMul, K::kDiv, K::kMaximum, K::kMinimum},
+      {K::kTanh, K::kSigmoid, K::kExp, K::kLog, K::kMul, K::kAdd},
+      {K::kNeg, K::kAbs, K::kRelu, K::kPow, K::kSqrt, K::kDiv, K::kSub, K::kTanh},
+      {K::kAdd, K::kSub, K::kMul, K::kDiv, K::kMaximum, K::kMinimum, K::kNeg, K::kAbs, K::kRelu,
+       K::kPow, K::kExp, K::kLog, K::kSqrt, K::kTanh, K::kSigmoid}};
+  // Not multiples of the packet (8 or 16) or of a group; the last spans more than one tile.
+  const std::vector<std::int64_t> lengths = {1,   7,   15,  17,   100,
+                                             129, 511, 513, 1000, 2 * kTile + 37};
+  int chains = 0;
+  int fitted = 0;
+  for (const auto& mix : mixes) {
+    for (int trial = 0; trial < 40; ++trial) {
+      const std::size_t n_in = 1 + rng() % 3;
+      const std::size_t len = 2 + rng() % 10;
+      const std::vector<TileInstr> instrs = random_chain(rng, n_in, len, mix);
+      const std::int64_t n = lengths[rng() % lengths.size()];
+      // Inputs in [-12, 12] (sigmoid's exp branch below -9), with zeros, infinities and NaNs.
+      std::vector<std::vector<float>> in(n_in, std::vector<float>(static_cast<std::size_t>(n)));
+      std::uniform_real_distribution<float> u(-12, 12);
+      const float special[] = {0.f, -0.f, kInf, -kInf, kNaN, 1e-40f, 88.5f, -100.f};
+      for (auto& r : in) {
+        for (float& v : r) v = rng() % 16 == 0 ? special[rng() % 8] : u(rng);
+      }
+      // Escaping registers: the last and some others, as a fused kernel's stores.
+      const std::size_t n_regs = n_in + len;
+      std::vector<bool> escapes(n_regs, false);
+      escapes[n_regs - 1] = true;
+      for (std::size_t r = n_in; r < n_regs; ++r) escapes[r] = escapes[r] || rng() % 3 == 0;
+      for (F32Isa isa : isas()) {
+        ++chains;
+        const F32Chain chain = f32_chain(instrs, n_in, escapes, isa);
+        if (chain.ops.empty()) continue;  // too many live values
+        ++fitted;
+        const bool has_sqrt = std::any_of(instrs.begin(), instrs.end(),
+                                          [](const TileInstr& i) { return i.op == K::kSqrt; });
+        EXPECT_EQ(chain.avx512, isa == F32Isa::kAvx512 && !has_sqrt);
+        const auto want = run_steps(instrs, in, n, isa);
+        // Registers that do not escape get no buffer: the chain must not touch them.
+        std::vector<std::vector<float>> got(n_regs);
+        std::vector<void*> ptrs(n_regs, nullptr);
+        for (std::size_t r = 0; r < n_regs; ++r) {
+          if (r < n_in) {
+            got[r] = in[r];
+          } else if (escapes[r]) {
+            got[r].assign(static_cast<std::size_t>(n), 7.f);
+          }
+          if (!got[r].empty()) ptrs[r] = got[r].data();
+        }
+        run_f32_chain(chain, ptrs.data(), n);
+        for (std::size_t r = n_in; r < n_regs; ++r) {
+          if (!escapes[r]) continue;
+          for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+            // A NaN's sign and payload are not fixed by the source: x86 returns the first
+            // operand's NaN, and GCC may swap the operands of + and *.
+            if (std::isnan(want[r][i]) && std::isnan(got[r][i])) continue;
+            ASSERT_EQ(std::memcmp(&want[r][i], &got[r][i], sizeof(float)), 0)
+                << isa_name(isa) << " mix " << (&mix - mixes.data()) << " trial " << trial
+                << " register " << r << " element " << i << " of " << n << ": " << want[r][i]
+                << " vs " << got[r][i];
+          }
+        }
+      }
+    }
+  }
+  std::printf("register chains: %d of %d fitted the slots\n", fitted, chains);
+  EXPECT_GE(fitted, chains * 3 / 4);
+}
+
+TEST(KernelsF32, RegisterChainOnlyForCoveredChainsThatFit) {
+  // The tanh of n inputs, all read by a sum in reverse order afterwards: n - 1 saved values
+  // (the last stays in the accumulator), so ten need one slot too many.
+  auto tanhs_then_sum = [](int n) {
+    std::vector<TileInstr> chain;
+    for (int j = 0; j < n; ++j) {
+      TileInstr ins = unary(OpKind::kTanh);
+      ins.a = j;
+      chain.push_back(ins);
+    }
+    for (int j = 0; j + 1 < n; ++j) {
+      TileInstr ins = unary(OpKind::kAdd);
+      ins.a = j == 0 ? 2 * n - 1 : 2 * n + j - 1;  // the last tanh, then the running sum
+      ins.b = 2 * n - 2 - j;
+      chain.push_back(ins);
+    }
+    return chain;
+  };
+  for (int n : {9, 10}) {
+    const std::vector<TileInstr> chain = tanhs_then_sum(n);
+    std::vector<bool> escapes(static_cast<std::size_t>(n) + chain.size(), false);
+    escapes.back() = true;
+    EXPECT_EQ(f32_chain(chain, static_cast<std::size_t>(n), escapes).ops.empty(), n == 10) << n;
+  }
+  // One instruction (eager) or memory-bound ops only: the per-instruction kernels are faster.
+  EXPECT_TRUE(f32_chain({unary(OpKind::kTanh)}, 1, {false, true}).ops.empty());
+  std::vector<TileInstr> affine = {unary(OpKind::kMul), unary(OpKind::kAdd)};
+  affine[0].b = 0;
+  affine[1].a = 1;
+  affine[1].b_imm = true;
+  EXPECT_TRUE(f32_chain(affine, 1, {false, false, true}).ops.empty());
+  affine.push_back(unary(OpKind::kTanh));
+  affine[2].a = 2;
+  EXPECT_FALSE(f32_chain(affine, 1, {false, false, false, true}).ops.empty());
+  std::vector<TileInstr> uncovered = {unary(OpKind::kTanh), unary(OpKind::kPow)};
+  uncovered[1].a = 1;
+  uncovered[1].real = 3;
+  EXPECT_TRUE(f32_chain(uncovered, 1, {false, true, true}).ops.empty());
+  std::vector<TileInstr> f64 = {unary(OpKind::kTanh)};
+  f64[0].dtype = f64[0].in_dtype = DType::kFloat64;
+  EXPECT_TRUE(f32_chain(f64, 1, {false, true}).ops.empty());
 }
 
 }  // namespace
