@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "lazy/kernels.h"
+#include "lazy/kernels_f32_packets.h"
 
 namespace c10d::lazy {
 namespace {
@@ -18,6 +19,9 @@ static_assert(kTile % kF32Block == 0, "a tile is a whole number of blocks");
 namespace ei = Eigen::internal;
 using P = ei::packet_traits<float>::type;
 constexpr std::int64_t kLanes = ei::packet_traits<float>::size;
+struct Packets {  // kernels_f32_packets.h's packet traits
+  using P = lazy::P;
+};
 
 // Unary ops: P f(P).
 struct Neg {
@@ -68,31 +72,8 @@ struct Min {
   static P f(const P& x, const P& y) { return ei::pmin(x, y); }
 };
 
-// Loads the last `n` (< kLanes) elements zero-padded, and stores them back.
-P load_tail(const float* p, std::int64_t n) {
-  alignas(64) float t[kLanes] = {};
-  std::memcpy(t, p, static_cast<std::size_t>(n) * sizeof(float));
-  return ei::pload<P>(t);
-}
-void store_tail(float* p, const P& v, std::int64_t n) {
-  alignas(64) float t[kLanes];
-  ei::pstore(t, v);
-  std::memcpy(p, t, static_cast<std::size_t>(n) * sizeof(float));
-}
-
-template <class Op>
-void unary_block(const float* a, const float*, float, float* out) {
-#pragma GCC unroll 16
-  for (std::int64_t i = 0; i < kF32Block; i += kLanes)
-    ei::pstoreu(out + i, Op::f(ei::ploadu<P>(a + i)));
-}
-
-template <class Op>
-void unary(const float* a, const float*, float, float* out, std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) ei::pstoreu(out + i, Op::f(ei::ploadu<P>(a + i)));
-  if (i < n) store_tail(out + i, Op::f(load_tail(a + i, n - i)), n - i);
-}
+P load_tail(const float* p, std::int64_t n) { return f32_packets::load_tail<Packets>(p, n); }
+void store_tail(float* p, const P& v, std::int64_t n) { f32_packets::store_tail<Packets>(p, v, n); }
 
 // Which side the immediate is on: none (two registers), x op imm, imm op x.
 enum class Imm { kNone, kRight, kLeft };
@@ -130,7 +111,7 @@ void binary(const float* a, const float* b, float imm, float* out, std::int64_t 
 
 template <class Op>
 F32Kernels unary_kernels() {
-  return {&unary<Op>, &unary_block<Op>};
+  return f32_packets::unary_kernels<Packets, Op>();
 }
 
 template <class Op>
@@ -140,32 +121,17 @@ F32Kernels binary_kernels(const TileInstr& ins) {
   return {&binary<Op, Imm::kNone>, &binary_block<Op, Imm::kNone>};
 }
 
-// The register chain's packet operations on the build's packets: the functors above, so the
-// chain and the per-instruction kernels share their code and bits.
-struct ChainOps {
+// The register chain's packet operations on the build's packets, with the transcendentals of
+// the functors above, so the chain and the per-instruction kernels give the same bits.
+struct Transcendentals {
   using P = lazy::P;
-  static constexpr std::int64_t kLanes = lazy::kLanes;
-  static P load(const float* p) { return ei::ploadu<P>(p); }
-  static P load_tail(const float* p, std::int64_t m) { return lazy::load_tail(p, m); }
-  static void store(float* p, const P& v) { ei::pstoreu(p, v); }
-  static void store_tail(float* p, const P& v, std::int64_t m) { lazy::store_tail(p, v, m); }
-  static P splat(float x) { return ei::pset1<P>(x); }
-  static P neg(const P& x) { return Neg::f(x); }
-  static P abs(const P& x) { return Abs::f(x); }
-  static P relu(const P& x) { return Relu::f(x); }
-  static P square(const P& x) { return Square::f(x); }
   static P exp(const P& x) { return Exp::f(x); }
   static P log(const P& x) { return Log::f(x); }
   static P sqrt(const P& x) { return Sqrt::f(x); }
   static P tanh(const P& x) { return Tanh::f(x); }
   static P sigmoid(const P& x) { return Sigmoid::f(x); }
-  static P add(const P& x, const P& y) { return Add::f(x, y); }
-  static P sub(const P& x, const P& y) { return Sub::f(x, y); }
-  static P mul(const P& x, const P& y) { return Mul::f(x, y); }
-  static P div(const P& x, const P& y) { return Div::f(x, y); }
-  static P max(const P& x, const P& y) { return Max::f(x, y); }
-  static P min(const P& x, const P& y) { return Min::f(x, y); }
 };
+using ChainOps = f32_packets::ChainOps<Transcendentals>;
 
 // The chain code of a covered instruction.
 F32Code chain_code(OpKind op) {

@@ -27,6 +27,7 @@
 #include <cstring>
 
 #include "lazy/kernels_f32.h"
+#include "lazy/kernels_f32_packets.h"
 
 #if !defined(__AVX512F__) || !defined(__AVX512DQ__) || !defined(__FMA__)
 #error "kernels_f32_avx512.cc must be compiled with -mavx512f -mavx512dq -mfma"
@@ -38,6 +39,9 @@ namespace {
 namespace ei = Eigen::internal;
 using P = ei::Packet16f;
 constexpr std::int64_t kLanes = 16;
+struct Packets {  // kernels_f32_packets.h's packet traits
+  using P = detail::P;
+};
 static_assert(ei::packet_traits<float>::size == kLanes, "Eigen did not pick AVX-512 packets");
 static_assert(kF32Block % kLanes == 0);
 
@@ -62,35 +66,9 @@ struct Sigmoid {
   }
 };
 
-// Loads the last `n` (< kLanes) elements zero-padded, and stores them back.
-P load_tail(const float* p, std::int64_t n) {
-  alignas(64) float t[kLanes] = {};
-  std::memcpy(t, p, static_cast<std::size_t>(n) * sizeof(float));
-  return ei::pload<P>(t);
-}
-void store_tail(float* p, const P& v, std::int64_t n) {
-  alignas(64) float t[kLanes];
-  ei::pstore(t, v);
-  std::memcpy(p, t, static_cast<std::size_t>(n) * sizeof(float));
-}
-
-template <class Op>
-void unary_block(const float* a, const float*, float, float* out) {
-#pragma GCC unroll 8
-  for (std::int64_t i = 0; i < kF32Block; i += kLanes)
-    ei::pstoreu(out + i, Op::f(ei::ploadu<P>(a + i)));
-}
-
-template <class Op>
-void unary(const float* a, const float*, float, float* out, std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) ei::pstoreu(out + i, Op::f(ei::ploadu<P>(a + i)));
-  if (i < n) store_tail(out + i, Op::f(load_tail(a + i, n - i)), n - i);
-}
-
 template <class Op>
 F32Kernels unary_kernels() {
-  return {&unary<Op>, &unary_block<Op>};
+  return f32_packets::unary_kernels<Packets, Op>();
 }
 
 // The register chain's packet operations on 16 lanes: the same Eigen functions as ChainOps in
@@ -98,30 +76,15 @@ F32Kernels unary_kernels() {
 // tests/lazy/kernels_f32_test.cc), except sqrt: Eigen's fast Packet16f sqrt starts from
 // rsqrt14, not rsqrt, and rounds differently, so f32_chain() never sends a chain with sqrt
 // here; it is defined only because the interpreter names every code.
-struct ChainOps {
+struct Transcendentals {
   using P = detail::P;
-  static constexpr std::int64_t kLanes = detail::kLanes;
-  static P load(const float* p) { return ei::ploadu<P>(p); }
-  static P load_tail(const float* p, std::int64_t m) { return detail::load_tail(p, m); }
-  static void store(float* p, const P& v) { ei::pstoreu(p, v); }
-  static void store_tail(float* p, const P& v, std::int64_t m) { detail::store_tail(p, v, m); }
-  static P splat(float x) { return ei::pset1<P>(x); }
-  static P neg(const P& x) { return ei::pnegate(x); }
-  static P abs(const P& x) { return ei::pabs(x); }
-  static P relu(const P& x) { return ei::pmax(x, ei::pzero(x)); }
-  static P square(const P& x) { return ei::pmul(x, x); }
   static P exp(const P& x) { return Exp::f(x); }
   static P log(const P& x) { return Log::f(x); }
   static P sqrt(const P& x) { return ei::psqrt(x); }
   static P tanh(const P& x) { return Tanh::f(x); }
   static P sigmoid(const P& x) { return Sigmoid::f(x); }
-  static P add(const P& x, const P& y) { return ei::padd(x, y); }
-  static P sub(const P& x, const P& y) { return ei::psub(x, y); }
-  static P mul(const P& x, const P& y) { return ei::pmul(x, y); }
-  static P div(const P& x, const P& y) { return ei::pdiv(x, y); }
-  static P max(const P& x, const P& y) { return ei::pmax(x, y); }
-  static P min(const P& x, const P& y) { return ei::pmin(x, y); }
 };
+using ChainOps = f32_packets::ChainOps<Transcendentals>;
 
 }  // namespace
 
