@@ -464,11 +464,15 @@ struct TCPStore::Impl {
   }
 
   // One request: connect when needed, send the frame that `build` writes, read its answer.
+  // `connect_within` bounds the connect on its own: a WAIT or GET may wait `t` at the server
+  // and gives the answer kServerGrace more, but reconnecting to a server that is gone must not
+  // take that grace too (a failing transport probes a dead store with a 500 ms WAIT).
   template <typename Build>
-  Response call(Kind kind, Milliseconds timeout, const Build& build, const std::string& context) {
+  Response call(Kind kind, Milliseconds timeout, const Build& build, const std::string& context,
+                Milliseconds connect_within = Milliseconds::max()) {
     const auto start = Clock::now();
     const auto deadline = deadline_after(timeout);
-    build_frame(kind, build, deadline);
+    build_frame(kind, build, std::min(deadline, deadline_after(connect_within)));
     send_out(start, deadline, context);
     return read_answer(kind, start, deadline, context);
   }
@@ -575,7 +579,7 @@ Bytes TCPStore::get(std::string_view key) {
         store::wire::put_u64(out, static_cast<std::uint64_t>(t.count()));
         store::wire::put_string(out, key);
       },
-      "GET of key " + quoted(key));
+      "GET of key " + quoted(key), t);
   return impl_->value_of(r, "GET");
 }
 
@@ -627,7 +631,7 @@ void TCPStore::wait(std::span<const std::string> keys, Milliseconds wait_timeout
         store::wire::put_u64(out, static_cast<std::uint64_t>(wait_timeout.count()));
         store::wire::put_key_list(out, keys);
       },
-      "WAIT for keys " + keys_text(keys));
+      "WAIT for keys " + keys_text(keys), wait_timeout);
 }
 
 bool TCPStore::delete_key(std::string_view key) {
@@ -669,7 +673,7 @@ std::vector<Bytes> TCPStore::multi_get(std::span<const std::string> keys) {
         store::wire::put_u64(out, static_cast<std::uint64_t>(t.count()));
         store::wire::put_key_list(out, keys);
       },
-      "MULTI_GET of keys " + keys_text(keys));
+      "MULTI_GET of keys " + keys_text(keys), t);
   store::wire::Reader reader(r.payload, impl_->options.limits);
   std::uint32_t n = 0;
   reader.count(n);

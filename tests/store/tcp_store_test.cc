@@ -189,6 +189,24 @@ TEST_F(TCPStoreTest, ServerShutdownFailsAWaitingClientWithStoreError) {
   EXPECT_NE(msg.find("never-set"), std::string::npos) << msg;
 }
 
+// A WAIT with a short timeout against a server that is gone gives up within about that
+// timeout: reconnecting does not take the extra grace the server gets to answer a WAIT (a
+// failing transport probes a store that died with its rank this way, and must not hang).
+TEST_F(TCPStoreTest, ShortWaitOnAServerThatIsGoneFailsWithinItsTimeout) {
+  auto server = serve();
+  TCPStore store(client_options(server->port(), 60s));
+  store.set("k", std::string("v"));
+  server->stop();
+  server.reset();
+  const std::vector<std::string> keys{"k"};
+  // The first call may meet the dead connection; every later one has to connect again.
+  for (int i = 0; i < 2; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THROW(store.wait(keys, 300ms), Error);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "call " << i;
+  }
+}
+
 TEST_F(TCPStoreTest, TokenIsRequiredWhenTheServerHasOne) {
   auto server = serve("s3cret");
   std::string msg = message_of<StoreError>([&] { TCPStore store(client_options(server->port())); });

@@ -843,8 +843,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       fds.clear();
       {
         std::lock_guard lock(mu_);
-        if (aborted) continue;  // fails the op (abort_locked): seen at the top
-        for (std::size_t p = 0; p < conns.size(); ++p) {
+        // Aborted: abort_locked fails the op, which the next turn sees; meanwhile just sleep.
+        for (std::size_t p = 0; p < conns.size() && !aborted; ++p) {
           Connection* c = conns[p].get();
           if (c == nullptr || c->dead) continue;
           short events = 0;
