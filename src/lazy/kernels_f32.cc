@@ -265,10 +265,6 @@ void run_f32_chain(const std::vector<F32Step>& steps, void* const* regs, std::si
   }
 }
 
-}  // namespace c10d::lazy
-
-namespace c10d::lazy {
-
 F32Chain f32_chain(const std::vector<TileInstr>& instrs, std::size_t n_in,
                    const std::vector<bool>& escapes, F32Isa isa) {
   // Eager's one-instruction kernels stay on the per-instruction kernels: through the chain,
@@ -389,7 +385,22 @@ void run_f32_chain(const F32Chain& chain, void* const* regs, std::int64_t n) {
   // Four packets a group: with eight, fused tanh(x*x+1)*0.5 on AVX2 packets took 6.7 ms
   // instead of 6.2-6.3 (per instruction: 6.1-6.2), the accumulators and tanh's temporaries
   // spilling from the 16 ymm registers.
-  detail::f32_chain_run<ChainOps, 4>(chain, regs, n);
+  f32_packets::f32_chain_run<ChainOps, 4>(chain, regs, n);
+}
+
+F32Plan plan_f32(const FusedKernel& k) {
+  F32Plan plan;
+  plan.all_covered = true;
+  for (const TileInstr& ins : k.instrs) {
+    plan.steps.push_back(f32_step(ins));
+    plan.all_covered = plan.all_covered && plan.steps.back().kernels.span != nullptr;
+  }
+  if (plan.all_covered && k.reduce == OpKind::kData) {
+    std::vector<bool> escapes(k.inputs.size() + k.instrs.size(), false);
+    for (const auto& [reg, slot] : k.stores) escapes[static_cast<std::size_t>(reg)] = true;
+    plan.chain = f32_chain(k.instrs, k.inputs.size(), escapes);
+  }
+  return plan;
 }
 
 }  // namespace c10d::lazy

@@ -149,152 +149,23 @@ F32Chain f32_chain(const std::vector<TileInstr>& instrs, std::size_t n_in,
 // Runs `chain` over the `n` elements of one tile: regs[r] points to register r's elements.
 void run_f32_chain(const F32Chain& chain, void* const* regs, std::int64_t n);
 
+// How a fused kernel's tiles run, chosen once when the planner builds the kernel
+// (FusedKernel::f32): each instruction's step (null kernels where f32_kernels() does not cover
+// it), whether every instruction is covered, and its register chain when one qualifies (never
+// with a reduction).
+struct F32Plan {
+  std::vector<F32Step> steps;
+  bool all_covered = false;
+  F32Chain chain;
+};
+F32Plan plan_f32(const FusedKernel& k);
+
 namespace detail {
 // Defined in kernels_f32_avx512.cc, compiled with AVX-512 flags (only when the compiler takes
 // them on x86-64: C10D_F32_AVX512): the kernels of `op` on 16-lane packets, nulls for an op it
 // does not cover. Call only when f32_isa() == F32Isa::kAvx512.
 F32Kernels f32_avx512_kernels(OpKind op);
 void f32_avx512_chain(const F32Chain& chain, void* const* regs, std::int64_t n);
-
-// The register chain interpreter, written once for both packet types. `Ops` supplies the
-// packet type P, kLanes, loads and stores and one function per code; each file passes a type
-// of its own anonymous namespace, so every instantiation has internal linkage and the AVX-512
-// one cannot be picked by the linker for an AVX2 object.
-template <class Ops, int K, bool kTail>
-void f32_chain_group(const F32ChainOp* ops, std::size_t n_ops, void* const* regs, std::int64_t i,
-                     std::int64_t m) {
-  using P = typename Ops::P;
-  constexpr std::int64_t L = Ops::kLanes;
-  P acc[K] = {};  // every chain starts with a kLoad; this only keeps -Wmaybe-uninitialized quiet
-  P saved[kF32ChainSlots][K];
-  auto load = [&](int reg, int k) {
-    const float* p = static_cast<const float*>(regs[reg]) + i;
-    if constexpr (kTail) {
-      return Ops::load_tail(p, m);
-    } else {
-      return Ops::load(p + k * L);
-    }
-  };
-  auto unary = [&](auto f) {
-#pragma GCC unroll 16
-    for (int k = 0; k < K; ++k) acc[k] = f(acc[k]);
-  };
-  auto binary = [&](const F32ChainOp& o, auto f) {
-    switch (o.src) {
-      case F32Src::kAcc:
-#pragma GCC unroll 16
-        for (int k = 0; k < K; ++k) acc[k] = f(acc[k], acc[k]);
-        break;
-      case F32Src::kInput:
-#pragma GCC unroll 16
-        for (int k = 0; k < K; ++k) acc[k] = f(acc[k], load(o.index, k));
-        break;
-      case F32Src::kSlot:
-#pragma GCC unroll 16
-        for (int k = 0; k < K; ++k) acc[k] = f(acc[k], saved[o.index][k]);
-        break;
-      case F32Src::kImmRight: {
-        const P s = Ops::splat(o.imm);
-#pragma GCC unroll 16
-        for (int k = 0; k < K; ++k) acc[k] = f(acc[k], s);
-        break;
-      }
-      case F32Src::kImmLeft: {
-        const P s = Ops::splat(o.imm);
-#pragma GCC unroll 16
-        for (int k = 0; k < K; ++k) acc[k] = f(s, acc[k]);
-        break;
-      }
-    }
-  };
-  for (std::size_t j = 0; j < n_ops; ++j) {
-    const F32ChainOp& o = ops[j];
-    switch (o.code) {
-      case F32Code::kLoad:
-        if (o.src == F32Src::kInput) {
-#pragma GCC unroll 16
-          for (int k = 0; k < K; ++k) acc[k] = load(o.index, k);
-        } else {
-#pragma GCC unroll 16
-          for (int k = 0; k < K; ++k) acc[k] = saved[o.index][k];
-        }
-        break;
-      case F32Code::kSave:
-#pragma GCC unroll 16
-        for (int k = 0; k < K; ++k) saved[o.index][k] = acc[k];
-        break;
-      case F32Code::kStore: {
-        float* p = static_cast<float*>(regs[o.index]) + i;
-#pragma GCC unroll 16
-        for (int k = 0; k < K; ++k) {
-          if constexpr (kTail) {
-            Ops::store_tail(p, acc[k], m);
-          } else {
-            Ops::store(p + k * L, acc[k]);
-          }
-        }
-        break;
-      }
-      case F32Code::kNeg:
-        unary([](const P& x) { return Ops::neg(x); });
-        break;
-      case F32Code::kAbs:
-        unary([](const P& x) { return Ops::abs(x); });
-        break;
-      case F32Code::kRelu:
-        unary([](const P& x) { return Ops::relu(x); });
-        break;
-      case F32Code::kSquare:
-        unary([](const P& x) { return Ops::square(x); });
-        break;
-      case F32Code::kExp:
-        unary([](const P& x) { return Ops::exp(x); });
-        break;
-      case F32Code::kLog:
-        unary([](const P& x) { return Ops::log(x); });
-        break;
-      case F32Code::kSqrt:
-        unary([](const P& x) { return Ops::sqrt(x); });
-        break;
-      case F32Code::kTanh:
-        unary([](const P& x) { return Ops::tanh(x); });
-        break;
-      case F32Code::kSigmoid:
-        unary([](const P& x) { return Ops::sigmoid(x); });
-        break;
-      case F32Code::kAdd:
-        binary(o, [](const P& x, const P& y) { return Ops::add(x, y); });
-        break;
-      case F32Code::kSub:
-        binary(o, [](const P& x, const P& y) { return Ops::sub(x, y); });
-        break;
-      case F32Code::kMul:
-        binary(o, [](const P& x, const P& y) { return Ops::mul(x, y); });
-        break;
-      case F32Code::kDiv:
-        binary(o, [](const P& x, const P& y) { return Ops::div(x, y); });
-        break;
-      case F32Code::kMax:
-        binary(o, [](const P& x, const P& y) { return Ops::max(x, y); });
-        break;
-      case F32Code::kMin:
-        binary(o, [](const P& x, const P& y) { return Ops::min(x, y); });
-        break;
-    }
-  }
-}
-
-// Whole groups of K packets, then single packets, then the zero-padded tail packet.
-template <class Ops, int K>
-void f32_chain_run(const F32Chain& chain, void* const* regs, std::int64_t n) {
-  constexpr std::int64_t L = Ops::kLanes;
-  const F32ChainOp* ops = chain.ops.data();
-  const std::size_t n_ops = chain.ops.size();
-  std::int64_t i = 0;
-  for (; i + K * L <= n; i += K * L) f32_chain_group<Ops, K, false>(ops, n_ops, regs, i, 0);
-  for (; i + L <= n; i += L) f32_chain_group<Ops, 1, false>(ops, n_ops, regs, i, 0);
-  if (i < n) f32_chain_group<Ops, 1, true>(ops, n_ops, regs, i, n - i);
-}
 
 }  // namespace detail
 

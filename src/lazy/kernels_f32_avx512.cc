@@ -91,7 +91,7 @@ using ChainOps = f32_packets::ChainOps<Transcendentals>;
 void f32_avx512_chain(const F32Chain& chain, void* const* regs, std::int64_t n) {
   // Eight packets a group (8 of the 32 zmm registers): fused tanh(x*x+1)*0.5 took 3.7-3.9 ms,
   // with four 3.9-4.0 ms.
-  f32_chain_run<ChainOps, 8>(chain, regs, n);
+  f32_packets::f32_chain_run<ChainOps, 8>(chain, regs, n);
 }
 
 F32Kernels f32_avx512_kernels(OpKind op) {

@@ -76,11 +76,6 @@ void eval_pow(Arr<T> o, Arr<T> a, double e) {
 
 // Computes one instruction over `n` elements into `out`.
 void eval(const TileInstr& ins, void* const* regs, void* out, std::int64_t n) {
-  if (const F32Step f = f32_step(ins); f.kernels.span != nullptr) {
-    const float* b = f.b < 0 ? nullptr : static_cast<const float*>(regs[f.b]);
-    f.kernels.span(static_cast<const float*>(regs[f.a]), b, f.imm, static_cast<float*>(out), n);
-    return;
-  }
   const auto len = static_cast<Eigen::Index>(n);
   auto arr = [&](auto tag, int r) {
     using T = decltype(tag);
@@ -401,18 +396,8 @@ void run_tiles(const FusedKernel& k, std::vector<Buf>& bufs, Reducer<T, Acc>* re
       }
     }
   }
-  std::vector<F32Step> f32(k.instrs.size());
-  bool all_f32 = true;
-  for (std::size_t j = 0; j < k.instrs.size(); ++j) {
-    f32[j] = f32_step(k.instrs[j]);
-    all_f32 = all_f32 && f32[j].kernels.span != nullptr;
-  }
-  F32Chain chain;  // registers held across instructions; not with a reduction
-  if (all_f32 && reducer == nullptr) {
-    std::vector<bool> escapes(n_regs);
-    for (std::size_t r = 0; r < n_regs; ++r) escapes[r] = store_base[r] != nullptr;
-    chain = f32_chain(k.instrs, n_in, escapes);
-  }
+  C10D_CHECK(k.f32 != nullptr, "fused kernel without its float32 plan (planner)");
+  const F32Plan& f32 = *k.f32;
   for (std::int64_t start = 0; start < k.numel; start += kTile) {
     const std::int64_t n = std::min(kTile, k.numel - start);
     for (std::size_t i = 0; i < n_in; ++i) {
@@ -431,13 +416,21 @@ void run_tiles(const FusedKernel& k, std::vector<Buf>& bufs, Reducer<T, Acc>* re
                                                                element_size(k.instrs[j].dtype)
                                          : reg_scratch(r);
     }
-    if (!chain.ops.empty()) {
-      run_f32_chain(chain, regs.data(), n);
-    } else if (all_f32) {
-      run_f32_chain(f32, regs.data(), n_in, n);
+    if (!f32.chain.ops.empty()) {
+      run_f32_chain(f32.chain, regs.data(), n);
+    } else if (f32.all_covered) {
+      run_f32_chain(f32.steps, regs.data(), n_in, n);
     } else {
-      for (std::size_t j = 0; j < k.instrs.size(); ++j)
-        eval(k.instrs[j], regs.data(), regs[n_in + j], n);
+      for (std::size_t j = 0; j < k.instrs.size(); ++j) {
+        const F32Step& f = f32.steps[j];
+        void* out = regs[n_in + j];
+        if (f.kernels.span == nullptr) {
+          eval(k.instrs[j], regs.data(), out, n);
+          continue;
+        }
+        const float* b = f.b < 0 ? nullptr : static_cast<const float*>(regs[f.b]);
+        f.kernels.span(static_cast<const float*>(regs[f.a]), b, f.imm, static_cast<float*>(out), n);
+      }
     }
     if (reducer != nullptr) {
       reducer->add(static_cast<const T*>(regs[static_cast<std::size_t>(k.reduce_reg)]), start, n);

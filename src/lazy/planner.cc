@@ -14,6 +14,7 @@
 #include <queue>
 
 #include "core/check.h"
+#include "lazy/kernels_f32.h"
 #include "lazy/program.h"
 
 namespace c10d::lazy {
@@ -422,6 +423,7 @@ FusedKernel Planner::build_kernel(const Group& grp, int gid) {
     }
     ++k.n_ops;
   }
+  k.f32 = std::make_shared<const F32Plan>(plan_f32(k));
   return k;
 }
 

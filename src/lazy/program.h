@@ -60,6 +60,8 @@ struct TileInstr {
   double imm = 0;
 };
 
+struct F32Plan;  // kernels_f32.h
+
 struct FusedKernel {
   std::int64_t numel = 0;
   std::vector<TileInput> inputs;            // registers [0, inputs.size())
@@ -72,6 +74,8 @@ struct FusedKernel {
   DType reduce_dtype = DType::kFloat32;
   std::int64_t A = 1, R = 1, B = 1;
   int n_ops = 0;  // IR nodes this kernel computes
+  // The float32 kernels its tiles run through, chosen by the planner (plan_f32).
+  std::shared_ptr<const F32Plan> f32;
 
   DType reg_dtype(int reg) const {
     return reg < static_cast<int>(inputs.size())

@@ -1137,20 +1137,14 @@ class ProcessGroupMPI final : public ProcessGroup,
               continue;
             }
           }
-          const bool watched = comms_.blocking && op.collective;
-          if (watched) {
-            std::lock_guard lock(mu_);
-            if (watch_locked(a.deadline, call)) watchdog_->wake();
-          }
-          try {
+          {
+            // A blocking call is watched while it runs here; the watch names `call`, which ends
+            // with this pass.
+            std::optional<WatchGuard> watch;
+            if (comms_.blocking && op.collective) watch.emplace(*this, a.deadline, call);
             MpiLock lock;
             a.started = op.start(comms_, call);
-          } catch (...) {
-            if (watched) unwatch();
-            throw;
           }
-          // A blocking call has completed; the watch names `call`, which ends with this pass.
-          if (watched) unwatch();
           if (op.collective) {
             coll = std::move(a);
           } else {
@@ -1202,12 +1196,32 @@ class ProcessGroupMPI final : public ProcessGroup,
     }
   }
 
-  // Under mu_: watches the blocking collective about to start until collective_done() (the
-  // watchdog ends the job past `deadline`). `call` must live until then. True when the
-  // watchdog must be woken.
+  // Under mu_: watches the blocking collective about to start (the watchdog ends the job past
+  // `deadline`) until unwatched; `call` must live until then. True when the watchdog must be
+  // woken. A waiter arms it while it takes the op and collective_done() disarms it, both in
+  // critical sections the op needs anyway; the worker uses a WatchGuard.
   bool watch_locked(Clock::time_point deadline, const Call& call) {
     return watchdog_->watch_locked(deadline, [&call] { return call.str(); });
   }
+
+  // The worker's watch of one blocking call, for the call's scope.
+  class WatchGuard {
+   public:
+    WatchGuard(ProcessGroupMPI& g, Clock::time_point deadline, const Call& call) : g_(g) {
+      bool wake = false;
+      {
+        std::lock_guard lock(g_.mu_);
+        wake = g_.watch_locked(deadline, call);
+      }
+      if (wake) g_.watchdog_->wake();
+    }
+    ~WatchGuard() { g_.unwatch(); }
+    WatchGuard(const WatchGuard&) = delete;
+    WatchGuard& operator=(const WatchGuard&) = delete;
+
+   private:
+    ProcessGroupMPI& g_;
+  };
 
   // How errors name an op: "rank 0: all_reduce #3 (MPI group world)".
   Call describe(const Work& w) const { return Call{rank(), &w, &name_}; }
