@@ -150,12 +150,13 @@ class Run {
     const double scale = x.reals[0];
     if (scale == 1.0) return;
     for (Tensor& t : tensors) {
+      const std::int64_t n = t.numel();  // hoisted: the stores below could alias the tensor
       if (t.dtype() == DType::kFloat32) {
         float* p = t.data<float>();
-        for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(p[i] * scale);
+        for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(p[i] * scale);
       } else if (t.dtype() == DType::kFloat64) {
         double* p = t.data<double>();
-        for (std::int64_t i = 0; i < t.numel(); ++i) p[i] *= scale;
+        for (std::int64_t i = 0; i < n; ++i) p[i] *= scale;
       } else {
         C10D_THROW(InvalidArgument, "all_reduce: scale {} needs a floating tensor, not {}", scale,
                    t.to_string());
