@@ -13,9 +13,11 @@
 // backward; buckets start in index order on every rank. After the first iteration the buckets
 // are rebuilt in the order the gradients actually became ready on rank 0, the same on every
 // rank. When backward(loss) returns, every parameter's .grad holds the average over ranks.
-// In lazy mode, launching a bucket reads its gradients, which runs the graph recorded so far:
-// the overlap costs a few graph runs per step (cached after the first step). optimizer_step is
-// the other recipe: gradients averaged by collective IR nodes, the whole step one fused graph.
+// In lazy mode with the default hook, launching a bucket records its average as a collective IR
+// node (as optimizer_step does) and sets each .grad to its pending result: backward computes
+// nothing, and the reductions run with the optimizer's update in the next step's fused graph
+// (after mark_step, last_stats() reports their time). With any other hook, or in eager mode,
+// launching a bucket reads its gradients (in lazy mode that runs the graph recorded so far).
 //
 // Options: gradient_as_bucket_view (the .grad tensors are views into the bucket buffers, no
 // copy back); find_unused_parameters (parameters that get no gradient in an iteration count as
@@ -74,9 +76,12 @@ struct DDPOptions {
 // What the last backward() cost, in seconds of wall time on this rank.
 struct IterationStats {
   double backward_seconds = 0;  // from backward() being called to autograd's end
-  double comm_seconds = 0;      // from the first bucket's launch to the last one's completion
-  double wait_seconds = 0;      // after autograd, waiting for reductions still on the wire
-  double overlap = 0;           // share of comm_seconds hidden under backward: 1 - wait/comm
+  // From the first bucket's launch to the last one's completion. Lazy mode with the default
+  // hook: the collective nodes' time in the graph runs since backward() began (read it after
+  // mark_step).
+  double comm_seconds = 0;
+  double wait_seconds = 0;  // after autograd (lazy: in the graph run), blocked on reductions
+  double overlap = 0;       // share of comm_seconds hidden under backward: 1 - wait/comm
   int buckets = 0;
   std::int64_t bytes = 0;  // gradient bytes reduced
 };

@@ -141,10 +141,11 @@ Tensor one_hot(const Tensor& labels, std::int64_t classes, DType dtype = DType::
 // ---- Collective ----
 
 // An IR node that all-reduces `tensors` through `group` when the step runs, in program order
-// with the other collectives of the step, each result multiplied by `scale` (1/world for an
-// average). Returns the reduced tensors (pending). In eager mode it runs at once. The tensors
-// may differ in shape and dtype: each is one ProcessGroup::all_reduce, all issued in order
-// before the first is waited on.
+// with the other collectives of the step, scaled by `scale` (1/world for an average): a kSum or
+// kAvg scales each rank's tensor before the sum (as PREMUL_SUM does), any other op scales its
+// result. Returns the reduced tensors (pending). In eager mode it runs at once. The tensors
+// may differ in shape and dtype: those of one dtype travel as one ProcessGroup::all_reduce of
+// a flat buffer, all issued in order before the first is waited on.
 std::vector<Tensor> all_reduce(const std::vector<Tensor>& tensors, ReduceOp op, double scale,
                                std::shared_ptr<ProcessGroup> group);
 
@@ -228,6 +229,17 @@ struct Metrics {
 };
 Metrics metrics();
 void reset_metrics();
+
+// The collective nodes run by the calling thread's graph runs (and eager collectives), summed
+// since the thread began: how many, the seconds from each one's issue to its completion, and
+// the seconds the run spent blocked on them (the rest overlapped the run's other steps).
+// Subtract two readings to time the collectives of a step.
+struct CollectiveTime {
+  std::int64_t collectives = 0;
+  double seconds = 0;
+  double wait_seconds = 0;
+};
+CollectiveTime collective_time();
 std::string metrics_report();  // one "name: value" line each
 
 }  // namespace lazy

@@ -1,6 +1,8 @@
 // The built-in comm hooks (include/c10d/ddp.h). The compressing hooks send half the bytes:
 // the bucket is converted to float16 or bfloat16, averaged (the reduction kernels accumulate
 // 16-bit floats in float32 and divide once), and converted back into the bucket's buffer.
+#include "ddp/comm_hooks.h"
+
 #include "c10d/ddp.h"
 #include "core/check.h"
 #include "core/half.h"
@@ -37,9 +39,11 @@ CommHook compress_hook(const char* name) {
 
 }  // namespace
 
-CommHook allreduce_hook() {
-  return [](ProcessGroup& group, GradBucket& bucket) { return average(group, bucket.buffer); };
+std::shared_ptr<Future> AllreduceHook::operator()(ProcessGroup& group, GradBucket& bucket) const {
+  return average(group, bucket.buffer);
 }
+
+CommHook allreduce_hook() { return AllreduceHook{}; }
 
 CommHook fp16_compress_hook() {
   return compress_hook<DType::kFloat16, &core::float_to_half, &core::half_to_float>(

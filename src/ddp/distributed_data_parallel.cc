@@ -6,6 +6,13 @@
 // bucket is ready when all its parameters are; buckets are "launched" (gradients copied into
 // the flat buffer, the comm hook started) strictly in index order, so every rank issues the
 // same collectives in the same order whatever the timing of its hooks.
+//
+// Two ways to launch a bucket. In lazy mode with the default hook, the bucket's reduction is
+// recorded as a collective IR node (sum scaled by 1/world, as optimizer_step does) and each
+// parameter's .grad set to its pending result, so backward, the reduction and the optimizer's
+// update become one graph that the next step boundary runs, fused; the executor times the
+// node for last_stats(). Otherwise (eager mode, or any other hook) the gradients are copied
+// into the bucket's flat buffer and the hook starts on it at once.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,6 +24,7 @@
 #include "c10d/lazy.h"
 #include "core/check.h"
 #include "core/logging.h"
+#include "ddp/comm_hooks.h"
 
 namespace c10d::ddp {
 namespace {
@@ -66,7 +74,8 @@ struct DistributedDataParallel::Impl {
   struct Bucket {
     std::vector<int> params;
     std::vector<std::int64_t> offsets;
-    Tensor buffer;
+    std::int64_t numel = 0;
+    Tensor buffer;    // the hook path's flat buffer, allocated at its first launch
     int pending = 0;  // parameters not yet ready in this pass
     std::shared_ptr<Future> future;
   };
@@ -86,6 +95,8 @@ struct DistributedDataParallel::Impl {
   std::size_t next_launch = 0;
   Clock::time_point first_launch{};
   bool rebuilt = false;
+  bool as_graph = false;                 // this pass records its reductions as IR nodes
+  lazy::CollectiveTime graph_comm_base;  // as_graph: this thread's collective time at the start
   IterationStats stats;
 
   void check_same_parameters() {
@@ -152,8 +163,7 @@ struct DistributedDataParallel::Impl {
         n += params[static_cast<std::size_t>(p)].tensor.numel();
         bucket_of[static_cast<std::size_t>(p)] = static_cast<int>(buckets.size());
       }
-      b.buffer =
-          Tensor::empty({n}, params[static_cast<std::size_t>(members.front())].tensor.dtype());
+      b.numel = n;
       buckets.push_back(std::move(b));
     }
   }
@@ -167,6 +177,8 @@ struct DistributedDataParallel::Impl {
       b.future.reset();
     }
     stats = {};
+    as_graph = !no_sync && lazy::is_lazy() && options.comm_hook.target<AllreduceHook>() != nullptr;
+    if (as_graph) graph_comm_base = lazy::collective_time();
   }
 
   void on_ready(int p) {
@@ -185,6 +197,15 @@ struct DistributedDataParallel::Impl {
 
   void launch(std::size_t index) {
     Bucket& b = buckets[index];
+    if (index == 0) first_launch = Clock::now();
+    if (as_graph) {
+      record_reduction(b);
+      return;
+    }
+    if (!b.buffer.defined()) {
+      b.buffer = Tensor::empty({b.numel},
+                               params[static_cast<std::size_t>(b.params.front())].tensor.dtype());
+    }
     const std::size_t elem = element_size(b.buffer.dtype());
     auto* flat = static_cast<std::byte*>(b.buffer.raw_data());
     GradBucket view;
@@ -205,10 +226,40 @@ struct DistributedDataParallel::Impl {
       view.offsets.push_back(b.offsets[i]);
       view.numels.push_back(p.tensor.numel());
     }
-    if (index == 0) first_launch = Clock::now();
     stats.bytes += static_cast<std::int64_t>(b.buffer.nbytes());
     b.future = options.comm_hook(*group, view);
     C10D_CHECK(b.future != nullptr, "DistributedDataParallel: the comm hook returned no future");
+  }
+
+  // The bucket's average as a pending collective node; a parameter unused in this pass
+  // contributes zeros. Over one rank the average is the gradient itself: nothing is recorded.
+  void record_reduction(const Bucket& b) {
+    std::vector<Tensor> grads;
+    for (int p : b.params) {
+      const Tensor& param = params[static_cast<std::size_t>(p)].tensor;
+      const Tensor g = lazy::grad(param);
+      grads.push_back(g.defined() ? g : lazy::zeros(param.shape(), param.dtype()));
+      stats.bytes += static_cast<std::int64_t>(param.nbytes());
+    }
+    if (group->size() == 1) {
+      for (std::size_t k = 0; k < grads.size(); ++k)
+        lazy::set_grad(params[static_cast<std::size_t>(b.params[k])].tensor, grads[k]);
+      return;
+    }
+    const auto reduced = lazy::all_reduce(grads, ReduceOp::kSum, 1.0 / group->size(), group);
+    for (std::size_t k = 0; k < reduced.size(); ++k)
+      lazy::set_grad(params[static_cast<std::size_t>(b.params[k])].tensor, reduced[k]);
+  }
+
+  // As a graph pass: the reductions run with the graph, so the stats of the executor's
+  // collectives on this thread since the pass began stand for its communication.
+  void update_graph_stats() {
+    if (!as_graph) return;
+    const lazy::CollectiveTime now = lazy::collective_time();
+    stats.comm_seconds = now.seconds - graph_comm_base.seconds;
+    stats.wait_seconds = now.wait_seconds - graph_comm_base.wait_seconds;
+    stats.overlap =
+        stats.comm_seconds > 0 ? std::max(0.0, 1.0 - stats.wait_seconds / stats.comm_seconds) : 0;
   }
 
   // After autograd: launch what is left, wait, and write the averaged gradients back.
@@ -222,6 +273,8 @@ struct DistributedDataParallel::Impl {
       on_ready(static_cast<int>(p));
     }
     launch_ready();
+    stats.buckets = static_cast<int>(buckets.size());
+    if (as_graph) return;
     for (std::size_t i = 0; i < buckets.size(); ++i) {
       Bucket& b = buckets[i];
       b.future->wait();
@@ -239,7 +292,6 @@ struct DistributedDataParallel::Impl {
       }
     }
     const auto done = Clock::now();
-    stats.buckets = static_cast<int>(buckets.size());
     stats.wait_seconds = seconds(done - autograd_end);
     stats.comm_seconds = buckets.empty() ? 0 : seconds(done - first_launch);
     stats.overlap =
@@ -342,7 +394,10 @@ void DistributedDataParallel::register_comm_hook(CommHook hook) {
   impl_->options.comm_hook = std::move(hook);
 }
 
-const IterationStats& DistributedDataParallel::last_stats() const { return impl_->stats; }
+const IterationStats& DistributedDataParallel::last_stats() const {
+  impl_->update_graph_stats();
+  return impl_->stats;
+}
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_layout() const {
   std::vector<std::vector<std::string>> out;

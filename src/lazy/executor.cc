@@ -1,7 +1,10 @@
 #include "lazy/executor.h"
 
+#include <chrono>
+#include <cstddef>
 #include <cstring>
 
+#include "c10d/lazy.h"
 #include "c10d/process_group.h"
 #include "c10d/work.h"
 #include "core/check.h"
@@ -9,7 +12,40 @@
 namespace c10d::lazy {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 constexpr std::size_t kMaxPooledWorkspaces = 4;
+constexpr std::size_t kAlign = 64;
+
+std::size_t align_up(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+thread_local CollectiveTime t_collectives;
+
+// dst[i] = src[i] * scale (dst may be src). Float32 multiplies in float when the scale is exact
+// there (1/world for a power of two), else in double and rounds once; the result is the same.
+void scaled_copy(DType dtype, void* dst, const void* src, std::int64_t n, double scale) {
+  if (scale == 1.0) {
+    if (dst != src) std::memcpy(dst, src, static_cast<std::size_t>(n) * element_size(dtype));
+    return;
+  }
+  if (dtype == DType::kFloat32) {
+    const auto* in = static_cast<const float*>(src);
+    auto* out = static_cast<float*>(dst);
+    const auto narrow = static_cast<float>(scale);
+    if (static_cast<double>(narrow) == scale) {
+      for (std::int64_t i = 0; i < n; ++i) out[i] = in[i] * narrow;
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i] * scale);
+    }
+  } else if (dtype == DType::kFloat64) {
+    const auto* in = static_cast<const double*>(src);
+    auto* out = static_cast<double*>(dst);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = in[i] * scale;
+  } else {
+    C10D_THROW(InvalidArgument, "all_reduce: scale {} needs a floating tensor, not {}", scale,
+               dtype_name(dtype));
+  }
+}
 
 class Run {
  public:
@@ -56,9 +92,9 @@ class Run {
   }
 
  private:
-  const Buf& alloc(int slot) {
+  const Buf& alloc(int slot) { return alloc(slot, p_.slot_bytes[static_cast<std::size_t>(slot)]); }
+  const Buf& alloc(int slot, std::size_t bytes) {
     const auto i = static_cast<std::size_t>(slot);
-    const std::size_t bytes = p_.slot_bytes[i];
     std::shared_ptr<Storage>& kept = ws_[i];
     if (!(reuse_ && kept && kept.use_count() == 1 && kept->nbytes() == bytes)) {
       kept = allocate(bytes);
@@ -129,39 +165,53 @@ class Run {
     }
   }
 
+  // The node's outputs of one dtype (consecutive ones) share one flat buffer and one
+  // collective: each output is a 64-byte aligned range of it (the gaps zeroed), filled with
+  // its operand, and the ranges are views of the reduced buffer. A sum takes its scale while
+  // the operands are copied in (each rank's share premultiplied, no pass of its own); another
+  // op scales its result. All collectives are issued, in the same order on every rank, before
+  // the first is waited on.
   void all_reduce(int e, const ProgramEntry& x) {
     const Node* node = g_.params[static_cast<std::size_t>(x.param)];
-    std::vector<Tensor> tensors;
-    for (std::size_t i = 0; i < x.operands.size(); ++i) {
-      const Buf& src = in(x.operands[i]);
-      const Buf& dst = alloc(p_.slot({e, static_cast<int>(i)}));
-      const ValueType& t = x.outputs[i];
-      std::memcpy(dst.data(), src.data(),
-                  static_cast<std::size_t>(t.numel()) * element_size(t.dtype));
-      tensors.emplace_back(std::make_shared<TensorImpl>(t.dtype, t.shape, dst.storage, dst.offset));
-    }
     AllreduceOptions opts;
     opts.reduce.op = static_cast<ReduceOp>(x.ints[0]);
-    // One collective per tensor (they may differ in shape and dtype), all issued before any
-    // is waited on, in the same order on every rank.
-    std::vector<std::shared_ptr<Work>> works;
-    for (const Tensor& t : tensors) works.push_back(node->group->all_reduce({t}, opts));
-    for (const auto& w : works) w->wait();
     const double scale = x.reals[0];
-    if (scale == 1.0) return;
-    for (Tensor& t : tensors) {
-      const std::int64_t n = t.numel();  // hoisted: the stores below could alias the tensor
-      if (t.dtype() == DType::kFloat32) {
-        float* p = t.data<float>();
-        for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(p[i] * scale);
-      } else if (t.dtype() == DType::kFloat64) {
-        double* p = t.data<double>();
-        for (std::int64_t i = 0; i < n; ++i) p[i] *= scale;
-      } else {
-        C10D_THROW(InvalidArgument, "all_reduce: scale {} needs a floating tensor, not {}", scale,
-                   t.to_string());
+    const bool premul = opts.reduce.op == ReduceOp::kSum || opts.reduce.op == ReduceOp::kAvg;
+    std::vector<Tensor> flats;
+    std::vector<std::shared_ptr<Work>> works;
+    const auto issued = Clock::now();
+    for (std::size_t i = 0; i < x.outputs.size();) {
+      const DType dtype = x.outputs[i].dtype;
+      const std::size_t elem = element_size(dtype);
+      std::vector<std::size_t> at;
+      std::size_t bytes = 0;
+      std::size_t end = i;
+      for (; end < x.outputs.size() && x.outputs[end].dtype == dtype; ++end) {
+        at.push_back(bytes);
+        bytes = align_up(bytes + static_cast<std::size_t>(x.outputs[end].numel()) * elem);
       }
+      const Buf flat = alloc(p_.slot({e, static_cast<int>(i)}), bytes);
+      for (std::size_t k = i; k < end; ++k) {
+        const std::int64_t n = x.outputs[k].numel();
+        const std::size_t used = static_cast<std::size_t>(n) * elem;
+        const std::size_t next = k + 1 < end ? at[k + 1 - i] : bytes;
+        Buf& out = bufs_[static_cast<std::size_t>(p_.slot({e, static_cast<int>(k)}))];
+        out = {flat.storage, flat.offset + at[k - i]};
+        scaled_copy(dtype, out.data(), in(x.operands[k]).data(), n, premul ? scale : 1.0);
+        std::memset(static_cast<std::byte*>(out.data()) + used, 0, next - at[k - i] - used);
+      }
+      flats.emplace_back(std::make_shared<TensorImpl>(
+          dtype, Shape{static_cast<std::int64_t>(bytes / elem)}, flat.storage, flat.offset));
+      works.push_back(node->group->all_reduce({flats.back()}, opts));
+      i = end;
     }
+    for (const auto& w : works) w->wait();
+    const double spent = std::chrono::duration<double>(Clock::now() - issued).count();
+    t_collectives.collectives += 1;
+    t_collectives.seconds += spent;
+    t_collectives.wait_seconds += spent;  // issued and waited for in the same step
+    if (premul) return;
+    for (Tensor& t : flats) scaled_copy(t.dtype(), t.raw_data(), t.raw_data(), t.numel(), scale);
   }
 
   Program& p_;
@@ -172,6 +222,8 @@ class Run {
 };
 
 }  // namespace
+
+CollectiveTime collective_time() { return t_collectives; }
 
 std::vector<Buf> execute(Program& program, const Graph& graph, bool reuse) {
   Run run(program, graph, reuse);

@@ -1,6 +1,7 @@
 // DistributedDataParallel and optimizer_step with every rank a thread over the in-process
-// transport, in eager mode (the lazy graph is one per process, so threads-as-ranks tests run
-// eagerly; multi-process lazy training is tests/ddp/train_fmnist_test.cc's).
+// transport, each test in eager and in lazy mode (pending graphs are per thread, so every
+// rank's thread runs its own steps; multi-process training is tests/ddp/train_fmnist_test.cc's).
+// In lazy mode the default hook becomes a collective IR node, any other hook reads the bucket.
 //
 // The reference is always one process holding the whole batch: DDP's averaged gradients (and
 // optimizer_step's updated parameters) must match it to 1e-5.
@@ -30,9 +31,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class DdpTest : public ::testing::Test {
+class DdpTest : public ::testing::TestWithParam<bool> {
  protected:
-  DdpTest() : was_lazy_(lazy::is_lazy()) { lazy::set_lazy(false); }
+  DdpTest() : was_lazy_(lazy::is_lazy()) { lazy::set_lazy(GetParam()); }
   ~DdpTest() override { lazy::set_lazy(was_lazy_); }
 
   // Runs fn(rank, group) on `n` threads; rethrows the first error.
@@ -121,7 +122,7 @@ void expect_grads_near(const nn::Module& m, const std::vector<std::vector<float>
   }
 }
 
-TEST_F(DdpTest, AveragedGradientsEqualTheWholeBatchGradient) {
+TEST_P(DdpTest, AveragedGradientsEqualTheWholeBatchGradient) {
   const auto want = reference_grads();
   for (int n : {2, 3}) {
     for (bool view : {false, true}) {
@@ -144,7 +145,7 @@ TEST_F(DdpTest, AveragedGradientsEqualTheWholeBatchGradient) {
   }
 }
 
-TEST_F(DdpTest, NoSyncAccumulatesLocallyThenAveragesTheSum) {
+TEST_P(DdpTest, NoSyncAccumulatesLocallyThenAveragesTheSum) {
   const auto want = reference_grads(/*micro_batches=*/2);
   run_ranks(2, [&](int r, std::shared_ptr<ProcessGroup> pg) {
     auto m = mlp();
@@ -160,7 +161,7 @@ TEST_F(DdpTest, NoSyncAccumulatesLocallyThenAveragesTheSum) {
   });
 }
 
-TEST_F(DdpTest, BucketsAreRebuiltInReadyOrderIdenticallyOnEveryRank) {
+TEST_P(DdpTest, BucketsAreRebuiltInReadyOrderIdenticallyOnEveryRank) {
   std::mutex mu;
   std::vector<std::vector<std::vector<std::string>>> layouts(3);
   run_ranks(3, [&](int r, std::shared_ptr<ProcessGroup> pg) {
@@ -183,7 +184,7 @@ TEST_F(DdpTest, BucketsAreRebuiltInReadyOrderIdenticallyOnEveryRank) {
   EXPECT_EQ(params, 4u);
 }
 
-TEST_F(DdpTest, MismatchedModelsAreRejectedOnEveryRankNamingTheParameter) {
+TEST_P(DdpTest, MismatchedModelsAreRejectedOnEveryRankNamingTheParameter) {
   std::mutex mu;
   std::vector<std::string> errors(3);
   run_ranks(3, [&](int r, std::shared_ptr<ProcessGroup> pg) {
@@ -201,7 +202,7 @@ TEST_F(DdpTest, MismatchedModelsAreRejectedOnEveryRankNamingTheParameter) {
   }
 }
 
-TEST_F(DdpTest, ParametersStartFromRankZeros) {
+TEST_P(DdpTest, ParametersStartFromRankZeros) {
   run_ranks(2, [&](int r, std::shared_ptr<ProcessGroup> pg) {
     auto m = mlp(8, /*seed=*/static_cast<std::uint64_t>(100 + r));  // different inits
     DistributedDataParallel ddp(m, pg);
@@ -215,7 +216,7 @@ TEST_F(DdpTest, ParametersStartFromRankZeros) {
   });
 }
 
-TEST_F(DdpTest, CompressionHooksStayCloseToFullPrecision) {
+TEST_P(DdpTest, CompressionHooksStayCloseToFullPrecision) {
   const auto want = reference_grads();
   for (auto [hook, tol] : {std::pair{fp16_compress_hook(), 2e-3}, {bf16_compress_hook(), 2e-2}}) {
     run_ranks(2, [&](int r, std::shared_ptr<ProcessGroup> pg) {
@@ -229,7 +230,7 @@ TEST_F(DdpTest, CompressionHooksStayCloseToFullPrecision) {
   }
 }
 
-TEST_F(DdpTest, UserHookSeesEveryBucketAndItsResultIsUsed) {
+TEST_P(DdpTest, UserHookSeesEveryBucketAndItsResultIsUsed) {
   run_ranks(2, [&](int r, std::shared_ptr<ProcessGroup> pg) {
     auto m = mlp();
     DistributedDataParallel ddp(m, pg);
@@ -262,7 +263,7 @@ class Branchy : public nn::Module {
   std::shared_ptr<nn::Linear> used_, unused_;
 };
 
-TEST_F(DdpTest, UnusedParametersNeedFindUnusedParameters) {
+TEST_P(DdpTest, UnusedParametersNeedFindUnusedParameters) {
   run_ranks(2, [&](int r, std::shared_ptr<ProcessGroup> pg) {
     lazy::Generator gen(3);
     auto m = std::make_shared<Branchy>(gen);
@@ -294,7 +295,7 @@ TEST_F(DdpTest, UnusedParametersNeedFindUnusedParameters) {
   });
 }
 
-TEST_F(DdpTest, OptimizerStepMatchesSgdOnTheWholeBatch) {
+TEST_P(DdpTest, OptimizerStepMatchesSgdOnTheWholeBatch) {
   // Reference: one process, whole batch, two SGD steps with momentum.
   auto ref = mlp();
   optim::SGD ref_opt(ref->parameters(), {.lr = 0.5, .momentum = 0.9});
@@ -323,6 +324,40 @@ TEST_F(DdpTest, OptimizerStepMatchesSgdOnTheWholeBatch) {
     }
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, DdpTest, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "Lazy" : "Eager"; });
+
+class LazyDdpTest : public DdpTest {};
+
+TEST_P(LazyDdpTest, TheDefaultHookIsACollectiveNodeOfTheNextStep) {
+  const auto want = reference_grads();
+  for (int n : {1, 2}) {
+    run_ranks(n, [&](int r, std::shared_ptr<ProcessGroup> pg) {
+      auto m = mlp();
+      DDPOptions o;
+      o.first_bucket_cap_bytes = 64;
+      DistributedDataParallel ddp(m, pg, o);
+      const Batch b = shard(whole_batch(), r, n);
+      const lazy::CollectiveTime before = lazy::collective_time();
+      ddp.backward(lazy::cross_entropy(ddp(b.x), b.y));
+      const Tensor g = lazy::grad(m->parameters().front());
+      ASSERT_TRUE(g.impl()->is_pending()) << "backward ran the graph";
+      const std::string graph = lazy::dump_graph({g});
+      // Over one rank the average is the gradient: nothing to reduce.
+      EXPECT_EQ(graph.find("all_reduce[op=sum, scale=0.5]") != std::string::npos, n == 2) << graph;
+      lazy::mark_step();
+      const lazy::CollectiveTime after = lazy::collective_time();
+      EXPECT_EQ(after.collectives - before.collectives, n == 2 ? ddp.last_stats().buckets : 0);
+      EXPECT_GE(ddp.last_stats().buckets, 2);
+      EXPECT_EQ(ddp.last_stats().comm_seconds > 0, n == 2);
+      EXPECT_EQ(ddp.last_stats().comm_seconds, after.seconds - before.seconds);
+      expect_grads_near(*m, want, 1e-5, r);
+    });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Lazy, LazyDdpTest, ::testing::Values(true));
 
 TEST(AssignBucketsTest, FirstBucketSmallThenCappedRunsNeverMixingDtypes) {
   using V = std::vector<std::vector<int>>;

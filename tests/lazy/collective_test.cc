@@ -80,6 +80,42 @@ TEST_P(CollectiveTest, AnUnreadCollectiveStillRunsBeforeTheNextOne) {
   });
 }
 
+TEST_P(CollectiveTest, TensorsOfOneDtypeTravelAsOneFlatCollective) {
+  const bool lazy = GetParam();
+  testing::ModeGuard mode(lazy);
+  run_ranks(2, [&](int r, std::shared_ptr<ProcessGroup> pg) {
+    const auto sequence = [&] {
+      Tensor t = Tensor::from_vector(std::vector<float>{1.0f}, DType::kFloat32);
+      auto w = pg->all_reduce({t});
+      w->wait();
+      return w->sequence();
+    };
+    const std::uint64_t first = sequence();
+    const CollectiveTime before = collective_time();
+    // Odd sizes (so the ranges need padding to stay aligned), an empty one, and a float64.
+    Tensor a = full({5}, r + 1.0);
+    Tensor b = full({0}, 1.0);
+    Tensor c = full({3, 7}, 10.0 * (r + 1));
+    Tensor d = full({2}, r + 1.0, DType::kFloat64);
+    std::vector<Tensor> sum = all_reduce({a, b, c, d}, ReduceOp::kSum, 0.5, pg);
+    std::vector<Tensor> mx = all_reduce({a, c}, ReduceOp::kMax, 0.5, pg);
+    if (lazy) mark_step();
+    testing::expect_near(testing::values(sum[0]), std::vector<double>(5, 1.5));
+    EXPECT_EQ(sum[1].numel(), 0);
+    testing::expect_near(testing::values(sum[2]), std::vector<double>(21, 15.0));
+    testing::expect_near(testing::values(sum[3]), std::vector<double>(2, 1.5));
+    // A max scales its result: 0.5 * max(r + 1).
+    testing::expect_near(testing::values(mx[0]), std::vector<double>(5, 1.0));
+    testing::expect_near(testing::values(mx[1]), std::vector<double>(21, 10.0));
+    // The float32 run of each node was one collective, the float64 one another: 3 in all.
+    EXPECT_EQ(sequence(), first + 4);
+    const CollectiveTime after = collective_time();
+    EXPECT_EQ(after.collectives - before.collectives, 2);
+    EXPECT_GT(after.seconds, before.seconds);
+    EXPECT_GE(after.seconds - before.seconds, after.wait_seconds - before.wait_seconds);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, CollectiveTest, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "Lazy" : "Eager"; });
 
