@@ -56,6 +56,15 @@ using Shape = std::vector<std::int64_t>;
 bool is_lazy();            // C10D_LAZY (default 1) unless set_lazy was called
 void set_lazy(bool lazy);  // for tests and benchmarks; affects ops recorded afterwards
 void mark_step();          // runs every live pending tensor's graph
+// Whether a graph run overlaps its collectives with its other steps: a collective node is
+// issued where the plan places it and waited for by the first step that reads its results (so
+// DDP's reduction of the early buckets runs under the rest of backward). That needs a spare
+// core per process for the backend's thread; without one it only slows the step, so the
+// collective is then waited for where it is issued (on the waiting thread, inline). Default:
+// C10D_LAZY_OVERLAP=1 or 0, else on when this host has at least two cores per process of the
+// job (LOCAL_WORLD_SIZE, or mpirun's OMPI_COMM_WORLD_LOCAL_SIZE; 1 if neither is set).
+bool overlap_collectives();
+void set_overlap_collectives(bool overlap);     // for tests and benchmarks
 void set_cache_capacity(std::size_t programs);  // LRU size (default 64, or C10D_LAZY_CACHE)
 
 // ---- Creation ----

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "c10d/lazy.h"
 #include "core/check.h"
@@ -15,6 +16,18 @@ namespace {
 
 // -1: not set; read C10D_LAZY on first use.
 std::atomic<int> g_mode{-1};
+std::atomic<int> g_overlap{-1};  // -1: not decided yet
+
+// The processes of the job on this host: the launcher's or mpirun's count, else 1.
+int local_processes() {
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+    if (const char* v = std::getenv(name)) {
+      const int n = std::atoi(v);
+      if (n > 0) return n;
+    }
+  }
+  return 1;
+}
 
 struct ThreadState {
   std::vector<std::weak_ptr<TensorImpl>> pending;
@@ -189,6 +202,24 @@ bool is_lazy() {
 }
 
 void set_lazy(bool lazy) { g_mode.store(lazy ? 1 : 0); }
+
+bool overlap_collectives() {
+  int m = g_overlap.load(std::memory_order_relaxed);
+  if (m < 0) {
+    const char* env = std::getenv("C10D_LAZY_OVERLAP");
+    if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0)) {
+      m = env[0] - '0';
+    } else {
+      m = std::thread::hardware_concurrency() >= 2u * static_cast<unsigned>(local_processes());
+    }
+    int expected = -1;
+    g_overlap.compare_exchange_strong(expected, m);
+    m = g_overlap.load();
+  }
+  return m == 1;
+}
+
+void set_overlap_collectives(bool overlap) { g_overlap.store(overlap ? 1 : 0); }
 
 void mark_step() { run_step(nullptr); }
 

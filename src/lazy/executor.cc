@@ -1,5 +1,7 @@
 #include "lazy/executor.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
@@ -59,6 +61,7 @@ class Run {
       }
     }
     ws_.resize(static_cast<std::size_t>(p.num_slots));
+    pending_.assign(static_cast<std::size_t>(p.num_slots), -1);
   }
 
   ~Run() {
@@ -78,6 +81,9 @@ class Run {
     }
     for (const Step& s : p_.steps) {
       if (s.fused) {
+        for (const TileInput& t : s.kernel.inputs) {
+          if (t.kind != TileInput::Kind::kImmediate) await(t.slot);
+        }
         for (const auto& st : s.kernel.stores) alloc(st.second);
         if (s.kernel.reduce_slot >= 0) alloc(s.kernel.reduce_slot);
         run_fused(s.kernel, bufs_);
@@ -85,6 +91,7 @@ class Run {
         node_step(s.entry);
       }
     }
+    for (std::size_t c = 0; c < collectives_.size(); ++c) complete(c);
     std::vector<Buf> out;
     out.reserve(p_.root_slots.size());
     for (int slot : p_.root_slots) out.push_back(bufs_[static_cast<std::size_t>(slot)]);
@@ -108,9 +115,23 @@ class Run {
     return p_.entries[static_cast<std::size_t>(s.entry)].outputs[static_cast<std::size_t>(s.index)];
   }
 
+  // A collective's outputs are pending until the first step that reads one: that step (or the
+  // end of the run) waits for it. A reshape or slice of a pending output reads no bytes; its
+  // view is pending on the same collective.
+  void await(int slot) {
+    const int c = pending_[static_cast<std::size_t>(slot)];
+    if (c >= 0) complete(static_cast<std::size_t>(c));
+  }
+
   void node_step(int e) {
     const ProgramEntry& x = p_.entries[static_cast<std::size_t>(e)];
     const int out = p_.slot({e, 0});
+    if (x.op == OpKind::kReshape || x.op == OpKind::kSliceRows) {
+      pending_[static_cast<std::size_t>(out)] =
+          pending_[static_cast<std::size_t>(p_.slot(x.operands[0]))];
+    } else {
+      for (const Slot& s : x.operands) await(p_.slot(s));
+    }
     switch (x.op) {
       case OpKind::kReshape:
         bufs_[static_cast<std::size_t>(out)] = in(x.operands[0]);
@@ -165,21 +186,34 @@ class Run {
     }
   }
 
-  // The node's outputs of one dtype (consecutive ones) share one flat buffer and one
-  // collective: each output is a 64-byte aligned range of it (the gaps zeroed), filled with
-  // its operand, and the ranges are views of the reduced buffer. A sum takes its scale while
-  // the operands are copied in (each rank's share premultiplied, no pass of its own); another
-  // op scales its result. All collectives are issued, in the same order on every rank, before
-  // the first is waited on.
+  // One all_reduce node in flight: its collectives, their flat buffers, and the scale still to
+  // apply to its results (ops other than a sum).
+  struct Collective {
+    std::vector<std::shared_ptr<Work>> works;
+    std::vector<Tensor> flats;
+    double post_scale = 1.0;
+    Clock::time_point issued;
+    std::shared_ptr<std::atomic<Clock::rep>> finished;  // latest completion, set by the backend
+    bool done = false;
+  };
+
+  // Issues the node's collectives and, with overlap_collectives(), returns: the steps that read
+  // its outputs wait for them; else waits for them at once.
+  // The outputs of one dtype (consecutive ones) share one flat buffer and one collective: each
+  // output is a 64-byte aligned range of it (the gaps zeroed), filled with its operand, and the
+  // ranges are views of the reduced buffer. A sum takes its scale while the operands are copied
+  // in (each rank's share premultiplied, no pass of its own); another op scales its result.
+  // Collectives are issued in program order, the same on every rank.
   void all_reduce(int e, const ProgramEntry& x) {
     const Node* node = g_.params[static_cast<std::size_t>(x.param)];
     AllreduceOptions opts;
     opts.reduce.op = static_cast<ReduceOp>(x.ints[0]);
     const double scale = x.reals[0];
     const bool premul = opts.reduce.op == ReduceOp::kSum || opts.reduce.op == ReduceOp::kAvg;
-    std::vector<Tensor> flats;
-    std::vector<std::shared_ptr<Work>> works;
-    const auto issued = Clock::now();
+    Collective c;
+    c.post_scale = premul ? 1.0 : scale;
+    c.finished = std::make_shared<std::atomic<Clock::rep>>(0);
+    const int index = static_cast<int>(collectives_.size());
     for (std::size_t i = 0; i < x.outputs.size();) {
       const DType dtype = x.outputs[i].dtype;
       const std::size_t elem = element_size(dtype);
@@ -195,23 +229,44 @@ class Run {
         const std::int64_t n = x.outputs[k].numel();
         const std::size_t used = static_cast<std::size_t>(n) * elem;
         const std::size_t next = k + 1 < end ? at[k + 1 - i] : bytes;
-        Buf& out = bufs_[static_cast<std::size_t>(p_.slot({e, static_cast<int>(k)}))];
-        out = {flat.storage, flat.offset + at[k - i]};
-        scaled_copy(dtype, out.data(), in(x.operands[k]).data(), n, premul ? scale : 1.0);
-        std::memset(static_cast<std::byte*>(out.data()) + used, 0, next - at[k - i] - used);
+        const auto slot = static_cast<std::size_t>(p_.slot({e, static_cast<int>(k)}));
+        bufs_[slot] = {flat.storage, flat.offset + at[k - i]};
+        pending_[slot] = index;
+        scaled_copy(dtype, bufs_[slot].data(), in(x.operands[k]).data(), n, premul ? scale : 1.0);
+        std::memset(static_cast<std::byte*>(bufs_[slot].data()) + used, 0, next - at[k - i] - used);
       }
-      flats.emplace_back(std::make_shared<TensorImpl>(
+      c.flats.emplace_back(std::make_shared<TensorImpl>(
           dtype, Shape{static_cast<std::int64_t>(bytes / elem)}, flat.storage, flat.offset));
-      works.push_back(node->group->all_reduce({flats.back()}, opts));
+      if (c.works.empty()) c.issued = Clock::now();
+      c.works.push_back(node->group->all_reduce({c.flats.back()}, opts));
+      c.works.back()->future()->add_callback([finished = c.finished](Future&) {
+        const Clock::rep now = Clock::now().time_since_epoch().count();
+        Clock::rep seen = finished->load();
+        while (seen < now && !finished->compare_exchange_weak(seen, now)) {
+        }
+      });
       i = end;
     }
-    for (const auto& w : works) w->wait();
-    const double spent = std::chrono::duration<double>(Clock::now() - issued).count();
+    collectives_.push_back(std::move(c));
+    if (!overlap_) complete(static_cast<std::size_t>(index));
+  }
+
+  void complete(std::size_t index) {
+    Collective& c = collectives_[index];
+    if (c.done) return;
+    c.done = true;
+    const auto start = Clock::now();
+    for (const auto& w : c.works) w->wait();
+    const auto end = Clock::now();
+    const Clock::time_point finished{Clock::duration(c.finished->load())};
     t_collectives.collectives += 1;
-    t_collectives.seconds += spent;
-    t_collectives.wait_seconds += spent;  // issued and waited for in the same step
-    if (premul) return;
-    for (Tensor& t : flats) scaled_copy(t.dtype(), t.raw_data(), t.raw_data(), t.numel(), scale);
+    t_collectives.seconds +=
+        std::chrono::duration<double>(std::min(std::max(finished, c.issued), end) - c.issued)
+            .count();
+    t_collectives.wait_seconds += std::chrono::duration<double>(end - start).count();
+    if (c.post_scale == 1.0) return;
+    for (Tensor& t : c.flats)
+      scaled_copy(t.dtype(), t.raw_data(), t.raw_data(), t.numel(), c.post_scale);
   }
 
   Program& p_;
@@ -219,6 +274,9 @@ class Run {
   bool reuse_;
   std::vector<Buf> bufs_;
   std::vector<std::shared_ptr<Storage>> ws_;
+  bool overlap_ = overlap_collectives();
+  std::vector<Collective> collectives_;  // this run's all_reduce nodes, in issue order
+  std::vector<int> pending_;             // slot -> the collective that will fill it, or -1
 };
 
 }  // namespace

@@ -116,6 +116,32 @@ TEST_P(CollectiveTest, TensorsOfOneDtypeTravelAsOneFlatCollective) {
   });
 }
 
+// With overlap, a collective is waited for by the first step that reads its result, through a
+// reshape or a slice too. Rank 1 comes late, so a reader that did not wait would see rank 0's
+// own premultiplied values.
+TEST_P(CollectiveTest, TheFirstReaderOfACollectiveWaitsForIt) {
+  const bool lazy = GetParam();
+  testing::ModeGuard mode(lazy);
+  const bool was = overlap_collectives();
+  for (const bool overlap : {true, false}) {
+    set_overlap_collectives(overlap);
+    run_ranks(2, [&](int r, std::shared_ptr<ProcessGroup> pg) {
+      if (r == 1) std::this_thread::sleep_for(50ms);
+      Tensor x = full({4, 3}, r + 1.0);
+      Tensor y = full({6}, 10.0 * (r + 1));
+      std::vector<Tensor> avg = all_reduce({x, y}, ReduceOp::kSum, 0.5, pg);
+      Tensor unrelated = matmul(full({3, 3}, 1.0), full({3, 3}, 2.0));  // runs before the reader
+      Tensor rows = slice_rows(reshape(avg[0], {2, 6}), 1, 2) * 2.0;
+      Tensor last = avg[1] + 1.0;
+      if (lazy) mark_step();
+      testing::expect_near(testing::values(rows), std::vector<double>(6, 3.0));
+      testing::expect_near(testing::values(last), std::vector<double>(6, 16.0));
+      testing::expect_near(testing::values(unrelated), std::vector<double>(9, 6.0));
+    });
+  }
+  set_overlap_collectives(was);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, CollectiveTest, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "Lazy" : "Eager"; });
 
