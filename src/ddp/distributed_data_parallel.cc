@@ -197,11 +197,11 @@ struct DistributedDataParallel::Impl {
 
   void launch(std::size_t index) {
     Bucket& b = buckets[index];
-    if (index == 0) first_launch = Clock::now();
     if (as_graph) {
       record_reduction(b);
       return;
     }
+    if (index == 0) first_launch = Clock::now();
     if (!b.buffer.defined()) {
       b.buffer = Tensor::empty({b.numel},
                                params[static_cast<std::size_t>(b.params.front())].tensor.dtype());
@@ -241,14 +241,11 @@ struct DistributedDataParallel::Impl {
       grads.push_back(g.defined() ? g : lazy::zeros(param.shape(), param.dtype()));
       stats.bytes += static_cast<std::int64_t>(param.nbytes());
     }
-    if (group->size() == 1) {
-      for (std::size_t k = 0; k < grads.size(); ++k)
-        lazy::set_grad(params[static_cast<std::size_t>(b.params[k])].tensor, grads[k]);
-      return;
-    }
-    const auto reduced = lazy::all_reduce(grads, ReduceOp::kSum, 1.0 / group->size(), group);
-    for (std::size_t k = 0; k < reduced.size(); ++k)
-      lazy::set_grad(params[static_cast<std::size_t>(b.params[k])].tensor, reduced[k]);
+    const std::vector<Tensor> averaged =
+        group->size() == 1 ? grads
+                           : lazy::all_reduce(grads, ReduceOp::kSum, 1.0 / group->size(), group);
+    for (std::size_t k = 0; k < averaged.size(); ++k)
+      lazy::set_grad(params[static_cast<std::size_t>(b.params[k])].tensor, averaged[k]);
   }
 
   // As a graph pass: the reductions run with the graph, so the stats of the executor's
