@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 
@@ -154,11 +155,23 @@ class Run {
                    node->counter, alloc(out));
         return;
       }
-      case OpKind::kMatmul:
+      case OpKind::kMatmul: {
+        // Into its all_reduce's flat buffer when that is its only reader (Program::home),
+        // premultiplied there by the GEMM when the scale is exact.
+        const Slot home = p_.home[static_cast<std::size_t>(out)];
+        double alpha = 1.0;
+        if (home.entry >= 0) {
+          lay_out(home.entry);
+          bufs_[static_cast<std::size_t>(out)] = bufs_[static_cast<std::size_t>(p_.slot(home))];
+          alpha = gemm_scale(p_.entries[static_cast<std::size_t>(home.entry)]);
+        } else {
+          alloc(out);
+        }
         run_matmul(type(x.operands[0]), !x.ints.empty() && x.ints[0] != 0, type(x.operands[1]),
                    !x.ints.empty() && x.ints[1] != 0, x.outputs[0], in(x.operands[0]),
-                   in(x.operands[1]), alloc(out));
+                   in(x.operands[1]), bufs_[static_cast<std::size_t>(out)], alpha);
         return;
+      }
       case OpKind::kTranspose:
         run_transpose(type(x.operands[0]), x.ints[0], x.ints[1], in(x.operands[0]), alloc(out));
         return;
@@ -197,46 +210,93 @@ class Run {
     bool done = false;
   };
 
-  // Issues the node's collectives and, with overlap_collectives(), returns: the steps that read
-  // its outputs wait for them; else waits for them at once.
-  // The outputs of one dtype (consecutive ones) share one flat buffer and one collective: each
-  // output is a 64-byte aligned range of it (the gaps zeroed), filled with its operand, and the
-  // ranges are views of the reduced buffer. A sum takes its scale while the operands are copied
-  // in (each rank's share premultiplied, no pass of its own); another op scales its result.
-  // Collectives are issued in program order, the same on every rank.
+  // The outputs of an all_reduce node of one dtype (consecutive ones) share one flat buffer and
+  // one collective: each output is a 64-byte aligned range of it, and the output slots are
+  // views of those ranges.
+  struct FlatRun {
+    std::size_t first = 0, end = 0;  // outputs [first, end)
+    std::vector<std::size_t> at;     // byte offset of each in the buffer
+    std::size_t bytes = 0;
+    Buf flat;
+  };
+
+  // Lays out node `e`'s flat buffers, once per run: by its home matmuls (which write into them)
+  // or by the node itself, whichever runs first.
+  const std::vector<FlatRun>& lay_out(int e) {
+    for (const auto& [entry, runs] : layouts_) {
+      if (entry == e) return runs;
+    }
+    const ProgramEntry& x = p_.entries[static_cast<std::size_t>(e)];
+    std::vector<FlatRun> runs;
+    for (std::size_t i = 0; i < x.outputs.size();) {
+      FlatRun r;
+      r.first = i;
+      const DType dtype = x.outputs[i].dtype;
+      for (r.end = i; r.end < x.outputs.size() && x.outputs[r.end].dtype == dtype; ++r.end) {
+        r.at.push_back(r.bytes);
+        r.bytes = align_up(r.bytes + static_cast<std::size_t>(x.outputs[r.end].numel()) *
+                                         element_size(dtype));
+      }
+      r.flat = alloc(p_.slot({e, static_cast<int>(i)}), r.bytes);
+      for (std::size_t k = r.first; k < r.end; ++k) {
+        bufs_[static_cast<std::size_t>(p_.slot({e, static_cast<int>(k)}))] = {
+            r.flat.storage, r.flat.offset + r.at[k - r.first]};
+      }
+      runs.push_back(std::move(r));
+      i = runs.back().end;
+    }
+    layouts_.emplace_back(e, std::move(runs));
+    return layouts_.back().second;
+  }
+
+  static bool premultiplies(const ProgramEntry& x) {
+    const auto op = static_cast<ReduceOp>(x.ints[0]);
+    return op == ReduceOp::kSum || op == ReduceOp::kAvg;
+  }
+  // The scale a home matmul of node `x` applies as it computes: the node's, when multiplying
+  // by it is exact whatever the value (a power of two), so the bits are those of a separate
+  // multiplication; else 1 and the node scales the range itself.
+  static double gemm_scale(const ProgramEntry& x) {
+    int exponent = 0;
+    return premultiplies(x) && std::frexp(x.reals[0], &exponent) == 0.5 ? x.reals[0] : 1.0;
+  }
+
+  // Fills node `e`'s flat buffers from its operands (a home matmul's range is filled already),
+  // each rank's share premultiplied for a sum (no scaling pass of its own; another op scales
+  // its result), and issues one collective per buffer, in program order, the same on every
+  // rank. With overlap_collectives() it returns: the steps that read the outputs wait for them;
+  // else it waits at once.
   void all_reduce(int e, const ProgramEntry& x) {
     const Node* node = g_.params[static_cast<std::size_t>(x.param)];
     AllreduceOptions opts;
     opts.reduce.op = static_cast<ReduceOp>(x.ints[0]);
-    const double scale = x.reals[0];
-    const bool premul = opts.reduce.op == ReduceOp::kSum || opts.reduce.op == ReduceOp::kAvg;
+    const bool premul = premultiplies(x);
+    const double scale = premul ? x.reals[0] : 1.0;
+    const double applied = gemm_scale(x);
     Collective c;
-    c.post_scale = premul ? 1.0 : scale;
+    c.post_scale = premul ? 1.0 : x.reals[0];
     c.finished = std::make_shared<std::atomic<Clock::rep>>(0);
     const int index = static_cast<int>(collectives_.size());
-    for (std::size_t i = 0; i < x.outputs.size();) {
-      const DType dtype = x.outputs[i].dtype;
-      const std::size_t elem = element_size(dtype);
-      std::vector<std::size_t> at;
-      std::size_t bytes = 0;
-      std::size_t end = i;
-      for (; end < x.outputs.size() && x.outputs[end].dtype == dtype; ++end) {
-        at.push_back(bytes);
-        bytes = align_up(bytes + static_cast<std::size_t>(x.outputs[end].numel()) * elem);
-      }
-      const Buf flat = alloc(p_.slot({e, static_cast<int>(i)}), bytes);
-      for (std::size_t k = i; k < end; ++k) {
-        const std::int64_t n = x.outputs[k].numel();
-        const std::size_t used = static_cast<std::size_t>(n) * elem;
-        const std::size_t next = k + 1 < end ? at[k + 1 - i] : bytes;
+    for (const FlatRun& r : lay_out(e)) {
+      const DType dtype = x.outputs[r.first].dtype;
+      for (std::size_t k = r.first; k < r.end; ++k) {
         const auto slot = static_cast<std::size_t>(p_.slot({e, static_cast<int>(k)}));
-        bufs_[slot] = {flat.storage, flat.offset + at[k - i]};
+        const Slot& operand = x.operands[k];
+        const std::int64_t n = x.outputs[k].numel();
+        void* out = bufs_[slot].data();
+        if (p_.home[static_cast<std::size_t>(p_.slot(operand))] == Slot{e, static_cast<int>(k)}) {
+          scaled_copy(dtype, out, out, n, scale / applied);
+        } else {
+          scaled_copy(dtype, out, in(operand).data(), n, scale);
+        }
+        const std::size_t used = static_cast<std::size_t>(n) * element_size(dtype);
+        const std::size_t next = k + 1 < r.end ? r.at[k + 1 - r.first] : r.bytes;
+        std::memset(static_cast<std::byte*>(out) + used, 0, next - r.at[k - r.first] - used);
         pending_[slot] = index;
-        scaled_copy(dtype, bufs_[slot].data(), in(x.operands[k]).data(), n, premul ? scale : 1.0);
-        std::memset(static_cast<std::byte*>(bufs_[slot].data()) + used, 0, next - at[k - i] - used);
       }
       c.flats.emplace_back(std::make_shared<TensorImpl>(
-          dtype, Shape{static_cast<std::int64_t>(bytes / elem)}, flat.storage, flat.offset));
+          dtype, Shape{static_cast<std::int64_t>(r.bytes / element_size(dtype))}, r.flat.storage,
+          r.flat.offset));
       if (c.works.empty()) c.issued = Clock::now();
       c.works.push_back(node->group->all_reduce({c.flats.back()}, opts));
       c.works.back()->future()->add_callback([finished = c.finished](Future&) {
@@ -245,7 +305,6 @@ class Run {
         while (seen < now && !finished->compare_exchange_weak(seen, now)) {
         }
       });
-      i = end;
     }
     collectives_.push_back(std::move(c));
     if (!overlap_) complete(static_cast<std::size_t>(index));
@@ -276,7 +335,8 @@ class Run {
   std::vector<std::shared_ptr<Storage>> ws_;
   bool overlap_ = overlap_collectives();
   std::vector<Collective> collectives_;  // this run's all_reduce nodes, in issue order
-  std::vector<int> pending_;             // slot -> the collective that will fill it, or -1
+  std::vector<std::pair<int, std::vector<FlatRun>>> layouts_;  // by all_reduce entry
+  std::vector<int> pending_;  // slot -> the collective that will fill it, or -1
 };
 
 }  // namespace

@@ -61,9 +61,10 @@ std::shared_ptr<Storage> allocate(std::size_t nbytes);
 void run_fused(const FusedKernel& k, std::vector<Buf>& bufs);
 
 // Node kernels. `out` buffers are allocated by the caller.
-// op(a) x op(b), op transposing the last two axes where ta / tb is set.
+// alpha x op(a) x op(b), op transposing the last two axes where ta / tb is set (alpha is
+// applied by the GEMM as it stores its result: no pass of its own).
 void run_matmul(const ValueType& a, bool ta, const ValueType& b, bool tb, const ValueType& out,
-                const Buf& ba, const Buf& bb, const Buf& bo);
+                const Buf& ba, const Buf& bb, const Buf& bo, double alpha = 1.0);
 void run_transpose(const ValueType& in, std::int64_t dim0, std::int64_t dim1, const Buf& bi,
                    const Buf& bo);
 void run_concat(const std::vector<ValueType>& ins, std::int64_t axis,

@@ -202,7 +202,7 @@ void fill(DType dtype, void* dst, std::int64_t n, double value) {
 }
 
 void run_matmul(const ValueType& a, bool ta, const ValueType& b, bool tb, const ValueType& out,
-                const Buf& ba, const Buf& bb, const Buf& bo) {
+                const Buf& ba, const Buf& bb, const Buf& bo, double alpha) {
   const std::size_t ra = a.shape.size(), rb = b.shape.size(), ro = out.shape.size();
   const std::int64_t m = out.shape[ro - 2], n = out.shape[ro - 1];
   const std::int64_t k = ta ? a.shape[ra - 2] : a.shape[ra - 1];
@@ -244,14 +244,15 @@ void run_matmul(const ValueType& a, bool ta, const ValueType& b, bool tb, const 
       Eigen::Map<const Mat> ma(pa + ia * m * k, ta ? k : m, ta ? m : k);
       Eigen::Map<const Mat> mb(pb + ib * k * n, tb ? n : k, tb ? k : n);
       Eigen::Map<Mat> mo(po + batch * m * n, m, n);
+      const T s = static_cast<T>(alpha);  // Eigen hands a scalar factor to the GEMM as its alpha
       if (ta && tb) {
-        mo.noalias() = ma.transpose() * mb.transpose();
+        mo.noalias() = s * (ma.transpose() * mb.transpose());
       } else if (ta) {
-        mo.noalias() = ma.transpose() * mb;
+        mo.noalias() = s * (ma.transpose() * mb);
       } else if (tb) {
-        mo.noalias() = ma * mb.transpose();
+        mo.noalias() = s * (ma * mb.transpose());
       } else {
-        mo.noalias() = ma * mb;
+        mo.noalias() = s * (ma * mb);
       }
       for (std::size_t d = nb; d-- > 0;) {
         if (++idx[d] < out.shape[d]) break;

@@ -37,6 +37,7 @@ class Planner {
     mark_live();
     fuse();
     layout_slots();
+    home_collective_operands();
     schedule();
   }
 
@@ -257,6 +258,23 @@ class Planner {
     }
     p_.num_slots = next;
     for (const Slot& r : roots_) p_.root_slots.push_back(p_.slot(r));
+  }
+
+  // A matmul read only by an all_reduce node (and not a root) computes straight into the
+  // node's flat buffer (Program::home).
+  void home_collective_operands() {
+    p_.home.assign(static_cast<std::size_t>(p_.num_slots), Slot{-1, 0});
+    for (std::size_t e = 0; e < p_.entries.size(); ++e) {
+      if (!live_[e] || p_.entries[e].op != OpKind::kAllReduce) continue;
+      const auto& operands = p_.entries[e].operands;
+      for (std::size_t k = 0; k < operands.size(); ++k) {
+        const auto src = static_cast<std::size_t>(operands[k].entry);
+        if (p_.entries[src].op != OpKind::kMatmul || is_root_[src] || users_[src].size() != 1)
+          continue;
+        p_.home[static_cast<std::size_t>(p_.slot(operands[k]))] = {static_cast<int>(e),
+                                                                   static_cast<int>(k)};
+      }
+    }
   }
 
   FusedKernel build_kernel(const Group& grp, int gid);

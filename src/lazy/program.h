@@ -97,6 +97,10 @@ struct Program {
   std::vector<std::size_t> slot_bytes;
   std::vector<Step> steps;
   std::vector<int> root_slots;
+  // Per slot: the all_reduce output whose range of the node's flat buffer the slot is computed
+  // in, or entry -1. A matmul whose result only that node reads writes it there, so the node
+  // need not copy it in.
+  std::vector<Slot> home;
   std::vector<std::uint64_t> encoding;  // to tell a hash collision from a hit
   // Per run: IR nodes computed, kernels run, of which fused (2+ nodes).
   std::int64_t ops = 0;

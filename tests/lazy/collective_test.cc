@@ -142,6 +142,58 @@ TEST_P(CollectiveTest, TheFirstReaderOfACollectiveWaitsForIt) {
   set_overlap_collectives(was);
 }
 
+// A matmul whose only reader is the collective computes straight into its flat buffer, scaled
+// there when the scale is a power of two; the bits must be those of eager mode, where the
+// collective copies and scales the matmul's own result. Covered: a home matmul with scale 1/2
+// and 1/3 (the node scales the range itself), a matmul read by another op too, one that is a
+// root, and the same matmul twice in one node (neither may be computed in place).
+TEST(CollectiveHomeTest, MatmulsReducedInPlaceGiveTheBitsOfEagerMode) {
+  constexpr int kWorld = 2;
+  std::vector<std::vector<std::vector<float>>> got[2];  // [mode][rank] -> values
+  for (const bool lazy : {false, true}) {
+    testing::ModeGuard mode(lazy);
+    got[lazy].resize(kWorld);
+    run_ranks(kWorld, [&](int r, std::shared_ptr<ProcessGroup> pg) {
+      Generator gen(10 + static_cast<std::uint64_t>(r));
+      std::vector<Tensor> out;
+      for (const double scale : {0.5, 1.0 / 3.0}) {
+        const Tensor a = normal({7, 5}, gen), b = normal({5, 9}, gen);  // new values each time
+        // Only `root` outlives this block as a handle: the other matmuls are read by the graph
+        // alone, so they are not roots of the step.
+        const Tensor root = matmul(a, b + 1.0);
+        std::vector<Tensor> reduced;
+        Tensor seen;
+        {
+          const Tensor shared = matmul(transpose(b), transpose(a));
+          const Tensor twice = matmul(a, full({5, 3}, 0.25));
+          seen = shared * 2.0;
+          reduced = all_reduce({matmul(a, b), shared, root, twice, twice}, ReduceOp::kSum, scale,
+                               pg);
+        }
+        out.insert(out.end(), reduced.begin(), reduced.end());
+        out.push_back(seen);
+        out.push_back(root);
+      }
+      if (lazy) mark_step();
+      for (const Tensor& t : out) {
+        got[lazy][static_cast<std::size_t>(r)].emplace_back(t.data<float>(),
+                                                            t.data<float>() + t.numel());
+      }
+    });
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    const auto& eager = got[0][static_cast<std::size_t>(r)];
+    const auto& lazy = got[1][static_cast<std::size_t>(r)];
+    ASSERT_EQ(eager.size(), lazy.size());
+    for (std::size_t i = 0; i < eager.size(); ++i) {
+      ASSERT_EQ(eager[i].size(), lazy[i].size());
+      for (std::size_t k = 0; k < eager[i].size(); ++k) {
+        ASSERT_EQ(eager[i][k], lazy[i][k]) << "rank " << r << " tensor " << i << " element " << k;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, CollectiveTest, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "Lazy" : "Eager"; });
 
