@@ -638,8 +638,10 @@ class TransportProcessGroup final : public ProcessGroup,
         hooks_->all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel())) {
       return;
     }
+    // Over two ranks both algorithms exchange the same two halves; the ring's segments only
+    // add messages (DDP's 0.5 and 1.6 MB buckets: 5-9% off the step, docs/benchmarks.md).
     const bool ring = algo_.all_reduce == AlgoChoice::AllReduce::kRing ||
-                      (algo_.all_reduce == AlgoChoice::AllReduce::kAuto &&
+                      (algo_.all_reduce == AlgoChoice::AllReduce::kAuto && size() > 2 &&
                        static_cast<std::int64_t>(t.nbytes()) >= kHalvingDoublingMaxBytes);
     if (ring) {
       algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(), ring_);

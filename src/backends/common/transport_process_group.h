@@ -10,7 +10,8 @@
 // id, user tag), so subgroups and point-to-point never mix with collectives.
 //
 // Algorithm choice (per op, the same on every rank since it depends only on the arguments):
-//   all_reduce   halving-doubling below 256 KiB (latency: 2 log2 n rounds), ring above
+//   all_reduce   halving-doubling below 256 KiB (latency: 2 log2 n rounds) and at any size over
+//                2 ranks (the same two exchanges as the ring, in fewer messages), ring above
 //   broadcast    binomial tree below 512 KiB, pipelined chain above
 //   reduce       binomial tree; all_gather, reduce_scatter: ring; all_to_all: pairwise;
 //   gather/scatter: direct; barrier: dissemination
