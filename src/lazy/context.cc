@@ -3,10 +3,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 
 #include "c10d/lazy.h"
 #include "core/check.h"
+#include "core/host.h"
 #include "lazy/cache.h"
 #include "lazy/executor.h"
 #include "lazy/graph.h"
@@ -17,17 +17,6 @@ namespace {
 // -1: not set; read C10D_LAZY on first use.
 std::atomic<int> g_mode{-1};
 std::atomic<int> g_overlap{-1};  // -1: not decided yet
-
-// The processes of the job on this host: the launcher's or mpirun's count, else 1.
-int local_processes() {
-  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
-    if (const char* v = std::getenv(name)) {
-      const int n = std::atoi(v);
-      if (n > 0) return n;
-    }
-  }
-  return 1;
-}
 
 struct ThreadState {
   std::vector<std::weak_ptr<TensorImpl>> pending;
@@ -210,7 +199,7 @@ bool overlap_collectives() {
     if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0)) {
       m = env[0] - '0';
     } else {
-      m = std::thread::hardware_concurrency() >= 2u * static_cast<unsigned>(local_processes());
+      m = core::cores_per_local_process() >= 2;
     }
     int expected = -1;
     g_overlap.compare_exchange_strong(expected, m);

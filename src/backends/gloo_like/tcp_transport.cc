@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/host.h"
 #include "core/logging.h"
 #include "core/spin_wait.h"
 #include "store/asio.h"
@@ -59,6 +60,12 @@ constexpr int kLongPollScale = 20;  // 1 ms by default
 // How long a waiter driving a large transfer itself sleeps in poll(2) at most before it looks
 // whether its op completed some other way (Impl::drive_until).
 constexpr std::chrono::milliseconds kDriveSlice{1};
+// While a socket it polls became ready within kDriveSpin, a waiter that has a core of its own
+// (core/host.h) looks again without sleeping: a transfer under way delivers a chunk every few
+// µs, and sleeping in poll(2) costs a wake-up per chunk (perf: a 1 MiB all_reduce of 2 ranks
+// spent 28% of its time switching tasks). Where processes outnumber cores it sleeps as before:
+// its spinning would take the core from the rank it waits for (docs/benchmarks.md).
+constexpr std::chrono::milliseconds kDriveSpin{1};
 // Messages from this size up wait in the socket for their irecv (see Impl::drain).
 constexpr std::uint64_t kParkBytes = 64 << 10;
 constexpr std::chrono::milliseconds kParkGrace{20};
@@ -258,6 +265,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // (progress_sends) and the io thread is not asked to: a send and a receive then progress on
   // one thread, as in an MPI progress loop, instead of two threads taking turns on a core.
   std::atomic<int> progressors{0};
+  // Waiters driving a transfer poll without sleeping while bytes keep coming (kDriveSpin).
+  const bool hot_drive = core::cores_per_local_process() >= 1;
 
   // Why `op` cannot start. A receive from a dead peer may still match a message it sent.
   std::exception_ptr refusal_locked(const Op& op) {
@@ -833,6 +842,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // so the io thread stays away meanwhile. True once `op` is done; false at the deadline.
   bool drive_until(const Op& op, Clock::time_point deadline) {
     std::vector<pollfd> fds;
+    auto last_ready = Clock::now();
     for (;;) {
       if (op.done.load(std::memory_order_acquire)) return true;
       progress_sends();
@@ -853,9 +863,11 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
           if (events != 0) fds.push_back({c->socket.native_handle(), events, 0});
         }
       }
+      const bool hot = hot_drive && now - last_ready < kDriveSpin;
       const auto slice = std::min<Clock::duration>(deadline - now, kDriveSlice);
-      const int ms = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(slice).count());
-      ::poll(fds.data(), fds.size(), ms);
+      const int ms =
+          hot ? 0 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(slice).count());
+      if (::poll(fds.data(), fds.size(), ms) > 0) last_ready = Clock::now();
     }
   }
 

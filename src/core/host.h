@@ -1,0 +1,28 @@
+// This host's share of the job: how many of its processes run here, and whether each can have
+// a core of its own. Waiters busy-poll only when they can (a spinning waiter on a shared core
+// takes it from the rank it waits for).
+#pragma once
+
+#include <cstdlib>
+#include <thread>
+
+namespace c10d::core {
+
+// The job's processes on this host: LOCAL_WORLD_SIZE (c10drun, torchrun) or mpirun's
+// OMPI_COMM_WORLD_LOCAL_SIZE; 1 when neither is set.
+inline int local_processes() {
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+    if (const char* v = std::getenv(name)) {
+      const int n = std::atoi(v);
+      if (n > 0) return n;
+    }
+  }
+  return 1;
+}
+
+// Cores of this host per local process (rounded down; 0 when processes outnumber cores).
+inline unsigned cores_per_local_process() {
+  return std::thread::hardware_concurrency() / static_cast<unsigned>(local_processes());
+}
+
+}  // namespace c10d::core
