@@ -60,11 +60,11 @@ constexpr int kLongPollScale = 20;  // 1 ms by default
 // How long a waiter driving a large transfer itself sleeps in poll(2) at most before it looks
 // whether its op completed some other way (Impl::drive_until).
 constexpr std::chrono::milliseconds kDriveSlice{1};
-// While a socket it polls became ready within kDriveSpin, a waiter that has a core of its own
-// (core/host.h) looks again without sleeping: a transfer under way delivers a chunk every few
-// µs, and sleeping in poll(2) costs a wake-up per chunk (perf: a 1 MiB all_reduce of 2 ranks
-// spent 28% of its time switching tasks). Where processes outnumber cores it sleeps as before:
-// its spinning would take the core from the rank it waits for (docs/benchmarks.md).
+// Within kDriveSpin of starting to drive or of a socket it polls becoming ready, a waiter that
+// has a core of its own (core/host.h) looks again without sleeping: a transfer under way delivers a
+// chunk every few µs, and sleeping in poll(2) costs a wake-up per chunk (perf: a 1 MiB all_reduce
+// of 2 ranks spent 28% of its time switching tasks). Where processes outnumber cores it sleeps as
+// before: its spinning would take the core from the rank it waits for (docs/benchmarks.md).
 constexpr std::chrono::milliseconds kDriveSpin{1};
 // Messages from this size up wait in the socket for their irecv (see Impl::drain).
 constexpr std::uint64_t kParkBytes = 64 << 10;
