@@ -26,6 +26,8 @@ thread_local CollectiveTime t_collectives;
 
 // dst[i] = src[i] * scale (dst may be src). Float32 multiplies in float when the scale is exact
 // there (1/world for a power of two), else in double and rounds once; the result is the same.
+// (algorithms::premul_in_place rounds the factor to float first, so it would not give the node's
+// bits for 1/3; and copying and scaling in one pass is the point here.)
 void scaled_copy(DType dtype, void* dst, const void* src, std::int64_t n, double scale) {
   if (scale == 1.0) {
     if (dst != src) std::memcpy(dst, src, static_cast<std::size_t>(n) * element_size(dtype));
@@ -62,7 +64,6 @@ class Run {
       }
     }
     ws_.resize(static_cast<std::size_t>(p.num_slots));
-    pending_.assign(static_cast<std::size_t>(p.num_slots), -1);
   }
 
   ~Run() {
@@ -120,6 +121,7 @@ class Run {
   // end of the run) waits for it. A reshape or slice of a pending output reads no bytes; its
   // view is pending on the same collective.
   void await(int slot) {
+    if (pending_.empty()) return;  // no collective issued in this run
     const int c = pending_[static_cast<std::size_t>(slot)];
     if (c >= 0) complete(static_cast<std::size_t>(c));
   }
@@ -128,8 +130,10 @@ class Run {
     const ProgramEntry& x = p_.entries[static_cast<std::size_t>(e)];
     const int out = p_.slot({e, 0});
     if (x.op == OpKind::kReshape || x.op == OpKind::kSliceRows) {
-      pending_[static_cast<std::size_t>(out)] =
-          pending_[static_cast<std::size_t>(p_.slot(x.operands[0]))];
+      if (!pending_.empty()) {
+        pending_[static_cast<std::size_t>(out)] =
+            pending_[static_cast<std::size_t>(p_.slot(x.operands[0]))];
+      }
     } else {
       for (const Slot& s : x.operands) await(p_.slot(s));
     }
@@ -277,6 +281,7 @@ class Run {
     c.post_scale = premul ? 1.0 : x.reals[0];
     c.finished = std::make_shared<std::atomic<Clock::rep>>(0);
     const int index = static_cast<int>(collectives_.size());
+    if (pending_.empty()) pending_.assign(static_cast<std::size_t>(p_.num_slots), -1);
     for (const FlatRun& r : lay_out(e)) {
       const DType dtype = x.outputs[r.first].dtype;
       for (std::size_t k = r.first; k < r.end; ++k) {
@@ -336,7 +341,9 @@ class Run {
   bool overlap_ = overlap_collectives();
   std::vector<Collective> collectives_;  // this run's all_reduce nodes, in issue order
   std::vector<std::pair<int, std::vector<FlatRun>>> layouts_;  // by all_reduce entry
-  std::vector<int> pending_;  // slot -> the collective that will fill it, or -1
+  // Slot -> the collective that will fill it, or -1; sized at the run's first collective, so
+  // a run without one (every eager op) allocates nothing for it.
+  std::vector<int> pending_;
 };
 
 }  // namespace

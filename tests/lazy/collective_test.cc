@@ -167,8 +167,8 @@ TEST(CollectiveHomeTest, MatmulsReducedInPlaceGiveTheBitsOfEagerMode) {
           const Tensor shared = matmul(transpose(b), transpose(a));
           const Tensor twice = matmul(a, full({5, 3}, 0.25));
           seen = shared * 2.0;
-          reduced = all_reduce({matmul(a, b), shared, root, twice, twice}, ReduceOp::kSum, scale,
-                               pg);
+          reduced =
+              all_reduce({matmul(a, b), shared, root, twice, twice}, ReduceOp::kSum, scale, pg);
         }
         out.insert(out.end(), reduced.begin(), reduced.end());
         out.push_back(seen);
