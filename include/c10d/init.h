@@ -54,6 +54,10 @@ struct ProcessGroupTCPOptions {
   std::string store_host;
   std::string algo;  // empty: C10D_ALGO
   std::string group_name = "default";
+  // Ranks on the same host exchange bytes through shared memory instead of loopback TCP (the
+  // TCP connections stay, for the other hosts and to notice a rank that dies). C10D_SHM=0 turns
+  // it off for the whole job; every rank must agree.
+  bool shared_memory = true;
 };
 
 // A ProcessGroup of `world_size` ranks over TCP, meeting through `store`. Blocks until every

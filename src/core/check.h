@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <exception>
 #include <string>
 
 #include "c10d/errors.h"
@@ -17,6 +18,12 @@ std::string with_location(const char* file, int line, const std::string& message
 // Throws `ErrorType` with a formatted message: C10D_THROW(TimeoutError, "waited {} ms", ms).
 #define C10D_THROW(ErrorType, ...) \
   throw ErrorType(::c10d::core::with_location(__FILE__, __LINE__, ::fmt::format(__VA_ARGS__)))
+
+// The exception_ptr of such an error, for failing requests without throwing:
+// C10D_ERROR(NetworkError, "peer {} is gone", p).
+#define C10D_ERROR(ErrorType, ...) \
+  std::make_exception_ptr(         \
+      ErrorType(::c10d::core::with_location(__FILE__, __LINE__, ::fmt::format(__VA_ARGS__))))
 
 // Throws InvalidArgument unless `cond` holds: C10D_CHECK(n >= 0, "count {} is negative", n).
 #define C10D_CHECK(cond, ...)                                      \

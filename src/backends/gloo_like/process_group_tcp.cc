@@ -1,6 +1,8 @@
-// make_process_group_tcp (include/c10d/init.h): the TCP transport under the shared
-// TransportProcessGroup.
+// make_process_group_tcp (include/c10d/init.h): the TCP transport, with shared memory between
+// the ranks of one host (routed_transport.h), under the shared TransportProcessGroup.
 #include "backends/common/transport_process_group.h"
+#include "backends/gloo_like/routed_transport.h"
+#include "backends/gloo_like/shm_transport.h"
 #include "backends/gloo_like/tcp_transport.h"
 #include "c10d/init.h"
 #include "core/check.h"
@@ -19,8 +21,23 @@ std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> stor
   if (transport_options.host.empty()) transport_options.host = "127.0.0.1";
   transport_options.timeout = options.timeout;
   transport_options.fail_all_on_peer_loss = true;
-  auto transport = std::make_shared<gloo_like::TCPTransport>(std::move(store), rank, world_size,
-                                                             options.group_name, transport_options);
+  std::shared_ptr<gloo_like::ShmTransport> shm;
+  if (options.shared_memory && gloo_like::shm_enabled_from_env() && world_size > 1) {
+    shm = std::make_shared<gloo_like::ShmTransport>(
+        store, rank, world_size,
+        gloo_like::ShmTransportOptions{.group_name = options.group_name,
+                                       .timeout = options.timeout});
+    if (shm->same_host_peers() == 0) {
+      shm.reset();
+    } else {
+      transport_options.on_abort = [weak = std::weak_ptr(shm)](std::exception_ptr e) {
+        if (auto s = weak.lock()) s->abort(std::move(e));
+      };
+    }
+  }
+  std::shared_ptr<transport::Transport> transport = std::make_shared<gloo_like::TCPTransport>(
+      std::move(store), rank, world_size, options.group_name, transport_options);
+  if (shm) transport = std::make_shared<gloo_like::RoutedTransport>(shm, std::move(transport));
   backends::TransportProcessGroupOptions pg_options;
   pg_options.backend_name = "tcp";
   pg_options.timeout = options.timeout;

@@ -248,6 +248,7 @@ struct Connection {
 struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   int rank = 0;
   bool fail_all_on_peer_loss = false;
+  std::function<void(std::exception_ptr)> on_abort;  // TCPTransportOptions::on_abort
   // After setup, used only when the group fails: the first rank to fail records why under
   // failure_key (publish_failure), and a rank that sees a connection end without a word looks
   // there (published_failure) before it blames the peer.
@@ -910,6 +911,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   void abort_locked(std::exception_ptr reason, int lost_rank = -1, bool orderly = false) {
     if (aborted) return;
     aborted = std::move(reason);
+    if (on_abort) on_abort(aborted);
     for (auto& c : conns) {
       if (c) fail_queued_locked(*c, aborted, true);
     }
@@ -1000,6 +1002,7 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   const auto deadline = Clock::now() + options.timeout;
   impl_->rank = rank;
   impl_->fail_all_on_peer_loss = options.fail_all_on_peer_loss;
+  impl_->on_abort = std::move(options.on_abort);
   impl_->store = store;
   impl_->failure_key = fmt::format("{}/failure", group_name);
   impl_->own_key = fmt::format("{}/addr/{}", group_name, rank);

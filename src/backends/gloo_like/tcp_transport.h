@@ -34,6 +34,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -49,6 +51,11 @@ struct TCPTransportOptions {
   std::string host = "127.0.0.1";  // the address to listen on and publish (IPv4 or IPv6)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // for the whole setup
   bool fail_all_on_peer_loss = false;
+  // Called once when the transport aborts, whatever the cause (abort(), or a lost peer under
+  // fail_all_on_peer_loss), with the error its requests fail with; on the thread that aborts it,
+  // under the transport's lock, so it must not call into this transport. The TCP backend passes
+  // the failure on to its same-host channels (shm_transport.h).
+  std::function<void(std::exception_ptr)> on_abort;
 };
 
 // The local address of the interface this host would use to reach `host` (a name or an

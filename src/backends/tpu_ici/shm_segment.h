@@ -1,11 +1,8 @@
-// SharedSegment: a POSIX shared-memory segment mapped into this process (RAII: unmapped, and
-// unlinked if this object created it and still holds the name, on destruction). Plus the two
-// things the fabric does with shared memory: futex waits and wakes on a word of a segment
-// (process-shared, so they work across processes), and the single-producer single-consumer
-// byte ring of fabric_layout.h.
+// The ICI fabric's single-producer single-consumer byte ring of fabric_layout.h, over the
+// shared-memory segments and futexes of transport/shared_memory.h.
 //
-// Thread-safety: a SharedSegment is immutable once made. A ring has one writer thread and one
-// reader thread (they may be in different processes).
+// Thread-safety: a ring has one writer thread and one reader thread (they may be in different
+// processes).
 #pragma once
 
 #include <atomic>
@@ -16,41 +13,13 @@
 #include <string>
 
 #include "backends/tpu_ici/fabric_layout.h"
+#include "transport/shared_memory.h"
 
 namespace c10d::tpu_ici {
 
-class SharedSegment {
- public:
-  // Creates `name` (it must not exist) with `bytes` zero bytes, or opens an existing one.
-  // Throws NetworkError naming the segment and the errno.
-  static SharedSegment create(const std::string& name, std::size_t bytes);
-  static SharedSegment open(const std::string& name);
-
-  SharedSegment() = default;
-  SharedSegment(SharedSegment&& other) noexcept;
-  SharedSegment& operator=(SharedSegment&& other) noexcept;
-  SharedSegment(const SharedSegment&) = delete;
-  SharedSegment& operator=(const SharedSegment&) = delete;
-  ~SharedSegment();
-
-  // Removes the name (the mapping stays); done once every peer has mapped the segment.
-  void unlink();
-  std::byte* data() const { return data_; }
-  std::size_t size() const { return size_; }
-  const std::string& name() const { return name_; }
-
- private:
-  void reset();
-  std::string name_;
-  std::byte* data_ = nullptr;
-  std::size_t size_ = 0;
-  bool owns_name_ = false;
-};
-
-// Waits while *word == expected, up to `timeout`; wakes every waiter on the word.
-void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
-                std::chrono::microseconds timeout);
-void futex_wake(std::atomic<std::uint32_t>& word);
+using transport::futex_wait;
+using transport::futex_wake;
+using transport::SharedSegment;
 
 // One ring of fabric_layout.h, seen by its writer or its reader.
 class ByteRing {

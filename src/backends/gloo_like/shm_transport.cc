@@ -1,0 +1,702 @@
+#include "backends/gloo_like/shm_transport.h"
+
+#include <fmt/format.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "c10d/errors.h"
+#include "core/check.h"
+#include "core/host.h"
+#include "core/spin_wait.h"
+#include "transport/shared_memory.h"
+
+namespace c10d::gloo_like {
+
+static_assert(std::endian::native == std::endian::little, "shared memory layout: little-endian");
+
+namespace {
+
+using transport::Clock;
+using transport::Tag;
+
+constexpr std::uint32_t kSegmentMagic = 0x4d533143;  // "C1SM"
+constexpr std::uint32_t kMessageMagic = 0x48533143;  // "C1SH"
+constexpr std::uint32_t kVersion = 1;
+constexpr std::size_t kSegmentHeaderBytes = 4096;
+constexpr std::size_t kRingHeaderBytes = 128;
+constexpr std::size_t kMessageHeaderBytes = 64;
+constexpr std::size_t kDefaultRingBytes = std::size_t{1} << 20;
+constexpr std::size_t kMinRingBytes = std::size_t{64} << 10;
+// Bytes copied between publications of a ring position: the other side starts on a chunk as
+// soon as it is in, so a large message's two copies overlap.
+constexpr std::uint64_t kChunk = std::uint64_t{128} << 10;
+// A waiter keeps polling this long after bytes last moved when it has a core of its own.
+constexpr auto kHotWindow = std::chrono::milliseconds(1);
+// The longest a waiter sleeps on its doorbell before looking at its peers' processes.
+constexpr auto kSleepSlice = std::chrono::milliseconds(100);
+
+struct SegmentHeader {
+  std::uint32_t magic;
+  std::uint32_t version;
+  std::int32_t rank;
+  std::uint32_t rings;
+  std::uint64_t ring_bytes;
+  std::int32_t pid;
+  alignas(64) std::atomic<std::uint32_t> doorbell;
+  alignas(64) std::atomic<std::uint32_t> sleepers;
+};
+static_assert(sizeof(SegmentHeader) <= kSegmentHeaderBytes);
+static_assert(offsetof(SegmentHeader, doorbell) == 64 && offsetof(SegmentHeader, sleepers) == 128);
+
+struct RingHeader {
+  alignas(64) std::atomic<std::uint64_t> head;
+  alignas(64) std::atomic<std::uint64_t> tail;
+};
+static_assert(sizeof(RingHeader) <= kRingHeaderBytes && offsetof(RingHeader, tail) == 64);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+
+struct MessageHeader {
+  std::uint32_t magic = kMessageMagic;
+  std::uint32_t version = kVersion;
+  std::uint64_t tag = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t sequence = 0;
+  std::byte pad[32] = {};
+};
+static_assert(sizeof(MessageHeader) == kMessageHeaderBytes);
+
+constexpr std::uint64_t padded(std::uint64_t n) { return (n + 63) & ~std::uint64_t{63}; }
+
+// Bumps `h`'s doorbell, and wakes its sleepers if it has any.
+void ring_doorbell(SegmentHeader* h) {
+  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+  if (h->sleepers.load(std::memory_order_seq_cst) != 0) transport::futex_wake(h->doorbell);
+}
+
+// One ring, seen from this process (the writer's or the reader's side).
+struct RingView {
+  RingHeader* header = nullptr;
+  std::byte* data = nullptr;
+  std::uint64_t capacity = 0;
+
+  void copy_in(std::uint64_t at, const std::byte* src, std::uint64_t n) const {
+    const std::uint64_t pos = at & (capacity - 1);
+    const std::uint64_t first = std::min(n, capacity - pos);
+    std::memcpy(data + pos, src, first);
+    if (first < n) std::memcpy(data, src + first, n - first);
+  }
+  void copy_out(std::uint64_t at, std::byte* dst, std::uint64_t n) const {
+    const std::uint64_t pos = at & (capacity - 1);
+    const std::uint64_t first = std::min(n, capacity - pos);
+    std::memcpy(dst, data + pos, first);
+    if (first < n) std::memcpy(dst + first, data, n - first);
+  }
+};
+
+struct Op {
+  bool is_send = false;
+  int self = 0;
+  int peer = 0;
+  Tag tag = 0;
+  const std::byte* send_data = nullptr;  // null once abandoned: the rest goes out unwritten
+  std::byte* recv_data = nullptr;
+  std::size_t bytes = 0;
+  Clock::time_point posted_at = Clock::now();
+  std::atomic<bool> done{false};
+  std::exception_ptr error;  // written before `done`
+
+  std::string describe() const {
+    return fmt::format("rank {} {} rank {} ({}, {} bytes, shared memory)", self,
+                       is_send ? "isend to" : "irecv from", peer, transport::tag_string(tag),
+                       bytes);
+  }
+  void complete(std::exception_ptr e = nullptr) {
+    error = std::move(e);
+    done.store(true, std::memory_order_release);
+  }
+};
+
+// A message that arrived before its receive was posted.
+struct Unexpected {
+  Tag tag = 0;
+  std::size_t bytes = 0;
+  std::unique_ptr<std::byte[]> data;
+  std::size_t got = 0;  // bytes in `data` so far
+};
+
+struct Peer {
+  int rank = -1;
+  pid_t pid = 0;
+  transport::SharedSegment segment;  // the peer's, holding the ring this rank writes
+  SegmentHeader* header = nullptr;   // of that segment
+  RingView out;                      // this rank -> peer, in the peer's segment
+  RingView in;                       // peer -> this rank, in this rank's segment
+  std::uint64_t next_sequence = 0;
+
+  std::deque<std::shared_ptr<Op>> sends;  // the front one is being written
+  std::uint64_t send_pos = 0;             // of the front message, header included
+  std::deque<std::shared_ptr<Op>> recvs;  // posted, not matched yet
+  std::deque<std::shared_ptr<Unexpected>> unexpected;
+
+  // The message being read: into `reading_op`, into `reading_unexpected`, or dropped.
+  bool reading = false;
+  std::uint64_t reading_bytes = 0;
+  std::uint64_t reading_pos = 0;  // payload bytes consumed, padding included
+  std::shared_ptr<Op> reading_op;
+  std::shared_ptr<Unexpected> reading_unexpected;
+};
+
+std::size_t ring_bytes_from(std::size_t requested) {
+  std::size_t bytes = requested;
+  if (bytes == 0) {
+    const char* env = std::getenv("C10D_SHM_RING_BYTES");
+    bytes = env != nullptr && *env != '\0' ? std::strtoull(env, nullptr, 10) : kDefaultRingBytes;
+  }
+  C10D_CHECK(bytes >= kMinRingBytes && std::has_single_bit(bytes),
+             "shared-memory ring size {} (C10D_SHM_RING_BYTES) must be a power of two of at least "
+             "{} bytes",
+             bytes, kMinRingBytes);
+  return bytes;
+}
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+}  // namespace
+
+std::string shm_host_key() {
+  if (const char* v = std::getenv("C10D_SHM_HOST"); v != nullptr && *v != '\0') return v;
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  struct stat st {};
+  if (::stat("/dev/shm", &st) != 0) return "";  // no POSIX shared memory here
+  return fmt::format("{}|{}|{}:{}", host, read_first_line("/proc/sys/kernel/random/boot_id"),
+                     st.st_dev, st.st_ino);
+}
+
+bool shm_enabled_from_env() {
+  const char* v = std::getenv("C10D_SHM");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
+struct ShmTransport::Impl {
+  int rank = 0;
+  int world = 0;
+  std::uint64_t ring_bytes = 0;
+  transport::SharedSegment own;
+  SegmentHeader* own_header = nullptr;
+  std::vector<int> peer_index;  // by rank: index into peers, or -1
+  std::deque<Peer> peers;       // stable addresses
+
+  mutable std::mutex mu;
+  std::exception_ptr failure;       // GUARDED_BY(mu)
+  std::atomic<int> pending{0};      // requests not done yet
+  std::atomic<bool> failed{false};  // failure is set
+
+  Peer& peer(int r) {
+    return peers[static_cast<std::size_t>(peer_index[static_cast<std::size_t>(r)])];
+  }
+
+  void complete_locked(Op& op, std::exception_ptr e = nullptr) {
+    op.complete(std::move(e));
+    pending.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  // ---- Writing ----
+
+  // Under mu: writes the peer's queued sends while its ring has room. True when bytes moved.
+  bool write_locked(Peer& p) {
+    if (p.sends.empty()) return false;
+    const RingView& r = p.out;
+    const std::uint64_t head = r.header->head.load(std::memory_order_acquire);
+    std::uint64_t tail = r.header->tail.load(std::memory_order_relaxed);
+    bool moved = false;
+    while (!p.sends.empty()) {
+      Op& op = *p.sends.front();
+      const std::uint64_t total = kMessageHeaderBytes + padded(op.bytes);
+      if (p.send_pos == 0) {
+        if (r.capacity - (tail - head) < kMessageHeaderBytes) break;
+        MessageHeader h;
+        h.tag = op.tag;
+        h.bytes = op.bytes;
+        h.sequence = p.next_sequence++;
+        r.copy_in(tail, reinterpret_cast<const std::byte*>(&h), sizeof(h));
+        tail += kMessageHeaderBytes;
+        p.send_pos = kMessageHeaderBytes;
+        moved = true;
+      }
+      while (p.send_pos < total) {
+        const std::uint64_t room = r.capacity - (tail - head);
+        if (room == 0) break;
+        const std::uint64_t n = std::min({room, total - p.send_pos, kChunk});
+        const std::uint64_t at = p.send_pos - kMessageHeaderBytes;  // in the padded payload
+        if (op.send_data != nullptr && at < op.bytes) {
+          r.copy_in(tail, op.send_data + at, std::min<std::uint64_t>(n, op.bytes - at));
+        }
+        tail += n;
+        p.send_pos += n;
+        r.header->tail.store(tail, std::memory_order_release);
+        moved = true;
+      }
+      if (p.send_pos < total) break;  // the ring is full
+      complete_locked(op);
+      p.sends.pop_front();
+      p.send_pos = 0;
+    }
+    if (moved) {
+      r.header->tail.store(tail, std::memory_order_release);
+      ring_doorbell(p.header);
+    }
+    return moved;
+  }
+
+  // ---- Reading ----
+
+  // Under mu: a message from `p` begins. Matches it with the oldest posted receive of its tag,
+  // else keeps it as unexpected.
+  void begin_message_locked(Peer& p, const MessageHeader& h) {
+    p.reading = true;
+    p.reading_bytes = h.bytes;
+    p.reading_pos = 0;
+    const auto it = std::find_if(p.recvs.begin(), p.recvs.end(),
+                                 [&](const auto& op) { return op->tag == h.tag; });
+    if (it == p.recvs.end()) {
+      auto u = std::make_shared<Unexpected>();
+      u->tag = h.tag;
+      u->bytes = h.bytes;
+      u->data.reset(new std::byte[h.bytes]);
+      p.unexpected.push_back(u);
+      p.reading_unexpected = std::move(u);
+      return;
+    }
+    std::shared_ptr<Op> op = *it;
+    p.recvs.erase(it);
+    if (op->bytes != h.bytes) {
+      complete_locked(*op, size_mismatch(*op, h.bytes));  // the message is dropped
+      return;
+    }
+    p.reading_op = std::move(op);
+  }
+
+  std::exception_ptr size_mismatch(const Op& op, std::uint64_t sent) const {
+    return C10D_ERROR(InvalidArgument, "{}: the message has {} bytes, the receive buffer {}",
+                      op.describe(), sent, op.bytes);
+  }
+
+  // Under mu: reads what has arrived from `p`. True when bytes moved.
+  bool read_locked(Peer& p) {
+    const RingView& r = p.in;
+    const std::uint64_t tail = r.header->tail.load(std::memory_order_acquire);
+    std::uint64_t head = r.header->head.load(std::memory_order_relaxed);
+    bool moved = false;
+    while (tail != head) {
+      if (!p.reading) {
+        if (tail - head < kMessageHeaderBytes) break;
+        MessageHeader h;
+        r.copy_out(head, reinterpret_cast<std::byte*>(&h), sizeof(h));
+        if (h.magic != kMessageMagic || h.version != kVersion) {
+          abort_locked(
+              C10D_ERROR(NetworkError,
+                         "rank {}: corrupt message header from rank {} in shared memory (magic "
+                         "{:#x}, version {})",
+                         rank, p.rank, h.magic, h.version));
+          return true;
+        }
+        head += kMessageHeaderBytes;
+        moved = true;
+        begin_message_locked(p, h);
+      }
+      const std::uint64_t total = padded(p.reading_bytes);
+      while (p.reading_pos < total && tail != head) {
+        const std::uint64_t n = std::min({tail - head, total - p.reading_pos, kChunk});
+        const std::uint64_t at = p.reading_pos;
+        if (at < p.reading_bytes) {
+          const std::uint64_t real = std::min<std::uint64_t>(n, p.reading_bytes - at);
+          if (p.reading_op) {
+            r.copy_out(head, p.reading_op->recv_data + at, real);
+          } else if (p.reading_unexpected) {
+            r.copy_out(head, p.reading_unexpected->data.get() + at, real);
+            p.reading_unexpected->got = at + real;
+          }
+        }
+        head += n;
+        p.reading_pos += n;
+        r.header->head.store(head, std::memory_order_release);
+        moved = true;
+      }
+      if (p.reading_pos < total) break;
+      if (p.reading_op) complete_locked(*p.reading_op);
+      p.reading_op.reset();
+      p.reading_unexpected.reset();
+      p.reading = false;
+    }
+    if (moved) {
+      r.header->head.store(head, std::memory_order_release);
+      ring_doorbell(p.header);  // its writer may be waiting for room
+    }
+    return moved;
+  }
+
+  // Under mu.
+  bool progress_locked() {
+    if (failure) return false;
+    bool moved = false;
+    for (Peer& p : peers) {
+      moved |= write_locked(p);
+      if (failure) break;
+      moved |= read_locked(p);
+      if (failure) break;
+    }
+    // A thread of this rank may sleep on a request this one completed.
+    if (moved && own_header->sleepers.load(std::memory_order_seq_cst) != 0) {
+      ring_doorbell(own_header);
+    }
+    return moved;
+  }
+
+  bool progress() {
+    std::unique_lock lock(mu, std::try_to_lock);
+    return lock.owns_lock() && progress_locked();
+  }
+
+  // ---- Posting ----
+
+  std::shared_ptr<Op> post_send(int peer_rank, Tag tag, std::span<const std::byte> data) {
+    auto op = make_op(true, peer_rank, tag, data.size());
+    op->send_data = data.data();
+    std::lock_guard lock(mu);
+    pending.fetch_add(1, std::memory_order_relaxed);
+    if (failure) {
+      complete_locked(*op, failure);
+      return op;
+    }
+    Peer& p = peer(peer_rank);
+    p.sends.push_back(op);
+    write_locked(p);
+    return op;
+  }
+
+  std::shared_ptr<Op> post_recv(int peer_rank, Tag tag, std::span<std::byte> data) {
+    auto op = make_op(false, peer_rank, tag, data.size());
+    op->recv_data = data.data();
+    std::lock_guard lock(mu);
+    pending.fetch_add(1, std::memory_order_relaxed);
+    if (failure) {
+      complete_locked(*op, failure);
+      return op;
+    }
+    Peer& p = peer(peer_rank);
+    const auto it = std::find_if(p.unexpected.begin(), p.unexpected.end(),
+                                 [&](const auto& u) { return u->tag == tag; });
+    if (it == p.unexpected.end()) {
+      p.recvs.push_back(op);
+      read_locked(p);
+      return op;
+    }
+    std::shared_ptr<Unexpected> u = *it;
+    p.unexpected.erase(it);
+    const bool arriving = p.reading_unexpected == u;
+    if (u->bytes != op->bytes) {
+      if (arriving) p.reading_unexpected.reset();  // the rest is dropped as it comes
+      complete_locked(*op, size_mismatch(*op, u->bytes));
+      return op;
+    }
+    if (u->got > 0) std::memcpy(op->recv_data, u->data.get(), u->got);
+    if (arriving) {  // the rest goes straight into the receive's buffer
+      p.reading_unexpected.reset();
+      p.reading_op = op;
+      read_locked(p);
+    } else {
+      complete_locked(*op);
+    }
+    return op;
+  }
+
+  std::shared_ptr<Op> make_op(bool is_send, int peer_rank, Tag tag, std::size_t bytes) const {
+    C10D_CHECK(
+        peer_rank >= 0 && peer_rank < world && peer_index[static_cast<std::size_t>(peer_rank)] >= 0,
+        "rank {}: rank {} is not a same-host peer of this shared-memory transport", rank,
+        peer_rank);
+    auto op = std::make_shared<Op>();
+    op->is_send = is_send;
+    op->self = rank;
+    op->peer = peer_rank;
+    op->tag = tag;
+    op->bytes = bytes;
+    return op;
+  }
+
+  // A request dropped before it completed: its buffer may go away. A send partly in the ring
+  // goes on with unwritten bytes (the stream must stay framed); a receive being read drops the
+  // rest of its message.
+  void cancel(const std::shared_ptr<Op>& op) {
+    if (op->done.load(std::memory_order_acquire)) return;
+    std::lock_guard lock(mu);
+    if (op->done.load(std::memory_order_relaxed)) return;
+    Peer& p = peer(op->peer);
+    if (op->is_send) {
+      if (!p.sends.empty() && p.sends.front() == op && p.send_pos > 0) {
+        op->send_data = nullptr;
+        return;
+      }
+      std::erase(p.sends, op);
+    } else if (p.reading_op == op) {
+      p.reading_op.reset();
+    } else {
+      std::erase(p.recvs, op);
+    }
+    pending.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  // ---- Failure ----
+
+  void abort_locked(std::exception_ptr reason) {
+    if (failure) return;
+    failure = std::move(reason);
+    failed.store(true, std::memory_order_release);
+    for (Peer& p : peers) {
+      for (auto& op : p.sends) complete_locked(*op, failure);
+      for (auto& op : p.recvs) complete_locked(*op, failure);
+      if (p.reading_op) complete_locked(*p.reading_op, failure);
+      p.sends.clear();
+      p.recvs.clear();
+      p.reading_op.reset();
+    }
+    if (own_header != nullptr) ring_doorbell(own_header);
+  }
+
+  // A same-host peer whose process is gone, as an error; null when all are there.
+  std::exception_ptr lost_peer() const {
+    for (const Peer& p : peers) {
+      if (::kill(p.pid, 0) != 0 && errno == ESRCH) {
+        return C10D_ERROR(NetworkError, "rank {}: same-host peer rank {} (pid {}) is gone", rank,
+                          p.rank, p.pid);
+      }
+    }
+    return nullptr;
+  }
+
+  // Sleeps on this rank's doorbell until a peer rings it or `until`, unless progress is possible
+  // right now.
+  void sleep(const Op& op, Clock::time_point until) {
+    const std::uint32_t bell = own_header->doorbell.load(std::memory_order_seq_cst);
+    own_header->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (!progress() && !op.done.load(std::memory_order_acquire)) {
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(until - Clock::now());
+      if (left.count() > 0) transport::futex_wait(own_header->doorbell, bell, left);
+    }
+    own_header->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+
+  void wait(Op& op, Clock::time_point deadline) {
+    static const bool hot = core::cores_per_local_process() >= 1;
+    const auto hot_window = hot ? std::chrono::microseconds(kHotWindow) : core::kHotSpin;
+    auto last_moved = Clock::now();
+    auto next_liveness = last_moved + kSleepSlice;
+    bool moved = false;
+    for (unsigned polls = 1; !op.done.load(std::memory_order_acquire); ++polls) {
+      moved |= progress();
+      if (op.done.load(std::memory_order_acquire)) break;
+      if (polls % 16 != 0) continue;
+      auto now = Clock::now();
+      if (moved) last_moved = now;
+      moved = false;
+      if (now >= deadline) {
+        C10D_THROW(
+            TimeoutError, "{} timed out: not done {} ms after posting", op.describe(),
+            std::chrono::duration_cast<std::chrono::milliseconds>(now - op.posted_at).count());
+      }
+      const auto idle = now - last_moved;
+      if (idle < hot_window) continue;
+      if (!hot && idle < core::spin_window()) {
+        sched_yield();
+        continue;
+      }
+      if (now >= next_liveness) {
+        if (auto lost = lost_peer()) {
+          std::lock_guard lock(mu);
+          abort_locked(lost);
+          break;
+        }
+        next_liveness = now + kSleepSlice;
+      }
+      sleep(op, std::min(deadline, next_liveness));
+      last_moved = Clock::now();  // poll hot again once woken
+    }
+    if (op.error) std::rethrow_exception(op.error);
+  }
+
+  // ---- Set-up ----
+
+  void setup(Store& store, const ShmTransportOptions& options) {
+    const auto deadline = Clock::now() + options.timeout;
+    const auto left = [&] {
+      return std::max(Milliseconds(1),
+                      std::chrono::duration_cast<Milliseconds>(deadline - Clock::now()));
+    };
+    const std::string prefix = options.group_name + "/shm/";
+    const auto key = [&](std::string_view what, int r) {
+      return fmt::format("{}{}/{}", prefix, what, r);
+    };
+    const std::string mine = shm_host_key();
+    store.set(key("host", rank), mine);
+    std::vector<std::string> keys;
+    for (int r = 0; r < world; ++r) keys.push_back(key("host", r));
+    store.wait(keys, left());
+    const std::vector<Bytes> hosts = store.multi_get(keys);
+    std::vector<int> local;  // same-host ranks, this one included, ascending
+    for (int r = 0; r < world; ++r) {
+      if (!mine.empty() && std::string(hosts[r].begin(), hosts[r].end()) == mine) {
+        local.push_back(r);
+      }
+    }
+    peer_index.assign(static_cast<std::size_t>(world), -1);
+    if (local.size() <= 1) return;
+
+    const auto rings = static_cast<std::uint32_t>(local.size() - 1);
+    // Ring index of `from` in the segment of `to`: its place among `to`'s same-host peers.
+    const auto ring_of = [&](int from, int to) {
+      const auto at = std::find(local.begin(), local.end(), from) - local.begin();
+      return static_cast<std::size_t>(at - (from > to ? 1 : 0));
+    };
+    const auto ring_at = [&](std::byte* base, std::size_t i) {
+      std::byte* r = base + kSegmentHeaderBytes + i * (kRingHeaderBytes + ring_bytes);
+      return RingView{reinterpret_cast<RingHeader*>(r), r + kRingHeaderBytes, ring_bytes};
+    };
+
+    std::random_device rd;
+    const std::uint64_t nonce = (std::uint64_t{rd()} << 32) ^ rd();
+    own = transport::SharedSegment::create(
+        fmt::format("/c10d-shm-{}-{:016x}", ::getpid(), nonce),
+        kSegmentHeaderBytes + rings * (kRingHeaderBytes + ring_bytes));
+    auto* h = new (own.data()) SegmentHeader{};
+    h->magic = kSegmentMagic;
+    h->version = kVersion;
+    h->rank = rank;
+    h->rings = rings;
+    h->ring_bytes = ring_bytes;
+    h->pid = ::getpid();
+    for (std::size_t i = 0; i < rings; ++i) new (ring_at(own.data(), i).header) RingHeader{};
+    own_header = h;
+    store.set(key("segment", rank), own.name());
+
+    for (int q : local) {
+      if (q == rank) continue;
+      store.wait(std::vector<std::string>{key("segment", q)}, left());
+      const Bytes name = store.get(key("segment", q));
+      Peer& p = peers.emplace_back();
+      p.rank = q;
+      p.segment = transport::SharedSegment::open(std::string(name.begin(), name.end()));
+      p.header = reinterpret_cast<SegmentHeader*>(p.segment.data());
+      const SegmentHeader& ph = *p.header;
+      if (p.segment.size() < kSegmentHeaderBytes || ph.magic != kSegmentMagic ||
+          ph.version != kVersion || ph.rank != q || ph.rings != rings ||
+          ph.ring_bytes != ring_bytes ||
+          p.segment.size() < kSegmentHeaderBytes + rings * (kRingHeaderBytes + ring_bytes)) {
+        C10D_THROW(InvalidArgument,
+                   "rank {}: the shared memory of same-host rank {} does not match this rank's: "
+                   "magic {:#x} version {} rank {} rings {} ring bytes {} there, magic {:#x} "
+                   "version {} rank {} rings {} ring bytes {} expected (different c10d builds, or "
+                   "C10D_SHM_RING_BYTES differs between ranks?)",
+                   rank, q, ph.magic, ph.version, ph.rank, ph.rings, ph.ring_bytes, kSegmentMagic,
+                   kVersion, q, rings, ring_bytes);
+      }
+      p.pid = ph.pid;
+      p.out = ring_at(p.segment.data(), ring_of(rank, q));
+      p.in = ring_at(own.data(), ring_of(q, rank));
+      peer_index[static_cast<std::size_t>(q)] = static_cast<int>(peers.size() - 1);
+    }
+    store.set(key("mapped", rank), "1");
+    std::vector<std::string> mapped;
+    for (int q : local) {
+      if (q != rank) mapped.push_back(key("mapped", q));
+    }
+    store.wait(mapped, left());
+    own.unlink();  // every same-host peer holds its mapping now
+  }
+};
+
+namespace {
+
+class ShmRequest final : public transport::Request {
+ public:
+  ShmRequest(std::shared_ptr<ShmTransport::Impl> impl, std::shared_ptr<Op> op)
+      : impl_(std::move(impl)), op_(std::move(op)) {}
+  ~ShmRequest() override { impl_->cancel(op_); }
+  bool test() override {
+    if (!op_->done.load(std::memory_order_acquire)) impl_->progress();
+    if (!op_->done.load(std::memory_order_acquire)) return false;
+    if (op_->error) std::rethrow_exception(op_->error);
+    return true;
+  }
+  void wait(Clock::time_point deadline) override { impl_->wait(*op_, deadline); }
+
+ private:
+  std::shared_ptr<ShmTransport::Impl> impl_;
+  std::shared_ptr<Op> op_;
+};
+
+}  // namespace
+
+ShmTransport::ShmTransport(std::shared_ptr<Store> store, int rank, int world_size,
+                           ShmTransportOptions options)
+    : rank_(rank), world_size_(world_size), impl_(std::make_shared<Impl>()) {
+  C10D_CHECK(store != nullptr, "ShmTransport rank {}: needs a store", rank);
+  C10D_CHECK(world_size >= 1 && rank >= 0 && rank < world_size,
+             "ShmTransport: rank {} is outside a world of size {}", rank, world_size);
+  impl_->rank = rank;
+  impl_->world = world_size;
+  impl_->ring_bytes = ring_bytes_from(options.ring_bytes);
+  impl_->setup(*store, options);
+}
+
+ShmTransport::~ShmTransport() {
+  abort(C10D_ERROR(NetworkError, "rank {}: the shared-memory transport was destroyed", rank_));
+}
+
+bool ShmTransport::serves(int peer) const {
+  return peer >= 0 && peer < world_size_ && impl_->peer_index[static_cast<std::size_t>(peer)] >= 0;
+}
+
+int ShmTransport::same_host_peers() const { return static_cast<int>(impl_->peers.size()); }
+
+bool ShmTransport::has_pending() const {
+  return impl_->pending.load(std::memory_order_relaxed) > 0;
+}
+
+bool ShmTransport::progress() { return impl_->progress(); }
+
+std::unique_ptr<transport::Request> ShmTransport::isend(int peer, transport::Tag tag,
+                                                        std::span<const std::byte> data) {
+  return std::make_unique<ShmRequest>(impl_, impl_->post_send(peer, tag, data));
+}
+
+std::unique_ptr<transport::Request> ShmTransport::irecv(int peer, transport::Tag tag,
+                                                        std::span<std::byte> data) {
+  return std::make_unique<ShmRequest>(impl_, impl_->post_recv(peer, tag, data));
+}
+
+void ShmTransport::abort(std::exception_ptr reason) {
+  std::lock_guard lock(impl_->mu);
+  impl_->abort_locked(std::move(reason));
+}
+
+}  // namespace c10d::gloo_like
