@@ -6,6 +6,7 @@
 #include "backends/gloo_like/tcp_transport.h"
 #include "c10d/init.h"
 #include "core/check.h"
+#include "core/logging.h"
 
 namespace c10d {
 
@@ -27,6 +28,8 @@ std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> stor
         store, rank, world_size,
         gloo_like::ShmTransportOptions{.group_name = options.group_name,
                                        .timeout = options.timeout});
+    C10D_LOG_DEBUG("rank {} of group {}: {} same-host peers through shared memory", rank,
+                   options.group_name, shm->same_host_peers());
     if (shm->same_host_peers() == 0) {
       shm.reset();
     } else {

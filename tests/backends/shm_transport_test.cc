@@ -1,0 +1,253 @@
+// ShmTransport with every rank a thread over a shared HashStore (one host, so every pair goes
+// through shared memory): exact bytes in either order, FIFO per tag, interleaved tags, messages
+// many times the ring's size (including one whose receive is posted while it is arriving), empty
+// messages, size mismatches, the all-reduce algorithms, abort, deadlines, and nothing left in
+// /dev/shm after set-up.
+#include "backends/gloo_like/shm_transport.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <latch>
+#include <thread>
+
+#include "../algorithms/ranks.h"
+#include "algorithms/context.h"
+#include "algorithms/halving_doubling_all_reduce.h"
+#include "algorithms/ring_all_reduce.h"
+#include "c10d/errors.h"
+#include "c10d/store.h"
+
+namespace c10d::gloo_like {
+namespace {
+
+using namespace std::chrono_literals;
+using transport::Clock;
+
+std::atomic<int> group_counter{0};
+
+// The smallest ring, so that most messages here span it many times.
+constexpr std::size_t kRing = std::size_t{64} << 10;
+
+void run_ranks(int n, const std::function<void(int, transport::Transport&)>& fn,
+               std::size_t ring = kRing) {
+  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
+  const std::string group = "shm" + std::to_string(group_counter++);
+  algorithms::testing::run_ranks(
+      n,
+      [&](int r) {
+        auto t = std::make_unique<ShmTransport>(
+            store, r, n,
+            ShmTransportOptions{.group_name = group, .timeout = 20s, .ring_bytes = ring});
+        EXPECT_EQ(t->same_host_peers(), n - 1);
+        return t;
+      },
+      fn);
+}
+
+Clock::time_point soon() { return Clock::now() + 20s; }
+
+std::vector<std::byte> pattern(std::size_t n, int seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = std::byte((i * 131 + seed * 7 + (i >> 9)) & 0xff);
+  return v;
+}
+
+TEST(ShmTransportTest, SendBeforeRecvAndRecvBeforeSendDeliverExactBytes) {
+  run_ranks(2, [](int r, transport::Transport& t) {
+    const auto a = pattern(1000, 1);
+    const auto b = pattern(300'001, 2);  // several rings' worth
+    if (r == 0) {
+      t.isend(1, 5, a)->wait(soon());
+      std::vector<std::byte> got(b.size());
+      t.irecv(1, 6, got)->wait(soon());
+      EXPECT_EQ(got, b);
+    } else {
+      std::this_thread::sleep_for(50ms);  // rank 0's message is in the ring before the receive
+      std::vector<std::byte> got(a.size());
+      t.irecv(0, 5, got)->wait(soon());
+      EXPECT_EQ(got, a);
+      t.isend(0, 6, b)->wait(soon());
+    }
+  });
+}
+
+TEST(ShmTransportTest, FifoPerTagAndInterleavedTags) {
+  run_ranks(2, [](int r, transport::Transport& t) {
+    if (r == 0) {
+      std::vector<std::unique_ptr<transport::Request>> reqs;
+      const auto m1 = pattern(100, 1), m2 = pattern(200'000, 2), m3 = pattern(300, 3);
+      reqs.push_back(t.isend(1, 7, m1));
+      reqs.push_back(t.isend(1, 8, m2));
+      reqs.push_back(t.isend(1, 7, m3));
+      transport::wait_all(reqs, soon());
+    } else {
+      // Tag 8 first, though it was sent second: the tag-7 messages before it are kept aside.
+      std::vector<std::byte> g2(200'000), g1(100), g3(300);
+      t.irecv(0, 8, g2)->wait(soon());
+      t.irecv(0, 7, g1)->wait(soon());
+      t.irecv(0, 7, g3)->wait(soon());
+      EXPECT_EQ(g1, pattern(100, 1));
+      EXPECT_EQ(g2, pattern(200'000, 2));
+      EXPECT_EQ(g3, pattern(300, 3));
+    }
+  });
+}
+
+TEST(ShmTransportTest, AReceivePostedWhileItsMessageArrivesTakesTheRestDirectly) {
+  run_ranks(2, [](int r, transport::Transport& t) {
+    const auto big = pattern((std::size_t{1} << 20) + 13, 4);
+    if (r == 0) {
+      t.isend(1, 1, big)->wait(soon());
+      t.isend(1, 2, pattern(8, 5))->wait(soon());
+    } else {
+      std::vector<std::byte> small(8);
+      auto other = t.irecv(0, 2, small);
+      // Each test() reads what has arrived of the tag-1 message, which has no receive yet.
+      for (int i = 0; i < 5; ++i) {
+        EXPECT_FALSE(other->test());
+        std::this_thread::sleep_for(2ms);
+      }
+      std::vector<std::byte> got(big.size());
+      t.irecv(0, 1, got)->wait(soon());
+      other->wait(soon());
+      EXPECT_EQ(got, big);
+      EXPECT_EQ(small, pattern(8, 5));
+    }
+  });
+}
+
+TEST(ShmTransportTest, SixteenMebibytesBothWaysAndZeroBytes) {
+  run_ranks(
+      2,
+      [](int r, transport::Transport& t) {
+        const auto mine = pattern(16 << 20, r);
+        std::vector<std::byte> theirs(mine.size());
+        std::vector<std::unique_ptr<transport::Request>> reqs;
+        reqs.push_back(t.irecv(1 - r, 3, theirs));
+        reqs.push_back(t.isend(1 - r, 3, mine));
+        reqs.push_back(t.isend(1 - r, 4, {}));
+        std::vector<std::byte> none;
+        reqs.push_back(t.irecv(1 - r, 4, none));
+        transport::wait_all(reqs, soon());
+        EXPECT_EQ(theirs, pattern(16 << 20, 1 - r));
+      },
+      std::size_t{1} << 20);
+}
+
+TEST(ShmTransportTest, SizeMismatchFailsTheReceiveNamingPeerTagAndSizesAndTheStreamGoesOn) {
+  run_ranks(2, [](int r, transport::Transport& t) {
+    if (r == 0) {
+      t.isend(1, 9, pattern(100'000, 1))->wait(soon());
+      t.isend(1, 9, pattern(64, 2))->wait(soon());
+    } else {
+      std::vector<std::byte> wrong(10);
+      try {
+        t.irecv(0, 9, wrong)->wait(soon());
+        ADD_FAILURE() << "a 100000-byte message into a 10-byte receive must fail";
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("irecv from rank 0"), std::string::npos) << what;
+        EXPECT_NE(what.find("100000 bytes"), std::string::npos) << what;
+        EXPECT_NE(what.find("10"), std::string::npos) << what;
+      }
+      std::vector<std::byte> next(64);
+      t.irecv(0, 9, next)->wait(soon());
+      EXPECT_EQ(next, pattern(64, 2));
+    }
+  });
+}
+
+TEST(ShmTransportTest, RingAndHalvingDoublingAllReduceClosedForms) {
+  for (int n = 2; n <= 4; ++n) {
+    for (bool ring : {true, false}) {
+      const std::int64_t count = 100'003;
+      std::vector<std::vector<float>> out(n);
+      run_ranks(n, [&](int r, transport::Transport& t) {
+        std::vector<float> data(count);
+        for (std::int64_t i = 0; i < count; ++i) {
+          data[i] = static_cast<float>(algorithms::testing::value(r, i));
+        }
+        algorithms::Context ctx{t, transport::make_tag(0, 1), soon()};
+        if (ring) {
+          algorithms::ring_all_reduce(ctx, DType::kFloat32, {ReduceOp::kSum, 1.0}, data.data(),
+                                      count, {{}, 16384});
+        } else {
+          algorithms::halving_doubling_all_reduce(ctx, DType::kFloat32, {ReduceOp::kSum, 1.0},
+                                                  data.data(), count);
+        }
+        out[r] = std::move(data);
+      });
+      for (int r = 0; r < n; ++r) {
+        for (std::int64_t i = 0; i < count; ++i) {
+          ASSERT_EQ(out[r][i],
+                    static_cast<float>(algorithms::testing::expected(ReduceOp::kSum, n, i)))
+              << "n " << n << " ring " << ring << " rank " << r << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(ShmTransportTest, AbortFailsPendingAndLaterRequestsAndReleasesTheWaiter) {
+  run_ranks(2, [](int r, transport::Transport& t) {
+    if (r != 0) return;
+    std::vector<std::byte> buf(16);
+    auto pending = t.irecv(1, 1, buf);
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(100ms);
+      t.abort(std::make_exception_ptr(NetworkError("test abort")));
+    });
+    const auto start = Clock::now();
+    EXPECT_THROW(pending->wait(soon()), NetworkError);
+    EXPECT_LT(Clock::now() - start, 5s);
+    aborter.join();
+    EXPECT_THROW(t.isend(1, 2, buf)->wait(soon()), NetworkError);
+  });
+}
+
+TEST(ShmTransportTest, AReceiveThatNeverComesTimesOutNamingIt) {
+  run_ranks(2, [](int r, transport::Transport& t) {
+    if (r != 1) return;
+    std::vector<std::byte> buf(32);
+    try {
+      t.irecv(0, 77, buf)->wait(Clock::now() + 200ms);
+      ADD_FAILURE() << "nothing was sent";
+    } catch (const TimeoutError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("irecv from rank 0"), std::string::npos) << what;
+      EXPECT_NE(what.find("32 bytes"), std::string::npos) << what;
+    }
+  });
+}
+
+TEST(ShmTransportTest, NoSegmentIsLeftInDevShmAfterSetUp) {
+  const auto ours = [] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+      n += e.path().filename().string().starts_with("c10d-shm-");
+    }
+    return n;
+  };
+  const int before = ours();
+  std::latch set_up(3);
+  run_ranks(3, [&](int, transport::Transport&) {
+    set_up.arrive_and_wait();  // every rank's constructor has returned
+    EXPECT_EQ(ours(), before);
+  });
+}
+
+TEST(ShmTransportTest, RingSizesThatAreNotPowersOfTwoAreRefused) {
+  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(2000));
+  try {
+    ShmTransport t(store, 0, 1, ShmTransportOptions{.group_name = "bad", .ring_bytes = 100'000});
+    ADD_FAILURE() << "a ring of 100000 bytes must be refused";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("100000"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace c10d::gloo_like
