@@ -7,6 +7,8 @@ by side and prints one markdown table of medians with their ratios.
 
 With --backend mpi, c10d-bench runs under the same mpirun as the reference (the MPI backend's
 overhead over raw MPI); --btl default lets Open MPI pick its transports (shared memory here).
+With --backend tcp the TCP backend runs on the reference's wire: loopback TCP alone
+(C10D_SHM=0) against --btl self,tcp, its same-host shared memory against --btl default.
 
 Every configuration is run --runs times, alternating c10d and Open MPI so that drifting load on
 the machine hits both alike; each cell is the median over the runs. Open MPI runs twice per
@@ -69,6 +71,9 @@ def sweep(build, world, collective, size, iters, backend, variant=None, c10d_bac
         elif variant == "multiple":
             mpirun += ["-x", "C10D_REF_THREAD_MULTIPLE=1"]
         if backend == "c10d" and c10d_backend == "tcp":
+            # The same wire as the reference: loopback TCP against Open MPI's TCP btl; with
+            # --btl default, the TCP backend's shared memory against Open MPI's (vader).
+            env["C10D_SHM"] = "1" if btl == "default" else "0"
             cmd = [f"{build}/tools/c10drun", "--nproc-per-node", str(world),
                    f"{build}/bench/c10d-bench"] + flags
         elif backend == "c10d":
