@@ -19,6 +19,7 @@
 #include "algorithms/ring_all_reduce.h"
 #include "c10d/errors.h"
 #include "c10d/store.h"
+#include "transport_test_util.h"
 
 namespace c10d::gloo_like {
 namespace {
@@ -47,13 +48,8 @@ void run_ranks(int n, const std::function<void(int, transport::Transport&)>& fn,
       fn);
 }
 
-Clock::time_point soon() { return Clock::now() + 20s; }
-
-std::vector<std::byte> pattern(std::size_t n, int seed) {
-  std::vector<std::byte> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = std::byte((i * 131 + seed * 7 + (i >> 9)) & 0xff);
-  return v;
-}
+using c10d::testing::pattern;
+using c10d::testing::soon;
 
 TEST(ShmTransportTest, SendBeforeRecvAndRecvBeforeSendDeliverExactBytes) {
   run_ranks(2, [](int r, transport::Transport& t) {

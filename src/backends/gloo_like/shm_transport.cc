@@ -379,15 +379,19 @@ struct ShmTransport::Impl {
 
   // ---- Posting ----
 
+  // Under mu: counts a new request; false, with the request failed, once the transport has.
+  bool admit_locked(Op& op) {
+    pending.fetch_add(1, std::memory_order_relaxed);
+    if (!failure) return true;
+    complete_locked(op, failure);
+    return false;
+  }
+
   std::shared_ptr<Op> post_send(int peer_rank, Tag tag, std::span<const std::byte> data) {
     auto op = make_op(true, peer_rank, tag, data.size());
     op->send_data = data.data();
     std::lock_guard lock(mu);
-    pending.fetch_add(1, std::memory_order_relaxed);
-    if (failure) {
-      complete_locked(*op, failure);
-      return op;
-    }
+    if (!admit_locked(*op)) return op;
     Peer& p = peer(peer_rank);
     p.sends.push_back(op);
     write_locked(p);
@@ -398,11 +402,7 @@ struct ShmTransport::Impl {
     auto op = make_op(false, peer_rank, tag, data.size());
     op->recv_data = data.data();
     std::lock_guard lock(mu);
-    pending.fetch_add(1, std::memory_order_relaxed);
-    if (failure) {
-      complete_locked(*op, failure);
-      return op;
-    }
+    if (!admit_locked(*op)) return op;
     Peer& p = peer(peer_rank);
     const auto it = std::find_if(p.unexpected.begin(), p.unexpected.end(),
                                  [&](const auto& u) { return u->tag == tag; });
