@@ -14,9 +14,6 @@
 #include <thread>
 
 #include "../algorithms/ranks.h"
-#include "algorithms/context.h"
-#include "algorithms/halving_doubling_all_reduce.h"
-#include "algorithms/ring_all_reduce.h"
 #include "c10d/errors.h"
 #include "c10d/store.h"
 #include "transport_test_util.h"
@@ -157,34 +154,9 @@ TEST(ShmTransportTest, SizeMismatchFailsTheReceiveNamingPeerTagAndSizesAndTheStr
 }
 
 TEST(ShmTransportTest, RingAndHalvingDoublingAllReduceClosedForms) {
-  for (int n = 2; n <= 4; ++n) {
-    for (bool ring : {true, false}) {
-      const std::int64_t count = 100'003;
-      std::vector<std::vector<float>> out(n);
-      run_ranks(n, [&](int r, transport::Transport& t) {
-        std::vector<float> data(count);
-        for (std::int64_t i = 0; i < count; ++i) {
-          data[i] = static_cast<float>(algorithms::testing::value(r, i));
-        }
-        algorithms::Context ctx{t, transport::make_tag(0, 1), soon()};
-        if (ring) {
-          algorithms::ring_all_reduce(ctx, DType::kFloat32, {ReduceOp::kSum, 1.0}, data.data(),
-                                      count, {{}, 16384});
-        } else {
-          algorithms::halving_doubling_all_reduce(ctx, DType::kFloat32, {ReduceOp::kSum, 1.0},
-                                                  data.data(), count);
-        }
-        out[r] = std::move(data);
-      });
-      for (int r = 0; r < n; ++r) {
-        for (std::int64_t i = 0; i < count; ++i) {
-          ASSERT_EQ(out[r][i],
-                    static_cast<float>(algorithms::testing::expected(ReduceOp::kSum, n, i)))
-              << "n " << n << " ring " << ring << " rank " << r << " i " << i;
-        }
-      }
-    }
-  }
+  // Segments of 64 KiB, the ring's size, so each one spans it.
+  testing::expect_all_reduce_closed_forms([](int n, const auto& fn) { run_ranks(n, fn); }, 4,
+                                          100'003, 16384);
 }
 
 TEST(ShmTransportTest, AbortFailsPendingAndLaterRequestsAndReleasesTheWaiter) {

@@ -16,9 +16,6 @@
 #include <thread>
 
 #include "../algorithms/ranks.h"
-#include "algorithms/context.h"
-#include "algorithms/halving_doubling_all_reduce.h"
-#include "algorithms/ring_all_reduce.h"
 #include "c10d/errors.h"
 #include "c10d/store.h"
 #include "transport_test_util.h"
@@ -157,35 +154,8 @@ TEST(TCPTransportTest, EightRankRing) {
   });
 }
 
-using algorithms::testing::expected;
-using algorithms::testing::value;
-
 TEST(TCPTransportTest, RingAndHalvingDoublingAllReduceClosedForms) {
-  for (int n = 2; n <= 5; ++n) {
-    for (bool ring : {true, false}) {
-      const std::int64_t count = 10007;
-      std::vector<std::vector<float>> out(n);
-      run_ranks(n, [&](int r, transport::Transport& t) {
-        std::vector<float> data(count);
-        for (std::int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(value(r, i));
-        algorithms::Context ctx{t, transport::make_tag(0, 1), soon()};
-        if (ring) {
-          algorithms::ring_all_reduce(ctx, DType::kFloat32, {ReduceOp::kSum, 1.0}, data.data(),
-                                      count, {{}, 4096});
-        } else {
-          algorithms::halving_doubling_all_reduce(ctx, DType::kFloat32, {ReduceOp::kSum, 1.0},
-                                                  data.data(), count);
-        }
-        out[r] = std::move(data);
-      });
-      for (int r = 0; r < n; ++r) {
-        for (std::int64_t i = 0; i < count; ++i) {
-          ASSERT_EQ(out[r][i], static_cast<float>(expected(ReduceOp::kSum, n, i)))
-              << "n " << n << " ring " << ring << " rank " << r << " i " << i;
-        }
-      }
-    }
-  }
+  testing::expect_all_reduce_closed_forms(run_ranks, 5, 10007, 4096);
 }
 
 TEST(TCPTransportTest, HandshakeMismatchNamesBothSides) {

@@ -1,11 +1,20 @@
-// What the transport tests share: a deadline far enough off for any of them, and a byte pattern
-// that differs per seed and per 512-byte block (so a shifted or swapped chunk shows).
+// What the transport tests share: a deadline far enough off for any of them, a byte pattern
+// that differs per seed and per 512-byte block (so a shifted or swapped chunk shows), and the
+// all-reduce algorithms checked against closed forms over a transport.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <vector>
 
+#include "../algorithms/ranks.h"
+#include "algorithms/context.h"
+#include "algorithms/halving_doubling_all_reduce.h"
+#include "algorithms/ring_all_reduce.h"
 #include "transport/transport.h"
 
 namespace c10d::testing {
@@ -18,6 +27,42 @@ inline std::vector<std::byte> pattern(std::size_t n, int seed) {
   std::vector<std::byte> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = std::byte((i * 131 + seed * 7 + (i >> 9)) & 0xff);
   return v;
+}
+
+// Runs fn(rank, transport) on `n` ranks of the transport under test.
+using RunRanks =
+    std::function<void(int n, const std::function<void(int, transport::Transport&)>& fn)>;
+
+// Ring (with `segment`-element segments) and halving-doubling all_reduce sums of `count` floats
+// on 2..max_ranks ranks, every element of every rank against its closed form.
+inline void expect_all_reduce_closed_forms(const RunRanks& run, int max_ranks, std::int64_t count,
+                                           std::int64_t segment) {
+  using algorithms::testing::expected;
+  using algorithms::testing::value;
+  for (int n = 2; n <= max_ranks; ++n) {
+    for (bool ring : {true, false}) {
+      std::vector<std::vector<float>> out(n);
+      run(n, [&](int r, transport::Transport& t) {
+        std::vector<float> data(count);
+        for (std::int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(value(r, i));
+        algorithms::Context ctx{t, transport::make_tag(0, 1), soon()};
+        if (ring) {
+          algorithms::ring_all_reduce(ctx, DType::kFloat32, {ReduceOp::kSum, 1.0}, data.data(),
+                                      count, {{}, segment});
+        } else {
+          algorithms::halving_doubling_all_reduce(ctx, DType::kFloat32, {ReduceOp::kSum, 1.0},
+                                                  data.data(), count);
+        }
+        out[r] = std::move(data);
+      });
+      for (int r = 0; r < n; ++r) {
+        for (std::int64_t i = 0; i < count; ++i) {
+          ASSERT_EQ(out[r][i], static_cast<float>(expected(ReduceOp::kSum, n, i)))
+              << "n " << n << " ring " << ring << " rank " << r << " i " << i;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace c10d::testing

@@ -207,17 +207,10 @@ struct ShmTransport::Impl {
   std::deque<Peer> peers;       // stable addresses
 
   mutable std::mutex mu;
-  std::exception_ptr failure;       // GUARDED_BY(mu)
-  std::atomic<int> pending{0};      // requests not done yet
-  std::atomic<bool> failed{false};  // failure is set
+  std::exception_ptr failure;  // GUARDED_BY(mu)
 
   Peer& peer(int r) {
     return peers[static_cast<std::size_t>(peer_index[static_cast<std::size_t>(r)])];
-  }
-
-  void complete_locked(Op& op, std::exception_ptr e = nullptr) {
-    op.complete(std::move(e));
-    pending.fetch_sub(1, std::memory_order_relaxed);
   }
 
   // ---- Writing ----
@@ -257,7 +250,7 @@ struct ShmTransport::Impl {
         moved = true;
       }
       if (p.send_pos < total) break;  // the ring is full
-      complete_locked(op);
+      op.complete();
       p.sends.pop_front();
       p.send_pos = 0;
     }
@@ -290,7 +283,7 @@ struct ShmTransport::Impl {
     std::shared_ptr<Op> op = *it;
     p.recvs.erase(it);
     if (op->bytes != h.bytes) {
-      complete_locked(*op, size_mismatch(*op, h.bytes));  // the message is dropped
+      op->complete(size_mismatch(*op, h.bytes));  // the message is dropped
       return;
     }
     p.reading_op = std::move(op);
@@ -343,7 +336,7 @@ struct ShmTransport::Impl {
         moved = true;
       }
       if (p.reading_pos < total) break;
-      if (p.reading_op) complete_locked(*p.reading_op);
+      if (p.reading_op) p.reading_op->complete();
       p.reading_op.reset();
       p.reading_unexpected.reset();
       p.reading = false;
@@ -379,12 +372,10 @@ struct ShmTransport::Impl {
 
   // ---- Posting ----
 
-  // Under mu: counts a new request; false, with the request failed, once the transport has.
+  // Under mu: false, with the request failed, once the transport has failed.
   bool admit_locked(Op& op) {
-    pending.fetch_add(1, std::memory_order_relaxed);
-    if (!failure) return true;
-    complete_locked(op, failure);
-    return false;
+    if (failure) op.complete(failure);
+    return !failure;
   }
 
   std::shared_ptr<Op> post_send(int peer_rank, Tag tag, std::span<const std::byte> data) {
@@ -416,7 +407,7 @@ struct ShmTransport::Impl {
     const bool arriving = p.reading_unexpected == u;
     if (u->bytes != op->bytes) {
       if (arriving) p.reading_unexpected.reset();  // the rest is dropped as it comes
-      complete_locked(*op, size_mismatch(*op, u->bytes));
+      op->complete(size_mismatch(*op, u->bytes));
       return op;
     }
     if (u->got > 0) std::memcpy(op->recv_data, u->data.get(), u->got);
@@ -425,7 +416,7 @@ struct ShmTransport::Impl {
       p.reading_op = op;
       read_locked(p);
     } else {
-      complete_locked(*op);
+      op->complete();
     }
     return op;
   }
@@ -463,7 +454,6 @@ struct ShmTransport::Impl {
     } else {
       std::erase(p.recvs, op);
     }
-    pending.fetch_sub(1, std::memory_order_relaxed);
   }
 
   // ---- Failure ----
@@ -471,11 +461,10 @@ struct ShmTransport::Impl {
   void abort_locked(std::exception_ptr reason) {
     if (failure) return;
     failure = std::move(reason);
-    failed.store(true, std::memory_order_release);
     for (Peer& p : peers) {
-      for (auto& op : p.sends) complete_locked(*op, failure);
-      for (auto& op : p.recvs) complete_locked(*op, failure);
-      if (p.reading_op) complete_locked(*p.reading_op, failure);
+      for (auto& op : p.sends) op->complete(failure);
+      for (auto& op : p.recvs) op->complete(failure);
+      if (p.reading_op) p.reading_op->complete(failure);
       p.sends.clear();
       p.recvs.clear();
       p.reading_op.reset();
@@ -679,7 +668,10 @@ bool ShmTransport::serves(int peer) const {
 int ShmTransport::same_host_peers() const { return static_cast<int>(impl_->peers.size()); }
 
 bool ShmTransport::has_pending() const {
-  return impl_->pending.load(std::memory_order_relaxed) > 0;
+  std::lock_guard lock(impl_->mu);
+  return std::any_of(impl_->peers.begin(), impl_->peers.end(), [](const Peer& p) {
+    return !p.sends.empty() || !p.recvs.empty() || p.reading_op != nullptr;
+  });
 }
 
 bool ShmTransport::progress() { return impl_->progress(); }

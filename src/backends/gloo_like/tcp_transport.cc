@@ -78,11 +78,6 @@ constexpr std::chrono::milliseconds kRewatchMax{64};
 // How long a failing transport waits for the store to answer (Impl::store_reachable).
 constexpr std::chrono::milliseconds kFailureStoreTimeout{500};
 
-template <typename E>
-std::exception_ptr error(const char* file, int line, const std::string& message) {
-  return std::make_exception_ptr(E(core::with_location(file, line, message)));
-}
-
 // Waits until `fd` is ready for `events` or the deadline passes; false on timeout.
 bool poll_until(int fd, short events, Clock::time_point deadline) {
   const auto left =
@@ -317,9 +312,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     ::shutdown(c.socket.native_handle(), SHUT_RDWR);
     if (!c.dead) {
       c.dead = why ? std::move(why)
-                   : error<NetworkError>(__FILE__, __LINE__,
-                                         fmt::format("rank {}: connection to peer rank {} lost: {}",
-                                                     rank, peer, ec.message()));
+                   : C10D_ERROR(NetworkError, "rank {}: connection to peer rank {} lost: {}", rank,
+                                peer, ec.message());
       if (fatal && fail_all_on_peer_loss && !aborted) {
         abort_locked(c.dead, lost_rank == -2 ? peer : lost_rank);
         return;
@@ -395,9 +389,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       const auto nl = text.find('\n');
       if (nl == std::string::npos) return {nullptr, -1};
       const int lost = std::stoi(text.substr(0, nl));
-      return {error<NetworkError>(__FILE__, __LINE__,
-                                  fmt::format("rank {}: connection to peer rank {} closed; {}",
-                                              rank, peer, text.substr(nl + 1))),
+      return {C10D_ERROR(NetworkError, "rank {}: connection to peer rank {} closed; {}", rank, peer,
+                         text.substr(nl + 1)),
               lost};
     } catch (const std::exception& e) {
       C10D_LOG_DEBUG("rank {}: no failure cause from the store: {}", rank, e.what());
@@ -606,10 +599,10 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       std::lock_guard lock(mu_);
       c.read_closed.store(true);
       kill_locked(peer, {},
-                  error<NetworkError>(__FILE__, __LINE__,
-                                      fmt::format("rank {}: peer rank {} closed its transport (it "
-                                                  "finished or destroyed its group)",
-                                                  rank, peer)),
+                  C10D_ERROR(NetworkError,
+                             "rank {}: peer rank {} closed its transport (it "
+                             "finished or destroyed its group)",
+                             rank, peer),
                   /*fatal=*/false);
       return false;
     }
@@ -640,11 +633,11 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       it->second.pop_front();
       if (it->second.empty()) c.recvs.erase(it);
       if (c.target->recv_data.size() != c.len) {
-        c.target->complete_locked(error<InvalidArgument>(
-            __FILE__, __LINE__,
-            fmt::format("{}: size mismatch: the receive buffer has {} bytes but the message "
-                        "from peer rank {} has {} bytes",
-                        c.target->describe(), c.target->recv_data.size(), c.target->peer, c.len)));
+        c.target->complete_locked(
+            C10D_ERROR(InvalidArgument,
+                       "{}: size mismatch: the receive buffer has {} bytes but the message "
+                       "from peer rank {} has {} bytes",
+                       c.target->describe(), c.target->recv_data.size(), c.target->peer, c.len));
         c.target.reset();
         c.scratch.resize(c.len);
         c.into = c.scratch;
@@ -687,11 +680,9 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       c.abort_body = false;
       c.read_closed.store(true);
       const AbortNotice notice = decode_abort_notice(c.scratch);
-      kill_locked(
-          peer, {},
-          error<NetworkError>(__FILE__, __LINE__,
-                              fmt::format("rank {}: {}", rank, describe_failure(notice, peer))),
-          /*fatal=*/true, notice.lost_rank);
+      kill_locked(peer, {},
+                  C10D_ERROR(NetworkError, "rank {}: {}", rank, describe_failure(notice, peer)),
+                  /*fatal=*/true, notice.lost_rank);
       return;
     }
     if (c.target) {
@@ -759,11 +750,11 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     }
     Unexpected& m = **u;
     if (m.size != op->recv_data.size()) {
-      op->complete_locked(error<InvalidArgument>(
-          __FILE__, __LINE__,
-          fmt::format("{}: size mismatch: the receive buffer has {} bytes but the message from "
-                      "peer rank {} has {} bytes",
-                      op->describe(), op->recv_data.size(), op->peer, m.size)));
+      op->complete_locked(
+          C10D_ERROR(InvalidArgument,
+                     "{}: size mismatch: the receive buffer has {} bytes but the message from "
+                     "peer rank {} has {} bytes",
+                     op->describe(), op->recv_data.size(), op->peer, m.size));
     } else if (!m.complete) {
       m.waiter = op;
       op->in_flight = true;
@@ -1102,8 +1093,7 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
 
 TCPTransport::~TCPTransport() {
   // Not aborted before: an orderly close, announced with a goodbye.
-  impl_->abort(error<NetworkError>(__FILE__, __LINE__,
-                                   fmt::format("rank {}: the TCP transport was destroyed", rank_)),
+  impl_->abort(C10D_ERROR(NetworkError, "rank {}: the TCP transport was destroyed", rank_),
                /*orderly=*/true);
   // After close_all the read loops and writes end with errors; then, without the guard, run()
   // returns.
@@ -1146,8 +1136,7 @@ std::unique_ptr<transport::Request> TCPTransport::irecv(int peer, Tag tag,
 
 void TCPTransport::abort(std::exception_ptr reason) {
   if (!reason) {
-    reason = error<NetworkError>(__FILE__, __LINE__,
-                                 fmt::format("rank {} aborted its transport", rank_));
+    reason = C10D_ERROR(NetworkError, "rank {} aborted its transport", rank_);
   }
   impl_->abort(std::move(reason));
 }
