@@ -34,20 +34,11 @@ void Future::set_error(std::exception_ptr error) {
   for (auto& cb : callbacks) cb(*this);
 }
 
-bool Future::completed() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return completed_;
-}
+bool Future::completed() const { return done_.load(std::memory_order_acquire); }
 
-bool Future::has_error() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return error_ != nullptr;
-}
+bool Future::has_error() const { return completed() && error_ != nullptr; }
 
-std::exception_ptr Future::exception() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return error_;
-}
+std::exception_ptr Future::exception() const { return completed() ? error_ : nullptr; }
 
 bool Future::wait_for(Milliseconds timeout) const {
   return wait_until(std::chrono::steady_clock::now() + timeout);
@@ -69,8 +60,7 @@ void Future::wait(Milliseconds timeout) const {
 }
 
 const std::vector<Tensor>& Future::value() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  C10D_CHECK(completed_, "value() of a future that has not completed");
+  C10D_CHECK(completed(), "value() of a future that has not completed");
   if (error_) std::rethrow_exception(error_);
   return value_;
 }
@@ -109,13 +99,14 @@ Work::Work(std::string op_name, std::uint64_t sequence)
     : op_name_(std::move(op_name)), sequence_(sequence) {}
 
 void Work::wait(Milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (wait_hook_ && !future_->completed()) wait_hook_(*this, deadline);
-  if (!future_->wait_until(deadline)) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto deadline = now + timeout;
+  if (wait_hook_ && !future_.completed()) (*wait_hook_)(*this, now, deadline);
+  if (!future_.wait_until(deadline)) {
     C10D_THROW(TimeoutError, "{} (sequence {}) did not complete within {} ms", op_name_, sequence_,
                timeout.count());
   }
-  if (auto err = future_->exception()) std::rethrow_exception(err);
+  if (auto err = future_.exception()) std::rethrow_exception(err);
 }
 
 }  // namespace c10d

@@ -435,14 +435,19 @@ class TransportProcessGroup final : public ProcessGroup,
       work = hooks_ ? hooks_->make_work(std::string(op), seq)
                     : std::make_shared<Work>(std::string(op), seq);
       if (p.collective && schedule_.enabled()) {
-        work->set_wait_hook([weak = weak_from_this()](Work& w, Clock::time_point deadline) {
-          if (auto self = weak.lock()) self->run_inline(w, deadline);
-        });
+        if (!wait_hook_) {
+          wait_hook_ = std::make_shared<const Work::WaitHook>(
+              [weak = weak_from_this()](Work& w, Clock::time_point now,
+                                        Clock::time_point deadline) {
+                if (auto self = weak.lock()) self->run_inline(w, now, deadline);
+              });
+        }
+        work->set_wait_hook(wait_hook_);
       }
       p.work = work;
       failed = failure_;
       if (!failed) {
-        wake = schedule_.enqueued(p.collective, queue_.empty() && !running_, Clock::now());
+        wake = schedule_.enqueued(p.collective, queue_.empty() && !running_);
         queue_.push_back(std::move(p));
         queued_.fetch_add(1, std::memory_order_release);
       }
@@ -534,14 +539,14 @@ class TransportProcessGroup final : public ProcessGroup,
   // thread (no thread hand-off; see inline_schedule.h) with the earlier of the two deadlines.
   // Otherwise the worker runs it, now. A waiter with a much shorter wait leaves the op to the
   // worker, so that its wait can time out while the op goes on.
-  void run_inline(Work& w, Clock::time_point wait_deadline) {
+  void run_inline(Work& w, Clock::time_point now, Clock::time_point wait_deadline) {
     PendingOp op;
     bool wake = false;
     {
       std::lock_guard lock(mu_);
       const auto may_take = [&](const PendingOp& p) {
         return !running_ && !stopping_ &&
-               InlineSchedule::waits_long_enough(Clock::now(), wait_deadline, p.timeout);
+               InlineSchedule::waits_long_enough(now, wait_deadline, p.timeout);
       };
       switch (schedule_.waiter_choice(queue_, w, may_take, wake)) {
         case InlineSchedule::Choice::kGone:
@@ -557,7 +562,7 @@ class TransportProcessGroup final : public ProcessGroup,
       if (wake) cv_.notify_all();
       return;
     }
-    finish_op(op, run_op(op, std::min(Clock::now() + op.timeout, wait_deadline)));
+    finish_op(op, run_op(op, std::min(now + op.timeout, wait_deadline)));
   }
 
   struct Outcome {
@@ -574,7 +579,7 @@ class TransportProcessGroup final : public ProcessGroup,
       // last op is done must find nothing running (else the destructor aborts the transport).
       std::lock_guard lock(mu_);
       if (!outcome.handed_off) running_ = false;  // else cleared already; maybe set again since
-      if (op.collective) schedule_.collective_done(Clock::now());
+      if (op.collective) schedule_.collective_done();
       // An op queued behind this one that the worker should start now (it may be asleep).
       wake = !queue_.empty() && (!queue_.front().collective || !schedule_.predict());
     }
@@ -739,6 +744,8 @@ class TransportProcessGroup final : public ProcessGroup,
   bool stopping_ = false;               // GUARDED_BY(mu_)
   bool running_ = false;                // GUARDED_BY(mu_); an op runs (worker or waiter)
   InlineSchedule schedule_;             // GUARDED_BY(mu_), except predict()
+  // Work's wait hook for collectives (run_inline), shared by every Work; GUARDED_BY(mu_).
+  std::shared_ptr<const Work::WaitHook> wait_hook_;
   std::thread worker_;
   std::thread completer_;  // started by the worker at the first p2p op; GUARDED_BY(mu_)
 };

@@ -74,6 +74,7 @@
 #include <list>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -164,6 +165,7 @@ struct Runtime {
   MPI_Op sum = MPI_OP_NULL, product = MPI_OP_NULL, min = MPI_OP_NULL, max = MPI_OP_NULL,
          band = MPI_OP_NULL, bor = MPI_OP_NULL, bxor = MPI_OP_NULL;
   NbcAllreduceChoice allreduce_algorithm;
+  int tag_ub = 32767;  // MPI_TAG_UB; 32767 is the least the standard allows
 };
 
 Runtime& runtime() {
@@ -270,6 +272,10 @@ void ensure_runtime() {
     }
     rt.serialized = provided < MPI_THREAD_MULTIPLE;
     rt.allreduce_algorithm.init();
+    int* tag_ub = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
+    if (found && tag_ub != nullptr) rt.tag_ub = *tag_ub;
     for (int d = 0; d < kNumDTypes; ++d) {
       // MPI's own datatype where it has one of the same size, so the calls match what a raw MPI
       // program passes (a derived datatype may take Open MPI's general convertor; no
@@ -358,15 +364,43 @@ Tensor scratch_bytes(std::size_t n) {
 
 // ---- Ops ----
 
-// A started op: its MPI requests and what to do once they all completed.
+// A started op: its MPI requests, its result and what to do once they all completed.
 struct Started {
   // A new request slot for one nonblocking call (valid until the next add()).
   MPI_Request* add() { return &requests.emplace_back(MPI_REQUEST_NULL); }
+  // The op's result, after completion (runs `then` first).
+  std::vector<Tensor> finish() {
+    if (then) then(outputs);
+    return std::move(outputs);
+  }
 
-  std::vector<MPI_Request> requests;
-  std::function<std::vector<Tensor>()> finish;  // runs after completion, where it was tested
+  std::vector<MPI_Request> requests;  // none for a blocking collective (Comms::blocking)
+  std::vector<Tensor> outputs;        // the op's outputs (for in-place ops its inputs)
+  // Whatever else MPI reads or writes until completion (inputs, scratch buffers, count arrays):
+  // held as long as the op is, and for the process's life if it is abandoned (abandon()).
+  std::vector<Tensor> keep;
+  // Optional: runs on the outputs after completion, where the op was tested (AVG's division,
+  // copies out of a scratch buffer).
+  std::function<void(const std::vector<Tensor>& outputs)> then;
   bool is_recv = false;
 };
+
+// Started::then for AVG: divides each output by the group size.
+auto average(int n) {
+  return [n](const std::vector<Tensor>& outputs) {
+    for (const auto& t : outputs) algorithms::finish_average(t.dtype(), t.raw_data(), t.numel(), n);
+  };
+}
+
+// Started::then for gathers into a scratch buffer: copies block r of `all` to output r. (`all`
+// must also be in Started::keep.)
+auto copy_out(const Tensor& all, std::size_t block) {
+  return [data = bytes(all), block](const std::vector<Tensor>& outputs) {
+    for (std::size_t r = 0; r < outputs.size(); ++r) {
+      if (block > 0) std::memcpy(bytes(outputs[r]), data + r * block, block);
+    }
+  };
+}
 
 // The communicators an op runs on, and how its collectives are called.
 struct Comms {
@@ -481,9 +515,12 @@ class ProcessGroupMPI final : public ProcessGroup,
     checks_.tensors(tensors, kOp, /*same=*/false);
     for (const auto& t : tensors) algorithms::validate_reduction(t.dtype(), opts.reduce.op);
     const Reduction r = opts.reduce;
+    // Before the closure takes the tensors.
+    const auto fingerprint =
+        backends::Fingerprint::of(kOp, tensors[0], opts.reduce.op, -1, total(tensors));
     return enqueue(
-        kOp, backends::Fingerprint::of(kOp, tensors[0], opts.reduce.op, -1, total(tensors)),
-        opts.timeout, [this, tensors, r](const Comms& c, const Call& call) {
+        kOp, fingerprint, opts.timeout,
+        [this, tensors = std::move(tensors), r](const Comms& c, const Call& call) mutable {
           Started s;
           for (const auto& t : tensors) {
             if (r.op == ReduceOp::kPremulSum) {
@@ -496,13 +533,8 @@ class ProcessGroupMPI final : public ProcessGroup,
                                 t.raw_data(), as_count(t.numel(), call), mpi_type(t.dtype()),
                                 mpi_op(r.op), c.coll);
           }
-          s.finish = [tensors, r, n = size()] {
-            if (r.op == ReduceOp::kAvg) {
-              for (const auto& t : tensors)
-                algorithms::finish_average(t.dtype(), t.raw_data(), t.numel(), n);
-            }
-            return tensors;
-          };
+          if (r.op == ReduceOp::kAvg) s.then = average(size());
+          s.outputs = std::move(tensors);
           return s;
         });
   }
@@ -512,15 +544,17 @@ class ProcessGroupMPI final : public ProcessGroup,
     constexpr std::string_view kOp = "broadcast";
     checks_.tensors(tensors, kOp, /*same=*/false);
     checks_.root(kOp, opts.root);
+    const auto fingerprint =
+        backends::Fingerprint::of(kOp, tensors[0], std::nullopt, opts.root, total(tensors));
     return enqueue(
-        kOp, backends::Fingerprint::of(kOp, tensors[0], std::nullopt, opts.root, total(tensors)),
-        opts.timeout, [this, tensors, root = opts.root](const Comms& c, const Call& call) {
+        kOp, fingerprint, opts.timeout,
+        [tensors = std::move(tensors), root = opts.root](const Comms& c, const Call& call) mutable {
           Started s;
           for (const auto& t : tensors) {
             C10D_MPI_COLLECTIVE(c, s, call, MPI_Bcast, MPI_Ibcast, t.raw_data(),
                                 as_count(t.numel(), call), mpi_type(t.dtype()), root, c.coll);
           }
-          s.finish = [tensors] { return tensors; };
+          s.outputs = std::move(tensors);
           return s;
         });
   }
@@ -544,12 +578,8 @@ class ProcessGroupMPI final : public ProcessGroup,
                               root ? MPI_IN_PLACE : tensor.raw_data(),
                               root ? tensor.raw_data() : nullptr, as_count(tensor.numel(), call),
                               mpi_type(tensor.dtype()), mpi_op(r.op), opts.root, c.coll);
-          s.finish = [tensor, r, root, n = size()] {
-            if (root && r.op == ReduceOp::kAvg) {
-              algorithms::finish_average(tensor.dtype(), tensor.raw_data(), tensor.numel(), n);
-            }
-            return std::vector<Tensor>{tensor};
-          };
+          if (root && r.op == ReduceOp::kAvg) s.then = average(size());
+          s.outputs = {tensor};
           return s;
         });
   }
@@ -568,13 +598,9 @@ class ProcessGroupMPI final : public ProcessGroup,
                      C10D_MPI_COLLECTIVE(c, s, call, MPI_Allgather, MPI_Iallgather,
                                          input.raw_data(), as_count(block, call), MPI_BYTE,
                                          all.raw_data(), as_count(block, call), MPI_BYTE, c.coll);
-                     s.finish = [outputs, all, block] {
-                       for (std::size_t r = 0; r < outputs.size(); ++r) {
-                         if (block > 0)
-                           std::memcpy(bytes(outputs[r]), bytes(all) + r * block, block);
-                       }
-                       return outputs;
-                     };
+                     s.then = copy_out(all, block);
+                     s.keep = {input, all};
+                     s.outputs = outputs;
                      return s;
                    });
   }
@@ -604,7 +630,8 @@ class ProcessGroupMPI final : public ProcessGroup,
           C10D_MPI_COLLECTIVE(c, s, call, MPI_Allgather, MPI_Iallgather, send,
                               as_count(block, call), MPI_BYTE, out, as_count(block, call), MPI_BYTE,
                               c.coll);
-          s.finish = [output, copy] { return std::vector<Tensor>{output}; };
+          s.keep = {input, copy};
+          s.outputs = {output};
           return s;
         });
   }
@@ -648,26 +675,42 @@ class ProcessGroupMPI final : public ProcessGroup,
                                    const AllToAllOptions& opts) override {
     constexpr std::string_view kOp = "all_to_all";
     const backends::AllToAllLayout l = checks_.all_to_all(output, input, opts);
-    const auto ints = [&](const std::vector<std::int64_t>& v) {
-      std::vector<int> out;
-      for (std::int64_t x : v) out.push_back(as_count(x, kOp));
-      return out;
-    };
-    const std::vector<int> send_counts = ints(l.send_counts), send_offsets = ints(l.send_offsets),
-                           recv_counts = ints(l.recv_counts), recv_offsets = ints(l.recv_offsets);
-    return enqueue(
-        kOp, backends::Fingerprint::of(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1),
-        opts.timeout, [=, this](const Comms& c, const Call& call) {
-          Started s;
-          C10D_MPI_COLLECTIVE(c, s, call, MPI_Alltoallv, MPI_Ialltoallv, input.raw_data(),
-                              send_counts.data(), send_offsets.data(), MPI_BYTE, output.raw_data(),
-                              recv_counts.data(), recv_offsets.data(), MPI_BYTE, c.coll);
-          // The count and offset arrays must live until the request completes.
-          s.finish = [output, send_counts, send_offsets, recv_counts, recv_offsets] {
-            return std::vector<Tensor>{output};
-          };
-          return s;
-        });
+    // Without split sizes MPI_Alltoall, as raw MPI programs call; with them MPI_Alltoallv. MPI
+    // cannot match one with the other, so every rank must pass split sizes, or none (as with
+    // PyTorch's MPI backend); the fingerprint tells the two apart (C10D_DEBUG=DETAIL).
+    const bool splits = !opts.input_split_sizes.empty() || !opts.output_split_sizes.empty();
+    const auto fingerprint =
+        backends::Fingerprint::of(kOp, input, std::nullopt, -1, splits ? -1 : input.numel());
+    if (!splits) {
+      const int block = as_count(input.nbytes() / static_cast<std::size_t>(size()), kOp);
+      return enqueue(
+          kOp, fingerprint, opts.timeout, [output, input, block](const Comms& c, const Call& call) {
+            Started s;
+            C10D_MPI_COLLECTIVE(c, s, call, MPI_Alltoall, MPI_Ialltoall, input.raw_data(), block,
+                                MPI_BYTE, output.raw_data(), block, MPI_BYTE, c.coll);
+            s.keep = {input};
+            s.outputs = {output};
+            return s;
+          });
+    }
+    // The four count and offset arrays, in one int32 tensor that lives as long as the op.
+    const auto n = static_cast<std::size_t>(size());
+    Tensor counts = Tensor::empty({static_cast<std::int64_t>(4 * n)}, DType::kInt32);
+    int* at = static_cast<int*>(counts.raw_data());
+    for (const auto* v : {&l.send_counts, &l.send_offsets, &l.recv_counts, &l.recv_offsets}) {
+      for (std::int64_t x : *v) *at++ = as_count(x, kOp);
+    }
+    return enqueue(kOp, fingerprint, opts.timeout,
+                   [output, input, counts, n](const Comms& c, const Call& call) {
+                     const int* a = static_cast<const int*>(counts.raw_data());
+                     Started s;
+                     C10D_MPI_COLLECTIVE(c, s, call, MPI_Alltoallv, MPI_Ialltoallv,
+                                         input.raw_data(), a, a + n, MPI_BYTE, output.raw_data(),
+                                         a + 2 * n, a + 3 * n, MPI_BYTE, c.coll);
+                     s.keep = {input, counts};
+                     s.outputs = {output};
+                     return s;
+                   });
   }
 
   std::shared_ptr<Work> gather(std::vector<Tensor> outputs, Tensor input,
@@ -685,12 +728,9 @@ class ProcessGroupMPI final : public ProcessGroup,
                               as_count(block, call), MPI_BYTE,
                               all.defined() ? all.raw_data() : nullptr, as_count(block, call),
                               MPI_BYTE, root, c.coll);
-          s.finish = [outputs, all, block] {
-            for (std::size_t r = 0; r < outputs.size(); ++r) {
-              if (block > 0) std::memcpy(bytes(outputs[r]), bytes(all) + r * block, block);
-            }
-            return outputs;
-          };
+          if (all.defined()) s.then = copy_out(all, block);
+          s.keep = {input, all};
+          s.outputs = outputs;
           return s;
         });
   }
@@ -716,7 +756,8 @@ class ProcessGroupMPI final : public ProcessGroup,
                               all.defined() ? all.raw_data() : nullptr, as_count(block, call),
                               MPI_BYTE, output.raw_data(), as_count(block, call), MPI_BYTE, root,
                               c.coll);
-          s.finish = [output, all] { return std::vector<Tensor>{output}; };
+          s.keep = {all};
+          s.outputs = {output};
           return s;
         });
   }
@@ -726,7 +767,6 @@ class ProcessGroupMPI final : public ProcessGroup,
                    [this](const Comms& c, const Call& call) {
                      Started s;
                      C10D_MPI_COLLECTIVE(c, s, call, MPI_Barrier, MPI_Ibarrier, c.coll);
-                     s.finish = [] { return std::vector<Tensor>{}; };
                      return s;
                    });
   }
@@ -794,12 +834,9 @@ class ProcessGroupMPI final : public ProcessGroup,
     C10D_MPI_COLLECTIVE(c, s, call, MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block,
                         all.raw_data(), output.raw_data(), as_count(output.numel(), call),
                         mpi_type(dtype), mpi_op(r.op), c.coll);
-    s.finish = [output, all, r, n = size()] {
-      if (r.op == ReduceOp::kAvg) {
-        algorithms::finish_average(output.dtype(), output.raw_data(), output.numel(), n);
-      }
-      return std::vector<Tensor>{output};
-    };
+    if (r.op == ReduceOp::kAvg) s.then = average(size());
+    s.keep = {all};
+    s.outputs = {output};
     return s;
   }
 
@@ -834,16 +871,21 @@ class ProcessGroupMPI final : public ProcessGroup,
       const std::uint64_t seq = p.collective ? next_sequence_++ : next_p2p_++;
       work = std::make_shared<Work>(std::string(op), seq);
       if (p.collective && schedule_.enabled()) {
-        work->set_wait_hook([weak = weak_from_this()](Work& w, Clock::time_point deadline) {
-          if (auto self = weak.lock()) self->run_inline(w, deadline);
-        });
+        if (!wait_hook_) {
+          wait_hook_ = std::make_shared<const Work::WaitHook>(
+              [weak = weak_from_this()](Work& w, Clock::time_point now,
+                                        Clock::time_point deadline) {
+                if (auto self = weak.lock()) self->run_inline(w, now, deadline);
+              });
+        }
+        work->set_wait_hook(wait_hook_);
       }
       p.work = work;
       p.fingerprint.set_op(op);
       p.fingerprint.sequence = seq;
       failed = failure_;
       if (!failed) {
-        wake = schedule_.enqueued(p.collective, queue_.empty() && !coll_running_, Clock::now());
+        wake = schedule_.enqueued(p.collective, queue_.empty() && !coll_running_);
         queue_.push_back(std::move(p));
       }
     }
@@ -863,12 +905,11 @@ class ProcessGroupMPI final : public ProcessGroup,
   // on these machines costs more than a small collective. Otherwise the worker starts it now.
   // The op keeps its deadline (TimeoutError, and the group fails, as on the worker); when the
   // waiter's own deadline comes first, the worker adopts the op and the waiter returns.
-  void run_inline(Work& w, Clock::time_point wait_deadline) {
+  void run_inline(Work& w, Clock::time_point now, Clock::time_point wait_deadline) {
     PendingOp op;
     bool wake = false;
     bool wake_watchdog = false;
     const Call call = describe(w);
-    const auto now = Clock::now();
     Active a{nullptr, {}, {}};
     {
       std::lock_guard lock(mu_);
@@ -931,14 +972,7 @@ class ProcessGroupMPI final : public ProcessGroup,
   std::shared_ptr<Work> point_to_point(std::string_view op, std::vector<Tensor> tensors, int peer,
                                        const SendRecvOptions& opts) {
     checks_.point_to_point(op, tensors, peer, opts.tag);
-    int tag_ub = 32767;  // the least MPI_TAG_UB the standard allows
-    {
-      MpiLock lock;
-      int* value = nullptr;
-      int found = 0;
-      MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &found);
-      if (found && value != nullptr) tag_ub = *value;
-    }
+    const int tag_ub = runtime().tag_ub;
     C10D_CHECK(opts.tag <= tag_ub, "{}: tag {} is above MPI_TAG_UB ({})", op, opts.tag, tag_ub);
     const bool is_send = op == "send";
     PendingOp p;
@@ -957,7 +991,7 @@ class ProcessGroupMPI final : public ProcessGroup,
                 call, "MPI_Irecv");
         }
       }
-      s.finish = [tensors] { return tensors; };
+      s.outputs = tensors;
       return s;
     };
     return push(op, std::move(p), opts.timeout);
@@ -996,41 +1030,42 @@ class ProcessGroupMPI final : public ProcessGroup,
     abandon(std::move(a));
   }
 
-  // Tests a started op: true once every request completed. Throws NetworkError on an MPI error.
   // C10D_DEBUG=DETAIL: all-gathers the fingerprints on the collectives' communicator (so they
   // match in order with the collectives themselves) and compares them with rank 0's; the
   // InvalidArgument naming the calls, or null. Times out like the op it guards.
   std::exception_ptr check_fingerprints(const PendingOp& op, Clock::time_point deadline,
                                         const Call& call) {
-    struct Buffers {
-      std::array<std::byte, backends::Fingerprint::kBytes> mine;
-      std::vector<std::byte> all;
-    };
-    auto b = std::make_shared<Buffers>();
-    b->mine = op.fingerprint.encode();
-    b->all.resize(backends::Fingerprint::kBytes * static_cast<std::size_t>(size()));
-    constexpr int kBytes = static_cast<int>(backends::Fingerprint::kBytes);
+    constexpr std::size_t kBytes = backends::Fingerprint::kBytes;
+    const auto n = static_cast<std::size_t>(size());
+    // This rank's fingerprint, then every rank's: one buffer, kept by the op (Started::keep).
+    Tensor buffer = scratch_bytes(kBytes * (n + 1));
+    const auto mine = op.fingerprint.encode();
+    std::memcpy(bytes(buffer), mine.data(), kBytes);
+    const std::span<const std::byte> all(reinterpret_cast<const std::byte*>(bytes(buffer)) + kBytes,
+                                         kBytes * n);
     Active a{op.work, {}, deadline};
-    a.started.requests.emplace_back();
+    a.started.keep = {buffer};
     {
       MpiLock lock;
-      check(MPI_Iallgather(b->mine.data(), kBytes, MPI_BYTE, b->all.data(), kBytes, MPI_BYTE,
-                           comms_.coll, &a.started.requests.back()),
-            call, "MPI_Iallgather (C10D_DEBUG=DETAIL fingerprints)");
+      check(
+          MPI_Iallgather(bytes(buffer), static_cast<int>(kBytes), MPI_BYTE, bytes(buffer) + kBytes,
+                         static_cast<int>(kBytes), MPI_BYTE, comms_.coll, a.started.add()),
+          call, "MPI_Iallgather (C10D_DEBUG=DETAIL fingerprints)");
     }
     while (!test(a)) {
       if (Clock::now() >= deadline) {
-        a.started.finish = [b] { return std::vector<Tensor>{}; };  // keeps the buffers alive
         give_up(a);
         C10D_THROW(TimeoutError, "{}: timed out comparing fingerprints (C10D_DEBUG=DETAIL)",
                    call.str());
       }
       std::this_thread::yield();
     }
-    return backends::fingerprint_mismatch(b->all, size(), name_);
+    return backends::fingerprint_mismatch(all, size(), name_);
   }
 
+  // Tests a started op: true once every request completed. Throws NetworkError on an MPI error.
   static bool test(Active& a) {
+    if (a.started.requests.empty()) return true;  // a blocking call, returned
     int flag = 0;
     int rc;
     {
@@ -1241,7 +1276,7 @@ class ProcessGroupMPI final : public ProcessGroup,
     coll_running_ = false;
     if (watchdog_) watchdog_->unwatch_locked();
     // The next collective's grace starts now, if one is queued (else its enqueue starts it).
-    if (!queue_.empty()) schedule_.collective_done(Clock::now());
+    if (!queue_.empty()) schedule_.collective_done();
   }
 
   const backends::OpChecks checks_;
@@ -1266,6 +1301,8 @@ class ProcessGroupMPI final : public ProcessGroup,
                                      backends::inline_from_env()};
   bool coll_running_ = false;      // a collective is in flight, the worker's or inline
   std::optional<Active> adopted_;  // started by a waiter that stopped waiting
+  // Work's wait hook for collectives (run_inline), shared by every Work.
+  std::shared_ptr<const Work::WaitHook> wait_hook_;
   // Watches blocking collectives (comms_.blocking); destroyed after the worker is joined.
   std::optional<mpi::DeadlineWatchdog> watchdog_;
   std::thread worker_;
