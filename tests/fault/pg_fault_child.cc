@@ -7,6 +7,8 @@
 //                   since their failing op was issued) and exit 3.
 //   mismatch        with C10D_DEBUG=DETAIL: rank 1 calls broadcast while the others call
 //                   all_reduce; every rank prints "MISMATCH <message>" and exits 3.
+//   split_mismatch  the same, but rank 1 calls all_to_all with (even) split sizes while the
+//                   others pass none (the MPI backend calls MPI_Alltoallv and MPI_Alltoall).
 //   ok              20 all_reduces, checked; prints "OK" and exits 0.
 //   stall           (MPI backend, blocking collectives) rank 0 calls all_reduce with a 2 s
 //                   timeout that rank 1 never joins: wait(100 ms) must throw TimeoutError
@@ -35,9 +37,18 @@ int run(const std::string& scenario, int victim) {
   auto pg = c10d::init_process_group(options);
   const int rank = pg->rank();
   auto t = c10d::Tensor::empty({1 << 20}, c10d::DType::kFloat32);
-  if (scenario == "mismatch") {
+  if (scenario == "mismatch" || scenario == "split_mismatch") {
     std::shared_ptr<c10d::Work> work;
-    if (rank == 1) {
+    if (scenario == "split_mismatch") {
+      auto out = c10d::Tensor::empty({t.numel()}, t.dtype());
+      c10d::AllToAllOptions opts;
+      if (rank == 1) {
+        const std::int64_t each = t.numel() / pg->size();
+        opts.input_split_sizes.assign(static_cast<std::size_t>(pg->size()), each);
+        opts.output_split_sizes = opts.input_split_sizes;
+      }
+      work = pg->all_to_all(out, t, opts);
+    } else if (rank == 1) {
       work = pg->broadcast({t});
     } else {
       work = pg->all_reduce({t});
@@ -110,7 +121,8 @@ int run(const std::string& scenario, int victim) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: pg_fault_child kill VICTIM | mismatch | ok | stall\n");
+    std::fprintf(stderr,
+                 "usage: pg_fault_child kill VICTIM | mismatch | split_mismatch | ok | stall\n");
     return 2;
   }
   try {

@@ -27,6 +27,12 @@ using test::TempDir;
 std::string child_path() { return (test::build_dir() / "tests" / "pg_fault_child").string(); }
 std::string launcher_path() { return (test::build_dir() / "tools" / "c10drun").string(); }
 
+std::size_t occurrences(const std::string& text, std::string_view word) {
+  std::size_t n = 0;
+  for (auto at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+  return n;
+}
+
 struct Ranks {
   TempDir dir;
   std::unique_ptr<TCPStoreServer> server;
@@ -158,16 +164,29 @@ TEST(ProcessGroupFaultTest, MismatchedCollectivesUnderDetailFailOnEveryMpiRank) 
   EXPECT_FALSE(exit.timed_out) << mpirun.describe();
   EXPECT_NE(exit.code, 0) << mpirun.describe();
   const std::string out = mpirun.out();
-  std::size_t lines = 0;
-  for (std::size_t at = out.find("MISMATCH"); at != std::string::npos;
-       at = out.find("MISMATCH", at + 1)) {
-    ++lines;
-  }
-  EXPECT_EQ(lines, 3u) << out << mpirun.err();
+  EXPECT_EQ(occurrences(out, "MISMATCH"), 3u) << out << mpirun.err();
   EXPECT_NE(out.find("rank 0 called all_reduce(float32, count 1048576, sum) #0"), std::string::npos)
       << out;
   EXPECT_NE(out.find("rank 1 called broadcast(float32, count 1048576, root 0) #0"),
             std::string::npos)
+      << out;
+}
+
+// all_to_all with split sizes on one rank and none on the others: MPI_Alltoallv against
+// MPI_Alltoall, which MPI cannot match. DETAIL names it on every rank instead of a hang.
+TEST(ProcessGroupFaultTest, AllToAllSplitSizesOnSomeMpiRanksFailUnderDetail) {
+  TempDir dir;
+  ChildProcess mpirun({C10D_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", "2",
+                       child_path(), "split_mismatch"},
+                      {{"C10D_DEBUG", "DETAIL"}, {"C10D_BACKEND", "mpi"}}, dir.path(), "mpirun");
+  const auto exit = mpirun.wait(std::chrono::steady_clock::now() + 60s);
+  EXPECT_FALSE(exit.timed_out) << mpirun.describe();
+  EXPECT_NE(exit.code, 0) << mpirun.describe();
+  const std::string out = mpirun.out();
+  EXPECT_EQ(occurrences(out, "MISMATCH"), 2u) << out << mpirun.err();
+  EXPECT_NE(out.find("rank 0 called all_to_all(float32, count 1048576) #0"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("rank 1 called all_to_all(float32, with split sizes) #0"), std::string::npos)
       << out;
 }
 

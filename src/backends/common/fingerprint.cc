@@ -59,7 +59,7 @@ std::array<std::byte, Fingerprint::kBytes> Fingerprint::encode() const {
   put(op_id, 1);
   put(dtype, 1);
   put(reduce_op, 1);
-  put(0, 1);
+  put(split_sizes ? 1 : 0, 1);
   put(static_cast<std::uint32_t>(root), 4);
   put(static_cast<std::uint64_t>(count), 8);
   put(sequence, 8);
@@ -85,6 +85,7 @@ std::string describe_fingerprint(std::span<const std::byte, Fingerprint::kBytes>
     parts.emplace_back(reduce_op_name(static_cast<ReduceOp>(redop)));
   }
   if (root >= 0) parts.push_back(fmt::format("root {}", root));
+  if (get(3, 1) != 0) parts.emplace_back("with split sizes");
   return fmt::format("{}({}) #{}", s, fmt::join(parts, ", "), get(16, 8));
 }
 

@@ -40,6 +40,9 @@ struct Fingerprint {
   std::int32_t root = -1;
   std::int64_t count = -1;
   std::uint64_t sequence = 0;
+  // all_to_all called with split sizes: the MPI backend calls MPI_Alltoallv then, MPI_Alltoall
+  // without, and MPI cannot match the two, so there every rank must pass them alike.
+  bool split_sizes = false;
 
   // A collective call on tensors of `t`'s dtype (the sequence is set when the op is queued).
   static Fingerprint of(std::string_view op, const Tensor& t, std::optional<ReduceOp> reduce_op,

@@ -679,8 +679,9 @@ class ProcessGroupMPI final : public ProcessGroup,
     // cannot match one with the other, so every rank must pass split sizes, or none (as with
     // PyTorch's MPI backend); the fingerprint tells the two apart (C10D_DEBUG=DETAIL).
     const bool splits = !opts.input_split_sizes.empty() || !opts.output_split_sizes.empty();
-    const auto fingerprint =
-        backends::Fingerprint::of(kOp, input, std::nullopt, -1, splits ? -1 : input.numel());
+    auto fingerprint =
+        backends::Fingerprint::of(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1);
+    fingerprint.split_sizes = splits;
     if (!splits) {
       const int block = as_count(input.nbytes() / static_cast<std::size_t>(size()), kOp);
       return enqueue(
