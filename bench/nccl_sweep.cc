@@ -59,8 +59,8 @@ class Sweep {
     const OpCall largest = make_call(args_.max_bytes, false);
     buffer_elements_ =
         std::max<std::int64_t>({send_elements(largest, n_), recv_elements(largest, n_), 1});
-    send_ = std::make_unique<Storage>(static_cast<std::size_t>(buffer_elements_ * element_size_));
-    recv_ = std::make_unique<Storage>(static_cast<std::size_t>(buffer_elements_ * element_size_));
+    send_ = page_aligned(static_cast<std::size_t>(buffer_elements_ * element_size_));
+    recv_ = page_aligned(static_cast<std::size_t>(buffer_elements_ * element_size_));
 
     warm_up(args_.max_bytes);
     warm_up(args_.min_bytes);
@@ -260,13 +260,24 @@ class Sweep {
     json_.reset();
   }
 
+  // Zeroed storage that starts on a page, whatever the heap's layout: how many pages a buffer
+  // spans (and so what Open MPI's single-copy transfers pin) must not differ between programs.
+  static std::unique_ptr<Storage> page_aligned(std::size_t n) {
+    constexpr std::size_t kPage = 4096;
+    const std::size_t rounded = std::max<std::size_t>((n + kPage - 1) / kPage * kPage, kPage);
+    void* data = std::aligned_alloc(kPage, rounded);
+    if (data == nullptr) throw std::bad_alloc();
+    std::memset(data, 0, rounded);
+    return std::make_unique<Storage>(data, n, [](void* p) { std::free(p); });
+  }
+
   const SweepArgs& args_;
   SweepBackend& backend_;
   const int rank_;
   const int n_;
   const std::int64_t element_size_;
   std::int64_t buffer_elements_ = 0;
-  std::unique_ptr<Storage> send_;  // zeroed, 64-byte aligned
+  std::unique_ptr<Storage> send_;  // zeroed, page-aligned
   std::unique_ptr<Storage> recv_;
   std::unique_ptr<std::FILE, FileCloser> json_;  // rank 0 only
   int json_rows_ = 0;
