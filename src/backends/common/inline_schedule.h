@@ -27,11 +27,28 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string_view>
 
+#include "c10d/work.h"
+
 namespace c10d::backends {
+
+// The Work wait hook a group gives every collective's Work (one per group): calls the group's
+// `run` (its run_inline) while the group lives.
+template <typename Group>
+std::shared_ptr<const Work::WaitHook> shared_wait_hook(
+    std::weak_ptr<Group> group,
+    void (Group::*run)(Work&, std::chrono::steady_clock::time_point now,
+                       std::chrono::steady_clock::time_point deadline)) {
+  return std::make_shared<const Work::WaitHook>(
+      [group = std::move(group), run](Work& w, std::chrono::steady_clock::time_point now,
+                                      std::chrono::steady_clock::time_point deadline) {
+        if (auto self = group.lock()) ((*self).*run)(w, now, deadline);
+      });
+}
 
 inline bool inline_from_env() {
   const char* v = std::getenv("C10D_INLINE");

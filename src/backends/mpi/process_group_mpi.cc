@@ -872,13 +872,8 @@ class ProcessGroupMPI final : public ProcessGroup,
       const std::uint64_t seq = p.collective ? next_sequence_++ : next_p2p_++;
       work = std::make_shared<Work>(std::string(op), seq);
       if (p.collective && schedule_.enabled()) {
-        if (!wait_hook_) {
-          wait_hook_ = std::make_shared<const Work::WaitHook>(
-              [weak = weak_from_this()](Work& w, Clock::time_point now,
-                                        Clock::time_point deadline) {
-                if (auto self = weak.lock()) self->run_inline(w, now, deadline);
-              });
-        }
+        if (!wait_hook_)
+          wait_hook_ = backends::shared_wait_hook(weak_from_this(), &ProcessGroupMPI::run_inline);
         work->set_wait_hook(wait_hook_);
       }
       p.work = work;
