@@ -154,40 +154,37 @@ TEST(ProcessGroupFaultTest, HealthyRunUnderTheLauncherExitsZero) {
 }
 
 #ifdef C10D_TEST_MPIEXEC
-// The MPI backend under mpirun: the same DETAIL check, the same words, every rank.
-TEST(ProcessGroupFaultTest, MismatchedCollectivesUnderDetailFailOnEveryMpiRank) {
+// Runs pg_fault_child SCENARIO on `np` ranks under mpirun with the MPI backend and
+// C10D_DEBUG=DETAIL, and expects every rank to fail naming rank 0's and rank 1's calls.
+void expect_mismatch_named_on_every_mpi_rank(int np, const std::string& scenario,
+                                             const std::string& rank0_call,
+                                             const std::string& rank1_call) {
   TempDir dir;
-  ChildProcess mpirun({C10D_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", "3",
-                       child_path(), "mismatch"},
+  ChildProcess mpirun({C10D_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np",
+                       std::to_string(np), child_path(), scenario},
                       {{"C10D_DEBUG", "DETAIL"}, {"C10D_BACKEND", "mpi"}}, dir.path(), "mpirun");
   const auto exit = mpirun.wait(std::chrono::steady_clock::now() + 60s);
   EXPECT_FALSE(exit.timed_out) << mpirun.describe();
   EXPECT_NE(exit.code, 0) << mpirun.describe();
   const std::string out = mpirun.out();
-  EXPECT_EQ(occurrences(out, "MISMATCH"), 3u) << out << mpirun.err();
-  EXPECT_NE(out.find("rank 0 called all_reduce(float32, count 1048576, sum) #0"), std::string::npos)
-      << out;
-  EXPECT_NE(out.find("rank 1 called broadcast(float32, count 1048576, root 0) #0"),
-            std::string::npos)
-      << out;
+  EXPECT_EQ(occurrences(out, "MISMATCH"), static_cast<std::size_t>(np)) << out << mpirun.err();
+  EXPECT_NE(out.find("rank 0 called " + rank0_call), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1 called " + rank1_call), std::string::npos) << out;
+}
+
+// The MPI backend under mpirun: the same DETAIL check, the same words, every rank.
+TEST(ProcessGroupFaultTest, MismatchedCollectivesUnderDetailFailOnEveryMpiRank) {
+  expect_mismatch_named_on_every_mpi_rank(3, "mismatch",
+                                          "all_reduce(float32, count 1048576, sum) #0",
+                                          "broadcast(float32, count 1048576, root 0) #0");
 }
 
 // all_to_all with split sizes on one rank and none on the others: MPI_Alltoallv against
 // MPI_Alltoall, which MPI cannot match. DETAIL names it on every rank instead of a hang.
 TEST(ProcessGroupFaultTest, AllToAllSplitSizesOnSomeMpiRanksFailUnderDetail) {
-  TempDir dir;
-  ChildProcess mpirun({C10D_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", "2",
-                       child_path(), "split_mismatch"},
-                      {{"C10D_DEBUG", "DETAIL"}, {"C10D_BACKEND", "mpi"}}, dir.path(), "mpirun");
-  const auto exit = mpirun.wait(std::chrono::steady_clock::now() + 60s);
-  EXPECT_FALSE(exit.timed_out) << mpirun.describe();
-  EXPECT_NE(exit.code, 0) << mpirun.describe();
-  const std::string out = mpirun.out();
-  EXPECT_EQ(occurrences(out, "MISMATCH"), 2u) << out << mpirun.err();
-  EXPECT_NE(out.find("rank 0 called all_to_all(float32, count 1048576) #0"), std::string::npos)
-      << out;
-  EXPECT_NE(out.find("rank 1 called all_to_all(float32, with split sizes) #0"), std::string::npos)
-      << out;
+  expect_mismatch_named_on_every_mpi_rank(2, "split_mismatch",
+                                          "all_to_all(float32, count 1048576) #0",
+                                          "all_to_all(float32, with split sizes) #0");
 }
 
 // Blocking MPI collectives (the default) cannot be cancelled: a waiter with a short wait gets
