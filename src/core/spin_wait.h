@@ -1,11 +1,13 @@
 // Adaptive waiting. On the virtual machines we run on, a thread asleep on a futex or in
 // epoll_wait takes about 60 µs to run again once woken, against a few µs for a thread that
 // polls; a small collective's whole round trip is shorter than one wake-up. So a waiter that
-// expects its event soon polls first: without yielding for kHotSpin, then yielding the core
-// between polls until spin_window() (ranks may outnumber cores, and a yielding poller lets the
-// thread it waits for run), and only then blocks. kHotSpin is 20 µs because sched_yield is a
-// costly system call here: an 8-byte all_reduce of 2 ranks took 82-90 µs with 20 against
-// 128-130 with 5 (at 4 ranks on 2 cores, 480 against 440). See docs/benchmarks.md.
+// expects its event soon polls first: without yielding for hot_spin(), then yielding the core
+// between polls until spin_window(), and only then blocks. hot_spin() is kHotSpin (20 µs) when
+// each local process has a core of its own (core/host.h): sched_yield is a costly system call
+// here, and an 8-byte all_reduce of 2 ranks took 82-90 µs with 20 against 128-130 with 5. Where
+// ranks outnumber cores it is 0: a poller that does not yield keeps the core from the rank it
+// waits for (an 8-byte all_reduce of 4 ranks on 2 cores over loopback TCP: 70 µs spinning
+// 20 µs first, 33 µs yielding at once). See docs/benchmarks.md.
 #pragma once
 
 #include <sched.h>
@@ -13,9 +15,18 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "core/host.h"
+
 namespace c10d::core {
 
 inline constexpr std::chrono::microseconds kHotSpin{20};
+
+// How long spin_until polls before it yields between polls (see above).
+inline std::chrono::microseconds hot_spin() {
+  static const std::chrono::microseconds hot =
+      cores_per_local_process() >= 1 ? kHotSpin : std::chrono::microseconds(0);
+  return hot;
+}
 
 // The whole polling window: 50 µs, or C10D_SPIN_US (0 turns polling off).
 inline std::chrono::microseconds spin_window() {
@@ -38,7 +49,7 @@ bool spin_until(
   for (;;) {
     const auto now = std::chrono::steady_clock::now();
     if (now - start >= window || now >= deadline) return ready();
-    if (now - start >= kHotSpin) sched_yield();
+    if (now - start >= hot_spin()) sched_yield();
     if (ready()) return true;
   }
 }

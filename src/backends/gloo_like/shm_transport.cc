@@ -497,7 +497,7 @@ struct ShmTransport::Impl {
 
   void wait(Op& op, Clock::time_point deadline) {
     static const bool hot = core::cores_per_local_process() >= 1;
-    const auto hot_window = hot ? std::chrono::microseconds(kHotWindow) : core::kHotSpin;
+    const auto hot_window = hot ? std::chrono::microseconds(kHotWindow) : core::hot_spin();
     auto last_moved = Clock::now();
     auto next_liveness = last_moved + kSleepSlice;
     bool moved = false;

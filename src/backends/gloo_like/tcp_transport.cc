@@ -18,10 +18,10 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <list>
 #include <map>
 #include <mutex>
-#include <limits>
 #include <optional>
 #include <thread>
 
@@ -579,21 +579,22 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       return;
     }
     c.watched = true;
-    r->async_wait(asio::posix::descriptor_base::wait_read, [self = shared_from_this(),
-                                                              peer](error_code wait_ec) {
-      Connection& conn = *self->conns[static_cast<std::size_t>(peer)];
-      conn.watched = false;
-      if (wait_ec == asio::error::operation_aborted) return;
-      if (conn.pollers.load() > 0) {
-        settle(conn);
-        self->rewatch_later(peer);
-        return;
-      }
-      conn.rewatch_interval = kRewatchInterval;
-      self->watch(peer);
-      // After watching again: bytes that came since the last drain raised no new edge.
-      self->try_drain(peer);
-    });
+    r->async_wait(asio::posix::descriptor_base::wait_read,
+                  [self = shared_from_this(), peer](error_code wait_ec) {
+                    Connection& conn = *self->conns[static_cast<std::size_t>(peer)];
+                    conn.watched = false;
+                    if (wait_ec == asio::error::operation_aborted) return;
+                    if (conn.pollers.load() > 0) {
+                      settle(conn);
+                      self->rewatch_later(peer);
+                      return;
+                    }
+                    conn.rewatch_interval = kRewatchInterval;
+                    self->watch(peer);
+                    // After watching again: bytes that came since the last drain raised no new
+                    // edge.
+                    self->try_drain(peer);
+                  });
   }
 
   void rewatch_later(int peer) {  // io thread
