@@ -117,6 +117,35 @@ TEST(TCPTransportTest, SixteenMebibytesAndZeroBytes) {
   });
 }
 
+// The reader takes up to 4 KiB from the socket at a time for headers and small payloads and
+// reads larger remainders in place: frames of every size around that boundary, back to back,
+// some parked (64 KiB and up), received in the order sent and in reverse.
+TEST(TCPTransportTest, FramesAroundTheReadAheadSizeArriveExact) {
+  const std::vector<std::size_t> sizes = {1,    4079, 4080,  4081,  4095, 4096, 4097,
+                                          8191, 0,    12289, 70000, 3,    100000, 5};
+  for (const bool reverse : {false, true}) {
+    run_ranks(2, [&](int r, transport::Transport& t) {
+      const int n = static_cast<int>(sizes.size());
+      if (r == 0) {
+        std::vector<std::vector<std::byte>> msgs;
+        for (int i = 0; i < n; ++i) msgs.push_back(pattern(sizes[i], i));
+        std::vector<std::unique_ptr<transport::Request>> reqs;
+        for (int i = 0; i < n; ++i) reqs.push_back(t.isend(1, 200 + i, msgs[i]));
+        transport::wait_all(reqs, soon());
+      } else {
+        std::this_thread::sleep_for(30ms);  // most frames are in the socket before any receive
+        std::vector<std::vector<std::byte>> got;
+        for (int i = 0; i < n; ++i) got.emplace_back(sizes[i]);
+        for (int k = 0; k < n; ++k) {
+          const int i = reverse ? n - 1 - k : k;
+          t.irecv(0, 200 + i, got[i])->wait(soon());
+          EXPECT_EQ(got[i], pattern(sizes[i], i)) << "message " << i << " of " << sizes[i];
+        }
+      }
+    });
+  }
+}
+
 TEST(TCPTransportTest, SizeMismatchFailsTheReceiveNamingPeerTagAndSizes) {
   run_ranks(2, [](int r, transport::Transport& t) {
     if (r == 0) {
