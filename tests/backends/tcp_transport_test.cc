@@ -146,6 +146,38 @@ TEST(TCPTransportTest, FramesAroundTheReadAheadSizeArriveExact) {
   }
 }
 
+// A waiter that stops polling and sleeps gets its message when it comes, not at the io thread's
+// next look at the socket (1-64 ms later). Once the io thread took a sleeper's message for a
+// poller's, ping-pongs of sleeping waiters crawled at about 127 ms a round trip.
+TEST(TCPTransportTest, ASleepingWaiterGetsItsMessageWhenItComes) {
+  run_ranks(2, [](int r, transport::Transport& t) {
+    std::vector<std::byte> b(8);
+    // Polled traffic first: the io thread backs off from the socket while waiters poll it.
+    for (int i = 0; i < 500; ++i) {
+      if (r == 0) {
+        t.isend(1, 1, b)->wait(soon());
+        t.irecv(1, 1, b)->wait(soon());
+      } else {
+        t.irecv(0, 1, b)->wait(soon());
+        t.isend(0, 1, b)->wait(soon());
+      }
+    }
+    std::this_thread::sleep_for(100ms);  // nobody polls: the io thread looks and watches again
+    // Each message comes 3 ms after its receiver began to wait, past its 1 ms of polling.
+    const auto start = Clock::now();
+    for (int i = 0; i < 80; ++i) {
+      if (i % 2 == r) {
+        std::this_thread::sleep_for(3ms);
+        t.isend(1 - r, 2, b)->wait(soon());
+      } else {
+        t.irecv(1 - r, 2, b)->wait(soon());
+      }
+    }
+    // About 0.3 s when each message is read as it comes; over 4 s when read at the looks.
+    EXPECT_LT(Clock::now() - start, 2s) << "rank " << r;
+  });
+}
+
 TEST(TCPTransportTest, SizeMismatchFailsTheReceiveNamingPeerTagAndSizes) {
   run_ranks(2, [](int r, transport::Transport& t) {
     if (r == 0) {

@@ -255,6 +255,7 @@ struct Connection {
   std::uint32_t polls_seen = 0;  // io thread only: `polls` at its last look
   bool watched = false;          // io thread only: an async_wait for readability is pending
   std::chrono::milliseconds rewatch_interval = kRewatchInterval;  // io thread only
+  bool rewatch_pending = false;  // io thread only: a rewatch_later timer runs (one at a time)
   // Owned by the read_owner holder:
   std::array<std::byte, 16> header{};
   std::size_t header_got = 0;
@@ -633,6 +634,18 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
                   });
   }
 
+  // Io thread: a waiter stopped polling `peer` to sleep until its message comes. Watch the
+  // socket now (and look at it: bytes may have come since the waiter's last poll), counting the
+  // polls before as seen: else a watch already armed would take the sleeper's message for a
+  // poller's and leave it until the next look, up to kRewatchMax later.
+  void watch_for_sleeper(int peer) {
+    Connection& c = *conns[static_cast<std::size_t>(peer)];
+    c.polls_seen = c.polls.load();
+    c.rewatch_interval = kRewatchInterval;
+    watch(peer);
+    try_drain(peer);
+  }
+
   // Io thread: whether a waiter polls `c`, or did since the io thread's last look.
   static bool polled_since_look(Connection& c) {
     const std::uint32_t polls = c.polls.load();
@@ -643,10 +656,13 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
 
   void rewatch_later(int peer) {  // io thread
     Connection& conn = *conns[static_cast<std::size_t>(peer)];
+    if (conn.rewatch_pending) return;
+    conn.rewatch_pending = true;
     auto timer = std::make_shared<asio::steady_timer>(io, conn.rewatch_interval);
     conn.rewatch_interval = std::min(2 * conn.rewatch_interval, kRewatchMax);
     timer->async_wait([self = shared_from_this(), timer, peer](error_code) {
       Connection& c = *self->conns[static_cast<std::size_t>(peer)];
+      c.rewatch_pending = false;
       if (polled_since_look(c)) {
         self->rewatch_later(peer);
         return;
@@ -1121,10 +1137,7 @@ class TCPRequest final : public transport::Request {
                                        : core::spin_window());
     if (!done && op_->bytes() > kLongPollBytes) done = impl_->drive_until(*op_, deadline);
     if (!op_->is_send && c.pollers.fetch_sub(1) == 1 && !done) {
-      asio::post(impl_->io, [impl = impl_, peer = op_->peer] {
-        impl->watch(peer);
-        impl->try_drain(peer);
-      });
+      asio::post(impl_->io, [impl = impl_, peer = op_->peer] { impl->watch_for_sleeper(peer); });
     }
     impl_->leave_progress();
     std::unique_lock lock(impl_->mu_);
