@@ -121,7 +121,7 @@ TEST(TCPTransportTest, SixteenMebibytesAndZeroBytes) {
 // reads larger remainders in place: frames of every size around that boundary, back to back,
 // some parked (64 KiB and up), received in the order sent and in reverse.
 TEST(TCPTransportTest, FramesAroundTheReadAheadSizeArriveExact) {
-  const std::vector<std::size_t> sizes = {1,    4079, 4080,  4081,  4095, 4096, 4097,
+  const std::vector<std::size_t> sizes = {1,    4079, 4080,  4081,  4095, 4096,   4097,
                                           8191, 0,    12289, 70000, 3,    100000, 5};
   for (const bool reverse : {false, true}) {
     run_ranks(2, [&](int r, transport::Transport& t) {
@@ -176,6 +176,47 @@ TEST(TCPTransportTest, ASleepingWaiterGetsItsMessageWhenItComes) {
     // About 0.3 s when each message is read as it comes; over 4 s when read at the looks.
     EXPECT_LT(Clock::now() - start, 2s) << "rank " << r;
   });
+}
+
+// A receive that sleeps while another thread polls the same peer gets its message when it comes
+// after that thread stops polling, not at the io thread's next look (up to 64 ms later; 63-78 ms
+// a round before the last poller to leave had the io thread watch for sleepers).
+TEST(TCPTransportTest, ASleepingReceiveBesideAPollerGetsItsMessageWhenItComes) {
+  std::atomic<Clock::rep> sent_at{0};
+  std::atomic<Clock::rep> late{0};  // rounds 1.. (the first starts with the io thread watching)
+  run_ranks(2, [&](int r, transport::Transport& t) {
+    std::vector<std::byte> b(8);
+    std::vector<std::byte> y(8);
+    for (int round = 0; round < 6; ++round) {
+      std::thread sleeper;
+      if (r == 1) {
+        sleeper = std::thread([&, round] {
+          t.irecv(0, 5, y)->wait(soon());  // sleeps: its message comes after the polling below
+          if (round > 0) late += Clock::now().time_since_epoch().count() - sent_at.load();
+        });
+      }
+      for (int i = 0; i < 2000; ++i) {  // polled traffic with the same peer meanwhile
+        if (r == 0) {
+          t.isend(1, 1, b)->wait(soon());
+          t.irecv(1, 1, b)->wait(soon());
+        } else {
+          t.irecv(0, 1, b)->wait(soon());
+          t.isend(0, 1, b)->wait(soon());
+        }
+      }
+      if (r == 0) {
+        std::this_thread::sleep_for(20ms);
+        sent_at = Clock::now().time_since_epoch().count();
+        t.isend(1, 5, y)->wait(soon());
+        t.irecv(1, 6, b)->wait(soon());
+      } else {
+        sleeper.join();
+        t.isend(0, 6, b)->wait(soon());
+      }
+    }
+  });
+  // Microseconds when read as it comes; 60-80 ms a round when read at the io thread's looks.
+  EXPECT_LT(std::chrono::nanoseconds(late.load()), 100ms);
 }
 
 TEST(TCPTransportTest, SizeMismatchFailsTheReceiveNamingPeerTagAndSizes) {

@@ -251,6 +251,7 @@ struct Connection {
   // then would wake the io thread for the next message (an 8-byte all_reduce of 2 ranks pinned
   // to a core each: 10.8 µs against 6.7).
   std::atomic<int> pollers{0};
+  std::atomic<int> sleepers{0};  // receives waiting on their condition variable
   std::atomic<std::uint32_t> polls{0};
   std::uint32_t polls_seen = 0;  // io thread only: `polls` at its last look
   bool watched = false;          // io thread only: an async_wait for readability is pending
@@ -634,10 +635,11 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
                   });
   }
 
-  // Io thread: a waiter stopped polling `peer` to sleep until its message comes. Watch the
-  // socket now (and look at it: bytes may have come since the waiter's last poll), counting the
-  // polls before as seen: else a watch already armed would take the sleeper's message for a
-  // poller's and leave it until the next look, up to kRewatchMax later.
+  // Io thread: the last poller of `peer` left while a receive sleeps until its message comes
+  // (the poller's own, or another thread's). Watch the socket now (and look at it: bytes may
+  // have come since the last poll), counting the polls before as seen: else a watch already
+  // armed would take the sleeper's message for a poller's and leave it until the next look, up
+  // to kRewatchMax later.
   void watch_for_sleeper(int peer) {
     Connection& c = *conns[static_cast<std::size_t>(peer)];
     c.polls_seen = c.polls.load();
@@ -1136,12 +1138,18 @@ class TCPRequest final : public transport::Request {
         op_->bytes() <= kLongPollBytes ? kLongPollScale * core::spin_window()
                                        : core::spin_window());
     if (!done && op_->bytes() > kLongPollBytes) done = impl_->drive_until(*op_, deadline);
-    if (!op_->is_send && c.pollers.fetch_sub(1) == 1 && !done) {
+    // A receive about to sleep counts itself before it stops polling, so that the last poller
+    // to leave, whose own op may be done, has the io thread watch for it.
+    const bool sleeps = !op_->is_send && !done;
+    if (sleeps) c.sleepers.fetch_add(1);
+    if (!op_->is_send && c.pollers.fetch_sub(1) == 1 && c.sleepers.load() > 0) {
       asio::post(impl_->io, [impl = impl_, peer = op_->peer] { impl->watch_for_sleeper(peer); });
     }
     impl_->leave_progress();
     std::unique_lock lock(impl_->mu_);
-    if (!op_->cv.wait_until(lock, deadline, [&] { return op_->done.load(); })) {
+    const bool completed = op_->cv.wait_until(lock, deadline, [&] { return op_->done.load(); });
+    if (sleeps) c.sleepers.fetch_sub(1);
+    if (!completed) {
       const auto ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - op_->posted_at)
               .count();
