@@ -146,6 +146,20 @@ TEST(TCPTransportTest, FramesAroundTheReadAheadSizeArriveExact) {
   }
 }
 
+// `times` round trips of 8 bytes between ranks 0 and 1 (tag 1), each waiter polling.
+void ping_pong(int r, transport::Transport& t, int times) {
+  std::vector<std::byte> b(8);
+  for (int i = 0; i < times; ++i) {
+    if (r == 0) {
+      t.isend(1, 1, b)->wait(soon());
+      t.irecv(1, 1, b)->wait(soon());
+    } else {
+      t.irecv(0, 1, b)->wait(soon());
+      t.isend(0, 1, b)->wait(soon());
+    }
+  }
+}
+
 // A waiter that stops polling and sleeps gets its message when it comes, not at the io thread's
 // next look at the socket (1-64 ms later). Once the io thread took a sleeper's message for a
 // poller's, ping-pongs of sleeping waiters crawled at about 127 ms a round trip.
@@ -153,15 +167,7 @@ TEST(TCPTransportTest, ASleepingWaiterGetsItsMessageWhenItComes) {
   run_ranks(2, [](int r, transport::Transport& t) {
     std::vector<std::byte> b(8);
     // Polled traffic first: the io thread backs off from the socket while waiters poll it.
-    for (int i = 0; i < 500; ++i) {
-      if (r == 0) {
-        t.isend(1, 1, b)->wait(soon());
-        t.irecv(1, 1, b)->wait(soon());
-      } else {
-        t.irecv(0, 1, b)->wait(soon());
-        t.isend(0, 1, b)->wait(soon());
-      }
-    }
+    ping_pong(r, t, 500);
     std::this_thread::sleep_for(100ms);  // nobody polls: the io thread looks and watches again
     // Each message comes 3 ms after its receiver began to wait, past its 1 ms of polling.
     const auto start = Clock::now();
@@ -195,15 +201,7 @@ TEST(TCPTransportTest, ASleepingReceiveBesideAPollerGetsItsMessageWhenItComes) {
           if (round > 0) late += Clock::now().time_since_epoch().count() - sent_at.load();
         });
       }
-      for (int i = 0; i < 2000; ++i) {  // polled traffic with the same peer meanwhile
-        if (r == 0) {
-          t.isend(1, 1, b)->wait(soon());
-          t.irecv(1, 1, b)->wait(soon());
-        } else {
-          t.irecv(0, 1, b)->wait(soon());
-          t.isend(0, 1, b)->wait(soon());
-        }
-      }
+      ping_pong(r, t, 2000);  // polled traffic with the same peer meanwhile
       if (r == 0) {
         std::this_thread::sleep_for(20ms);
         sent_at = Clock::now().time_since_epoch().count();
