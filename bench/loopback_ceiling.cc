@@ -212,7 +212,7 @@ int main(int argc, char** argv) {
     int status = 0;
     if (::waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       errno = 0;
-      fail("the receiving process failed");
+      fail("the child process failed");
     }
     std::printf("# loopback TCP, %s, writes of %zu bytes, buffers %s, %d iterations\n",
                 o.one_way ? "one way" : "both ways at once", o.write,
