@@ -1,9 +1,10 @@
-// TCPTransport: setup with blocking sockets polled against the deadline, then one io thread with
-// a read coroutine per connection. Words: an *op* is one posted isend or irecv (owned by its
-// request and by whichever queue holds it); an op is *in flight* once the io thread is writing
-// it or reading its payload; an *unexpected* entry is a message that arrived before its irecv.
-// All matching state sits under Impl::mu_; sockets are touched only on the io thread (and by the
-// constructor before that thread starts).
+// TCPTransport: setup with blocking sockets polled against the deadline, then an io thread and
+// the waiting threads moving the bytes (see Impl's read and write sides). Words: an *op* is one
+// posted isend or irecv (owned by its request and by whichever queue holds it); an op is *in
+// flight* once a thread is writing it or reading its payload; an *unexpected* entry is a
+// message that arrived before its irecv. All matching state sits under Impl::mu_; a socket's
+// read side belongs to whoever holds its read_owner flag and its write side to whoever set
+// `writing`; its epoll registration (Connection::reactor) to the io thread alone.
 #include "backends/gloo_like/tcp_transport.h"
 
 #include <netdb.h>
@@ -33,7 +34,6 @@
 
 // clang-format off
 #include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/read.hpp>
 // clang-format on
 
 namespace c10d::gloo_like {

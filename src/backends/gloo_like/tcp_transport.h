@@ -10,8 +10,9 @@
 //
 // The frames are drawn in tcp_wire.h.
 //
-// Threads: one io thread runs the io_context and owns every socket; isend/irecv/abort post to it
-// or touch only matching state under the transport's mutex. A send completes once its frame is
+// Threads: one io thread runs the io_context: it reads and writes the sockets that no waiting
+// thread is moving bytes on; a thread waiting on a request reads its peer's socket and writes
+// queued sends itself (docs/architecture.md). A send completes once its frame is
 // written (header and payload in one gather write, the payload never copied). A receive matches
 // the oldest message from (peer, tag); a message that arrives before its irecv is buffered in an
 // unexpected queue per (peer, tag). A receive whose size differs from the message fails with
