@@ -41,9 +41,10 @@ struct Options {
   bool one_way = false;
 };
 
-[[noreturn]] void fail(const std::string& what) {
-  throw std::runtime_error(what + (errno != 0 ? std::string(": ") + std::strerror(errno) : ""));
-}
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
+
+// A system call failed: `what`, and errno's reason.
+[[noreturn]] void fail_errno(const std::string& what) { fail(what + ": " + std::strerror(errno)); }
 
 // "64", "256K", "8M", "1G".
 std::size_t parse_bytes(const std::string& text) {
@@ -115,32 +116,29 @@ void transfer(int fd, const std::byte* out, std::size_t to_send, std::byte* in, 
              0};
     // Polls without sleeping, as the libraries' progress loops do while bytes are due.
     const int ready = ::poll(&p, 1, 0);
-    if (ready < 0 && errno != EINTR) fail("poll");
+    if (ready < 0 && errno != EINTR) fail_errno("poll");
     if (ready <= 0) {
       if (std::chrono::steady_clock::now() > deadline) {
-        errno = 0;
         fail("the peer moved nothing for 10 s");
       }
       continue;
     }
     deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     if ((p.revents & (POLLERR | POLLHUP)) != 0) {
-      errno = 0;
       fail("the connection failed");
     }
     if (sent < to_send && (p.revents & POLLOUT) != 0) {
       const ssize_t n =
           ::send(fd, out + sent, std::min(write, to_send - sent), MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n < 0 && errno != EAGAIN && errno != EINTR) fail("send");
+      if (n < 0 && errno != EAGAIN && errno != EINTR) fail_errno("send");
       if (n > 0) sent += static_cast<std::size_t>(n);
     }
     if (got < to_recv && (p.revents & POLLIN) != 0) {
       const ssize_t n = ::recv(fd, in + got, to_recv - got, MSG_DONTWAIT);
       if (n == 0) {
-        errno = 0;
         fail("the peer closed the connection");
       }
-      if (n < 0 && errno != EAGAIN && errno != EINTR) fail("recv");
+      if (n < 0 && errno != EAGAIN && errno != EINTR) fail_errno("recv");
       if (n > 0) got += static_cast<std::size_t>(n);
     }
   }
@@ -180,7 +178,7 @@ int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
     const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (listener < 0) fail("socket");
+    if (listener < 0) fail_errno("socket");
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -189,10 +187,10 @@ int main(int argc, char** argv) {
     if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
         ::listen(listener, 1) != 0 ||
         ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      fail("listening on 127.0.0.1");
+      fail_errno("listening on 127.0.0.1");
     }
     const pid_t child = ::fork();
-    if (child < 0) fail("fork");
+    if (child < 0) fail_errno("fork");
     const bool parent = child != 0;
     int fd = -1;
     if (parent) {
@@ -202,7 +200,7 @@ int main(int argc, char** argv) {
       size_buffers(fd, o.buffer);  // before connect, so the window scale is negotiated for them
       if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) fd = -1;
     }
-    if (fd < 0) fail(parent ? "accept" : "connect");
+    if (fd < 0) fail_errno(parent ? "accept" : "connect");
     ::close(listener);
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -211,7 +209,6 @@ int main(int argc, char** argv) {
     if (!parent) return 0;
     int status = 0;
     if (::waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      errno = 0;
       fail("the child process failed");
     }
     std::printf("# loopback TCP, %s, writes of %zu bytes, buffers %s, %d iterations\n",

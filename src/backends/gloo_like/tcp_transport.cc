@@ -648,7 +648,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     try_drain(peer);
   }
 
-  // Io thread: whether a waiter polls `c`, or did since the io thread's last look.
+  // Io thread, looking at `c`: whether a waiter polls it, or did since the last look; records
+  // this look.
   static bool polled_since_look(Connection& c) {
     const std::uint32_t polls = c.polls.load();
     const bool polled = c.pollers.load() > 0 || polls != c.polls_seen;
