@@ -438,6 +438,9 @@ void bad_arguments_case(ProcessGroup& pg, const Config& config, Reporter& rep) {
     opts.output_split_sizes.assign(static_cast<std::size_t>(n), 1);
     return pg.all_to_all(Tensor::empty({n + 1}, f32), Tensor::empty({n + 1}, f32), opts);
   });
+  // Every rank would send n-row blocks into 2n-row blocks' room on its peers, or the reverse.
+  bad("all_to_all", "no split sizes and an output twice the input",
+      [&] { return pg.all_to_all(Tensor::empty({2 * n}, f32), Tensor::empty({n}, f32)); });
   bad("send", "to rank = world size", [&] { return pg.send({t}, n); });
   bad("recv", "from rank -1", [&] { return pg.recv({t}, -1); });
 

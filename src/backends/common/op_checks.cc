@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "core/check.h"
 
@@ -63,8 +64,7 @@ void OpChecks::blocks(std::string_view op, const Tensor& big, std::string_view b
              size_, small_name, small.to_string());
 }
 
-AllToAllLayout OpChecks::all_to_all(const Tensor& output, const Tensor& input,
-                                    const AllToAllOptions& opts) const {
+std::int64_t OpChecks::all_to_all_tensors(const Tensor& output, const Tensor& input) const {
   constexpr std::string_view kOp = "all_to_all";
   defined(input, kOp, "the input");
   defined(output, kOp, "the output");
@@ -82,7 +82,29 @@ AllToAllLayout OpChecks::all_to_all(const Tensor& output, const Tensor& input,
   C10D_CHECK(in_row < 0 || out_row < 0 || in_row == out_row,
              "{}: a row of the input {} and of the output {} differ in size", kOp,
              input.to_string(), output.to_string());
-  const std::int64_t row = std::max<std::int64_t>({in_row, out_row, 0});
+  return std::max<std::int64_t>({in_row, out_row, 0});
+}
+
+void OpChecks::all_to_all_even(const Tensor& output, const Tensor& input) const {
+  constexpr std::string_view kOp = "all_to_all";
+  all_to_all_tensors(output, input);
+  for (const auto& [t, which] : {std::pair{&input, "input"}, std::pair{&output, "output"}}) {
+    C10D_CHECK(t->shape()[0] % size_ == 0,
+               "{}: the {} has {} rows, which do not split equally over {} ranks", kOp, which,
+               t->shape()[0], size_);
+  }
+  // Without split sizes every rank sends and receives blocks of one size.
+  C10D_CHECK(input.nbytes() == output.nbytes(),
+             "{}: without split sizes the input {} and the output {} must hold as many bytes", kOp,
+             input.to_string(), output.to_string());
+}
+
+AllToAllLayout OpChecks::all_to_all(const Tensor& output, const Tensor& input,
+                                    const AllToAllOptions& opts) const {
+  constexpr std::string_view kOp = "all_to_all";
+  const bool even = opts.input_split_sizes.empty() && opts.output_split_sizes.empty();
+  if (even) all_to_all_even(output, input);
+  const std::int64_t row = all_to_all_tensors(output, input);
   const auto split = [&](const std::vector<std::int64_t>& sizes, const Tensor& t,
                          std::string_view which, std::vector<std::int64_t>& counts,
                          std::vector<std::int64_t>& offsets) {
@@ -110,7 +132,7 @@ AllToAllLayout OpChecks::all_to_all(const Tensor& output, const Tensor& input,
   AllToAllLayout layout;
   split(opts.input_split_sizes, input, "input", layout.send_counts, layout.send_offsets);
   split(opts.output_split_sizes, output, "output", layout.recv_counts, layout.recv_offsets);
-  layout.even = opts.input_split_sizes.empty() && opts.output_split_sizes.empty();
+  layout.even = even;
   return layout;
 }
 

@@ -43,12 +43,17 @@ class OpChecks {
               const Tensor& small, std::string_view small_name) const;
   AllToAllLayout all_to_all(const Tensor& output, const Tensor& input,
                             const AllToAllOptions& opts) const;
+  // all_to_all without split sizes: the checks of all_to_all(), without building the layout.
+  void all_to_all_even(const Tensor& output, const Tensor& input) const;
   // send/recv: tensors, a peer other than this rank, a tag >= 0.
   void point_to_point(std::string_view op, const std::vector<Tensor>& ts, int peer, int tag) const;
   // new_group: distinct ranks of this group; returns whether this rank is among them.
   bool new_group(const std::vector<int>& ranks) const;
 
  private:
+  // all_to_all's checks of the two tensors on their own; returns the bytes of a row.
+  std::int64_t all_to_all_tensors(const Tensor& output, const Tensor& input) const;
+
   int rank_;
   int size_;
 };

@@ -674,15 +674,14 @@ class ProcessGroupMPI final : public ProcessGroup,
   std::shared_ptr<Work> all_to_all(Tensor output, Tensor input,
                                    const AllToAllOptions& opts) override {
     constexpr std::string_view kOp = "all_to_all";
-    const backends::AllToAllLayout l = checks_.all_to_all(output, input, opts);
     // Without split sizes MPI_Alltoall, as raw MPI programs call; with them MPI_Alltoallv. MPI
     // cannot match one with the other, so every rank must pass split sizes, or none (as with
     // PyTorch's MPI backend); the fingerprint tells the two apart (C10D_DEBUG=DETAIL).
     const bool splits = !opts.input_split_sizes.empty() || !opts.output_split_sizes.empty();
-    auto fingerprint =
-        backends::Fingerprint::of(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1);
-    fingerprint.split_sizes = splits;
     if (!splits) {
+      checks_.all_to_all_even(output, input);
+      const auto fingerprint =
+          backends::Fingerprint::of(kOp, input, std::nullopt, -1, input.numel());
       const int block = as_count(input.nbytes() / static_cast<std::size_t>(size()), kOp);
       return enqueue(
           kOp, fingerprint, opts.timeout, [output, input, block](const Comms& c, const Call& call) {
@@ -694,6 +693,9 @@ class ProcessGroupMPI final : public ProcessGroup,
             return s;
           });
     }
+    const backends::AllToAllLayout l = checks_.all_to_all(output, input, opts);
+    auto fingerprint = backends::Fingerprint::of(kOp, input, std::nullopt, -1, -1);
+    fingerprint.split_sizes = true;
     // The four count and offset arrays, in one int32 tensor that lives as long as the op.
     const auto n = static_cast<std::size_t>(size());
     Tensor counts = Tensor::empty({static_cast<std::int64_t>(4 * n)}, DType::kInt32);
