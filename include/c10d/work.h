@@ -60,15 +60,23 @@ class Future {
   std::shared_ptr<Future> then(std::function<std::vector<Tensor>(Future&)> fn);
 
  private:
-  // Completion is published by done_ (release), after value_ or error_ is set; from then on
-  // both are immutable, so the read accessors need no lock once done_ reads true (acquire).
+  // Completes: value_ or error_ is already set.
+  void publish();
+
+  // Completion is published by done_, after value_ or error_ is set by the one completer
+  // (claimed_); from then on both are immutable, so readers need no lock once done_ reads true.
+  // A completer takes mu_ (to wake sleepers and run callbacks) only when watched_: a waiter
+  // sleeps on cv_ or a callback is registered. done_ and watched_ are stored and then the other
+  // loaded, both seq_cst, so a completer and a waiter (or add_callback) cannot both miss the
+  // other: the usual op, completed by the thread that waits for it, takes no lock at all.
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  bool completed_ = false;           // GUARDED_BY(mu_)
-  std::atomic<bool> done_{false};    // completed_, readable without mu_
-  std::vector<Tensor> value_;        // written under mu_ before done_; immutable once done_
-  std::exception_ptr error_;         // written under mu_ before done_; immutable once done_
-  std::vector<Callback> callbacks_;  // GUARDED_BY(mu_)
+  std::atomic<bool> claimed_{false};          // a completion began
+  std::atomic<bool> done_{false};             // completed
+  mutable std::atomic<bool> watched_{false};  // sticky; set under mu_
+  std::vector<Tensor> value_;                 // immutable once done_
+  std::exception_ptr error_;                  // immutable once done_
+  std::vector<Callback> callbacks_;           // GUARDED_BY(mu_)
 };
 
 // A Work holds its Future (one allocation per op); future() shares ownership of the Work, so a
@@ -100,14 +108,35 @@ class Work : public std::enable_shared_from_this<Work> {
   void finish(std::vector<Tensor> outputs = {}) { future_.mark_completed(std::move(outputs)); }
   void finish_with_error(std::exception_ptr error) { future_.set_error(std::move(error)); }
 
-  // For backends: wait() calls the hook on the waiting thread, with the time the wait began and
-  // the waiter's deadline, before it blocks. The hook may run the op on that thread (the TCP and
+  // For backends: wait() calls the hook on the waiting thread, with the wait's timeout and
+  // clock (WaitClock), before it blocks. The hook may run the op on that thread (the TCP and
   // MPI backends run a collective that is next to start there:
   // backends/common/inline_schedule.h); it returns once the op completed or when it cannot help,
   // and never throws. Set it before the Work is handed out. A backend shares one hook among its
   // Works (no allocation per op).
-  using WaitHook = std::function<void(Work&, std::chrono::steady_clock::time_point now,
-                                      std::chrono::steady_clock::time_point deadline)>;
+  // A wait's timeout, and its start and deadline read from the clock only when first asked: a
+  // hook that runs the op to completion at once need not read it (on these guests a read costs
+  // about as much as the rest of a small op's bookkeeping).
+  class WaitClock {
+   public:
+    using Clock = std::chrono::steady_clock;
+    explicit WaitClock(Milliseconds timeout) : timeout_(timeout) {}
+    Milliseconds timeout() const { return timeout_; }
+    Clock::time_point start() {
+      if (!read_) {
+        start_ = Clock::now();
+        read_ = true;
+      }
+      return start_;
+    }
+    Clock::time_point deadline() { return start() + timeout_; }
+
+   private:
+    Milliseconds timeout_;
+    Clock::time_point start_{};
+    bool read_ = false;
+  };
+  using WaitHook = std::function<void(Work&, WaitClock&)>;
   void set_wait_hook(std::shared_ptr<const WaitHook> hook) { wait_hook_ = std::move(hook); }
 
  private:

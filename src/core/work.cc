@@ -6,28 +6,25 @@
 namespace c10d {
 
 void Future::mark_completed(std::vector<Tensor> value) {
-  std::vector<Callback> callbacks;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    C10D_CHECK(!completed_, "future completed twice");
-    completed_ = true;
-    value_ = std::move(value);
-    done_.store(true, std::memory_order_release);
-    callbacks.swap(callbacks_);
-  }
-  cv_.notify_all();
-  for (auto& cb : callbacks) cb(*this);
+  C10D_CHECK(!claimed_.exchange(true, std::memory_order_acq_rel), "future completed twice");
+  value_ = std::move(value);
+  publish();
 }
 
 void Future::set_error(std::exception_ptr error) {
   C10D_CHECK(error != nullptr, "set_error with a null exception");
+  C10D_CHECK(!claimed_.exchange(true, std::memory_order_acq_rel), "future completed twice");
+  error_ = std::move(error);
+  publish();
+}
+
+void Future::publish() {
+  done_.store(true, std::memory_order_seq_cst);
+  if (!watched_.load(std::memory_order_seq_cst)) return;
   std::vector<Callback> callbacks;
   {
+    // Also orders this wake after a sleeper's check of done_ (it holds mu_ until it sleeps).
     std::lock_guard<std::mutex> lock(mu_);
-    C10D_CHECK(!completed_, "future completed twice");
-    completed_ = true;
-    error_ = std::move(error);
-    done_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();
@@ -49,7 +46,8 @@ bool Future::wait_until(std::chrono::steady_clock::time_point deadline) const {
     return true;
   }
   std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_until(lock, deadline, [&] { return completed_; });
+  watched_.store(true, std::memory_order_seq_cst);
+  return cv_.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_seq_cst); });
 }
 
 void Future::wait(Milliseconds timeout) const {
@@ -66,14 +64,19 @@ const std::vector<Tensor>& Future::value() const {
 }
 
 void Future::add_callback(Callback callback) {
+  std::vector<Callback> run;  // callbacks this thread runs: the future completed meanwhile
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!completed_) {
+    if (done_.load(std::memory_order_acquire)) {
+      run.push_back(std::move(callback));
+    } else {
       callbacks_.push_back(std::move(callback));
-      return;
+      watched_.store(true, std::memory_order_seq_cst);
+      // A completer that stored done_ before it could see watched_ left the callbacks here.
+      if (done_.load(std::memory_order_seq_cst)) run.swap(callbacks_);
     }
   }
-  callback(*this);
+  for (auto& cb : run) cb(*this);
 }
 
 std::shared_ptr<Future> Future::then(std::function<std::vector<Tensor>(Future&)> fn) {
@@ -99,10 +102,9 @@ Work::Work(std::string op_name, std::uint64_t sequence)
     : op_name_(std::move(op_name)), sequence_(sequence) {}
 
 void Work::wait(Milliseconds timeout) {
-  const auto now = std::chrono::steady_clock::now();
-  const auto deadline = now + timeout;
-  if (wait_hook_ && !future_.completed()) (*wait_hook_)(*this, now, deadline);
-  if (!future_.wait_until(deadline)) {
+  WaitClock clock(timeout);
+  if (wait_hook_ && !future_.completed()) (*wait_hook_)(*this, clock);
+  if (!future_.completed() && !future_.wait_until(clock.deadline())) {
     C10D_THROW(TimeoutError, "{} (sequence {}) did not complete within {} ms", op_name_, sequence_,
                timeout.count());
   }

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "c10d/errors.h"
 
@@ -62,6 +63,55 @@ TEST(FutureTest, CallbackAddedAfterCompletionRunsAtOnce) {
   std::atomic<int> calls{0};
   f.add_callback([&](Future&) { ++calls; });
   EXPECT_EQ(calls, 1);
+}
+
+// Completion takes no lock unless a waiter sleeps or a callback is registered (work.h): a
+// callback added while another thread completes must still run, exactly once.
+TEST(FutureTest, CallbacksAddedDuringCompletionRunExactlyOnce) {
+  constexpr int kRounds = 100000;
+  std::vector<Future> futures(kRounds);
+  std::vector<std::atomic<int>> calls(kRounds);
+  // Lockstep: each round the adder says it is ready, then both threads go at once.
+  std::atomic<int> ready{-1}, go{-1};
+  std::thread adder([&] {
+    for (int round = 0; round < kRounds; ++round) {
+      ready.store(round, std::memory_order_release);
+      while (go.load(std::memory_order_acquire) < round) std::this_thread::yield();
+      futures[round].add_callback([&calls, round](Future&) { ++calls[round]; });
+    }
+  });
+  for (int round = 0; round < kRounds; ++round) {
+    while (ready.load(std::memory_order_acquire) < round) std::this_thread::yield();
+    go.store(round, std::memory_order_release);
+    futures[round].mark_completed();
+  }
+  adder.join();
+  int lost = 0, twice = 0;
+  for (const auto& c : calls) {
+    lost += c == 0;
+    twice += c > 1;
+  }
+  EXPECT_EQ(lost, 0);
+  EXPECT_EQ(twice, 0);
+}
+
+// A waiter that stopped polling and sleeps must be woken by a completion that comes just then
+// (a lost wake-up would keep it until its 2 s deadline).
+TEST(FutureTest, ASleepingWaiterWakesWhenTheFutureCompletes) {
+  for (int round = 0; round < 200; ++round) {
+    Future f;
+    std::thread completer([&] {
+      // Around the end of the waiter's polling window (50 µs, core/spin_wait.h).
+      std::this_thread::sleep_for(std::chrono::microseconds(round % 100));
+      f.mark_completed();
+    });
+    const auto start = std::chrono::steady_clock::now();
+    const bool done = f.wait_for(2000ms);
+    const auto waited = std::chrono::steady_clock::now() - start;
+    completer.join();
+    ASSERT_TRUE(done) << "round " << round;
+    ASSERT_LT(waited, 1000ms) << "round " << round;
+  }
 }
 
 TEST(WorkTest, WaitTimeoutNamesTheOp) {

@@ -39,14 +39,12 @@ namespace c10d::backends {
 // The Work wait hook a group gives every collective's Work (one per group): calls the group's
 // `run` (its run_inline) while the group lives.
 template <typename Group>
-std::shared_ptr<const Work::WaitHook> shared_wait_hook(
-    std::weak_ptr<Group> group,
-    void (Group::*run)(Work&, std::chrono::steady_clock::time_point now,
-                       std::chrono::steady_clock::time_point deadline)) {
+std::shared_ptr<const Work::WaitHook> shared_wait_hook(std::weak_ptr<Group> group,
+                                                       void (Group::*run)(Work&,
+                                                                          Work::WaitClock&)) {
   return std::make_shared<const Work::WaitHook>(
-      [group = std::move(group), run](Work& w, std::chrono::steady_clock::time_point now,
-                                      std::chrono::steady_clock::time_point deadline) {
-        if (auto self = group.lock()) ((*self).*run)(w, now, deadline);
+      [group = std::move(group), run](Work& w, Work::WaitClock& clock) {
+        if (auto self = group.lock()) ((*self).*run)(w, clock);
       });
 }
 
@@ -79,15 +77,14 @@ class InlineSchedule {
     kStartable,  // a collective that may start now
   };
 
-  // Whether a waiter whose wait ends at `wait_deadline` waits long enough to run an op with
-  // `timeout` itself: at least as long as the op's own timeout, less kSlack. (The TCP group then
-  // gives the op the earlier of the two deadlines; the MPI group's blocking calls cannot stop
-  // early, so it runs them only for such waiters.)
+  // Whether a waiter that waits `wait_timeout` waits long enough to run an op with `timeout`
+  // itself: at least as long as the op's own timeout, less kSlack. (The TCP group then gives
+  // the op the earlier of the two deadlines; the MPI group's blocking calls cannot stop early,
+  // so it runs them only for such waiters.)
   static constexpr auto kSlack = std::chrono::seconds(1);
-  template <typename Duration>
-  static bool waits_long_enough(Clock::time_point now, Clock::time_point wait_deadline,
-                                Duration timeout) {
-    return wait_deadline + kSlack >= now + timeout;
+  template <typename WaitDuration, typename OpDuration>
+  static bool waits_long_enough(WaitDuration wait_timeout, OpDuration timeout) {
+    return wait_timeout + kSlack >= timeout;
   }
 
   explicit InlineSchedule(bool enabled) : enabled_(enabled), predict_(enabled) {}

@@ -535,14 +535,14 @@ class TransportProcessGroup final : public ProcessGroup,
   // thread (no thread hand-off; see inline_schedule.h) with the earlier of the two deadlines.
   // Otherwise the worker runs it, now. A waiter with a much shorter wait leaves the op to the
   // worker, so that its wait can time out while the op goes on.
-  void run_inline(Work& w, Clock::time_point now, Clock::time_point wait_deadline) {
+  void run_inline(Work& w, Work::WaitClock& clock) {
     PendingOp op;
     bool wake = false;
     {
       std::lock_guard lock(mu_);
       const auto may_take = [&](const PendingOp& p) {
         return !running_ && !stopping_ &&
-               InlineSchedule::waits_long_enough(now, wait_deadline, p.timeout);
+               InlineSchedule::waits_long_enough(clock.timeout(), p.timeout);
       };
       switch (schedule_.waiter_choice(queue_, w, may_take, wake)) {
         case InlineSchedule::Choice::kGone:
@@ -558,7 +558,8 @@ class TransportProcessGroup final : public ProcessGroup,
       if (wake) cv_.notify_all();
       return;
     }
-    finish_op(op, run_op(op, std::min(now + op.timeout, wait_deadline)));
+    finish_op(op,
+              run_op(op, clock.start() + std::min<Clock::duration>(op.timeout, clock.timeout())));
   }
 
   struct Outcome {

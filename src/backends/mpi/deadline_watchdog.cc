@@ -1,9 +1,26 @@
 #include "backends/mpi/deadline_watchdog.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <utility>
 
 namespace c10d::mpi {
+
+DeadlineWatchdog::Clock::time_point DeadlineWatchdog::deadline_in(Clock::duration timeout) {
+  // libstdc++'s steady_clock is CLOCK_MONOTONIC, whose coarse twin counts from the same origin.
+  static const Clock::duration resolution = [] {
+    timespec res{};
+    clock_getres(CLOCK_MONOTONIC_COARSE, &res);
+    return Clock::duration(std::chrono::seconds(res.tv_sec) +
+                           std::chrono::nanoseconds(res.tv_nsec));
+  }();
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return Clock::time_point(std::chrono::seconds(now.tv_sec) +
+                           std::chrono::nanoseconds(now.tv_nsec)) +
+         resolution + timeout;
+}
 
 DeadlineWatchdog::DeadlineWatchdog(std::mutex& mu, std::function<void(const std::string&)> expire)
     : mu_(mu), expire_(std::move(expire)), thread_([this] { loop(); }) {}

@@ -364,10 +364,21 @@ Tensor scratch_bytes(std::size_t n) {
 
 // ---- Ops ----
 
+// The communicators an op runs on, and how its collectives are called.
+struct Comms {
+  MPI_Comm coll = MPI_COMM_NULL;
+  MPI_Comm p2p = MPI_COMM_NULL;
+  bool blocking = false;  // blocking MPI collectives (blocking_from_env)
+};
+
 // A started op: its MPI requests, its result and what to do once they all completed.
 struct Started {
   // A new request slot for one nonblocking call (valid until the next add()).
   MPI_Request* add() { return &requests.emplace_back(MPI_REQUEST_NULL); }
+  // Keeps `t` (an input MPI reads) until the op completes; a blocking call is done with it.
+  void keep_until_done(const Comms& c, Tensor t) {
+    if (!c.blocking) keep.push_back(std::move(t));
+  }
   // The op's result, after completion (runs `then` first).
   std::vector<Tensor> finish() {
     if (then) then(outputs);
@@ -401,13 +412,6 @@ auto copy_out(const Tensor& all, std::size_t block) {
     }
   };
 }
-
-// The communicators an op runs on, and how its collectives are called.
-struct Comms {
-  MPI_Comm coll = MPI_COMM_NULL;
-  MPI_Comm p2p = MPI_COMM_NULL;
-  bool blocking = false;  // blocking MPI collectives (blocking_from_env)
-};
 
 // Whether collectives are blocking MPI calls: C10D_MPI_BLOCKING, default on ("0" turns it off).
 bool blocking_from_env() {
@@ -683,15 +687,17 @@ class ProcessGroupMPI final : public ProcessGroup,
       const auto fingerprint =
           backends::Fingerprint::of(kOp, input, std::nullopt, -1, input.numel());
       const int block = as_count(input.nbytes() / static_cast<std::size_t>(size()), kOp);
-      return enqueue(
-          kOp, fingerprint, opts.timeout, [output, input, block](const Comms& c, const Call& call) {
-            Started s;
-            C10D_MPI_COLLECTIVE(c, s, call, MPI_Alltoall, MPI_Ialltoall, input.raw_data(), block,
-                                MPI_BYTE, output.raw_data(), block, MPI_BYTE, c.coll);
-            s.keep = {input};
-            s.outputs = {output};
-            return s;
-          });
+      return enqueue(kOp, fingerprint, opts.timeout,
+                     [output = std::move(output), input = std::move(input), block](
+                         const Comms& c, const Call& call) mutable {
+                       Started s;
+                       C10D_MPI_COLLECTIVE(c, s, call, MPI_Alltoall, MPI_Ialltoall,
+                                           input.raw_data(), block, MPI_BYTE, output.raw_data(),
+                                           block, MPI_BYTE, c.coll);
+                       s.keep_until_done(c, std::move(input));
+                       s.outputs.push_back(std::move(output));
+                       return s;
+                     });
     }
     const backends::AllToAllLayout l = checks_.all_to_all(output, input, opts);
     auto fingerprint = backends::Fingerprint::of(kOp, input, std::nullopt, -1, -1);
@@ -903,7 +909,7 @@ class ProcessGroupMPI final : public ProcessGroup,
   // on these machines costs more than a small collective. Otherwise the worker starts it now.
   // The op keeps its deadline (TimeoutError, and the group fails, as on the worker); when the
   // waiter's own deadline comes first, the worker adopts the op and the waiter returns.
-  void run_inline(Work& w, Clock::time_point now, Clock::time_point wait_deadline) {
+  void run_inline(Work& w, Work::WaitClock& clock) {
     PendingOp op;
     bool wake = false;
     bool wake_watchdog = false;
@@ -917,7 +923,7 @@ class ProcessGroupMPI final : public ProcessGroup,
       const auto may_take = [&](const PendingOp& p) {
         return !coll_running_ && !failure_ && !stopping_ &&
                (!comms_.blocking ||
-                backends::InlineSchedule::waits_long_enough(now, wait_deadline, p.timeout));
+                backends::InlineSchedule::waits_long_enough(clock.timeout(), p.timeout));
       };
       switch (schedule_.waiter_choice(queue_, w, may_take, wake)) {
         case backends::InlineSchedule::Choice::kGone:
@@ -926,14 +932,18 @@ class ProcessGroupMPI final : public ProcessGroup,
           op = std::move(queue_.front());
           queue_.pop_front();
           coll_running_ = true;
-          a = Active{op.work, {}, now + op.timeout};
+          // A blocking call's deadline is only the watchdog's, which needs no exact clock.
+          a = Active{std::move(op.work),
+                     {},
+                     comms_.blocking ? mpi::DeadlineWatchdog::deadline_in(op.timeout)
+                                     : clock.start() + op.timeout};
           if (comms_.blocking) wake_watchdog = watch_locked(a.deadline, call);
           break;
         case backends::InlineSchedule::Choice::kDecline:
           break;
       }
     }
-    if (!op.work) {
+    if (!a.work) {
       if (wake) cv_.notify_all();
       return;
     }
@@ -946,7 +956,7 @@ class ProcessGroupMPI final : public ProcessGroup,
         if (polls % kClockEvery != 0) continue;
         const auto tested = Clock::now();
         if (tested >= a.deadline) C10D_THROW(TimeoutError, "{} timed out", call.str());
-        if (tested >= wait_deadline) {
+        if (tested >= clock.deadline()) {
           {
             std::lock_guard lock(mu_);
             adopted_ = std::move(a);
