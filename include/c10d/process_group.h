@@ -58,6 +58,7 @@ class ProcessGroup {
                                                       const ReduceScatterOptions& opts = {}) = 0;
   // Rows of input are split by opts.input_split_sizes (equal when empty) and block r goes to
   // rank r; output receives block `rank` of every rank in rank order (opts.output_split_sizes).
+  // Without split sizes on either side, input and output hold the same number of bytes.
   virtual std::shared_ptr<Work> all_to_all(Tensor output, Tensor input,
                                            const AllToAllOptions& opts = {}) = 0;
   // On root, outputs[r] receives rank r's input; elsewhere outputs must be empty.
