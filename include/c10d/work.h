@@ -108,12 +108,6 @@ class Work : public std::enable_shared_from_this<Work> {
   void finish(std::vector<Tensor> outputs = {}) { future_.mark_completed(std::move(outputs)); }
   void finish_with_error(std::exception_ptr error) { future_.set_error(std::move(error)); }
 
-  // For backends: wait() calls the hook on the waiting thread, with the wait's timeout and
-  // clock (WaitClock), before it blocks. The hook may run the op on that thread (the TCP and
-  // MPI backends run a collective that is next to start there:
-  // backends/common/inline_schedule.h); it returns once the op completed or when it cannot help,
-  // and never throws. Set it before the Work is handed out. A backend shares one hook among its
-  // Works (no allocation per op).
   // A wait's timeout, and its start and deadline read from the clock only when first asked: a
   // hook that runs the op to completion at once need not read it (on these guests a read costs
   // about as much as the rest of a small op's bookkeeping).
@@ -136,6 +130,13 @@ class Work : public std::enable_shared_from_this<Work> {
     Clock::time_point start_{};
     bool read_ = false;
   };
+
+  // For backends: wait() calls the hook on the waiting thread, with the wait's timeout and
+  // clock (WaitClock), before it blocks. The hook may run the op on that thread (the TCP and
+  // MPI backends run a collective that is next to start there:
+  // backends/common/inline_schedule.h); it returns once the op completed or when it cannot help,
+  // and never throws. Set it before the Work is handed out. A backend shares one hook among its
+  // Works (no allocation per op).
   using WaitHook = std::function<void(Work&, WaitClock&)>;
   void set_wait_hook(std::shared_ptr<const WaitHook> hook) { wait_hook_ = std::move(hook); }
 

@@ -93,9 +93,14 @@ void OpChecks::all_to_all_even(const Tensor& output, const Tensor& input) const 
                "{}: the {} has {} rows, which do not split equally over {} ranks", kOp, which,
                t->shape()[0], size_);
   }
+  all_to_all_same_bytes(output, input);
+}
+
+void OpChecks::all_to_all_same_bytes(const Tensor& output, const Tensor& input) const {
   // Without split sizes every rank sends and receives blocks of one size.
   C10D_CHECK(input.nbytes() == output.nbytes(),
-             "{}: without split sizes the input {} and the output {} must hold as many bytes", kOp,
+             "all_to_all: without split sizes the input {} and the output {} must hold as many "
+             "bytes",
              input.to_string(), output.to_string());
 }
 
@@ -103,8 +108,8 @@ AllToAllLayout OpChecks::all_to_all(const Tensor& output, const Tensor& input,
                                     const AllToAllOptions& opts) const {
   constexpr std::string_view kOp = "all_to_all";
   const bool even = opts.input_split_sizes.empty() && opts.output_split_sizes.empty();
-  if (even) all_to_all_even(output, input);
   const std::int64_t row = all_to_all_tensors(output, input);
+  if (even) all_to_all_same_bytes(output, input);  // split() checks the rows divide
   const auto split = [&](const std::vector<std::int64_t>& sizes, const Tensor& t,
                          std::string_view which, std::vector<std::int64_t>& counts,
                          std::vector<std::int64_t>& offsets) {

@@ -53,6 +53,7 @@ class OpChecks {
  private:
   // all_to_all's checks of the two tensors on their own; returns the bytes of a row.
   std::int64_t all_to_all_tensors(const Tensor& output, const Tensor& input) const;
+  void all_to_all_same_bytes(const Tensor& output, const Tensor& input) const;
 
   int rank_;
   int size_;
