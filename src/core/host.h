@@ -25,4 +25,11 @@ inline unsigned cores_per_local_process() {
   return std::thread::hardware_concurrency() / static_cast<unsigned>(local_processes());
 }
 
+// Whether each local process has a core of its own: only then may a waiter keep its core while
+// it polls (a poller that keeps a shared core holds off the process it waits for).
+inline bool has_own_core() {
+  static const bool own = cores_per_local_process() >= 1;
+  return own;
+}
+
 }  // namespace c10d::core

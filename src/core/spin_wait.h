@@ -23,9 +23,7 @@ inline constexpr std::chrono::microseconds kHotSpin{20};
 
 // How long spin_until polls before it yields between polls (see above).
 inline std::chrono::microseconds hot_spin() {
-  static const std::chrono::microseconds hot =
-      cores_per_local_process() >= 1 ? kHotSpin : std::chrono::microseconds(0);
-  return hot;
+  return has_own_core() ? kHotSpin : std::chrono::microseconds(0);
 }
 
 // The whole polling window: 50 µs, or C10D_SPIN_US (0 turns polling off).
@@ -46,10 +44,11 @@ bool spin_until(
     std::chrono::microseconds window = spin_window()) {
   if (ready()) return true;
   const auto start = std::chrono::steady_clock::now();
+  const auto hot = hot_spin();
   for (;;) {
     const auto now = std::chrono::steady_clock::now();
     if (now - start >= window || now >= deadline) return ready();
-    if (now - start >= hot_spin()) sched_yield();
+    if (now - start >= hot) sched_yield();
     if (ready()) return true;
   }
 }

@@ -496,8 +496,10 @@ struct ShmTransport::Impl {
   }
 
   void wait(Op& op, Clock::time_point deadline) {
-    static const bool hot = core::cores_per_local_process() >= 1;
-    const auto hot_window = hot ? std::chrono::microseconds(kHotWindow) : core::hot_spin();
+    // Where processes share cores a waiter yields between polls at once (as core::hot_spin).
+    const bool hot = core::has_own_core();
+    const auto hot_window =
+        hot ? std::chrono::microseconds(kHotWindow) : std::chrono::microseconds(0);
     auto last_moved = Clock::now();
     auto next_liveness = last_moved + kSleepSlice;
     bool moved = false;
@@ -668,7 +670,10 @@ bool ShmTransport::serves(int peer) const {
 int ShmTransport::same_host_peers() const { return static_cast<int>(impl_->peers.size()); }
 
 bool ShmTransport::has_pending() const {
-  std::lock_guard lock(impl_->mu);
+  // Polled in a TCP waiter's loop (routed_transport.cc): a held mutex means someone moves bytes
+  // now, so count it as pending rather than wait for it, as progress() does with try_lock.
+  std::unique_lock lock(impl_->mu, std::try_to_lock);
+  if (!lock.owns_lock()) return true;
   return std::any_of(impl_->peers.begin(), impl_->peers.end(), [](const Peer& p) {
     return !p.sends.empty() || !p.recvs.empty() || p.reading_op != nullptr;
   });

@@ -40,7 +40,7 @@
 // Progress and threads: no thread of its own. Whoever posts, tests or waits moves the bytes of
 // every pair of this rank (one mutex, taken with try_lock by waiters). A waiter polls while
 // bytes moved within the last kHotWindow (1 ms) when the host has a core per local process
-// (core/host.h), else for 20 µs and then yielding until core::spin_window(); then it sleeps on
+// (core/host.h), else yielding between polls until core::spin_window(); then it sleeps on
 // its segment's doorbell (a futex), which every peer that writes to it or frees room for it
 // rings (a system call only when someone sleeps).
 //

@@ -298,7 +298,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // one thread, as in an MPI progress loop, instead of two threads taking turns on a core.
   std::atomic<int> progressors{0};
   // Waiters driving a transfer poll without sleeping while bytes keep coming (kDriveSpin).
-  const bool hot_drive = core::cores_per_local_process() >= 1;
+  const bool hot_drive = core::has_own_core();
 
   // Why `op` cannot start. A receive from a dead peer may still match a message it sent.
   std::exception_ptr refusal_locked(const Op& op) {
@@ -542,22 +542,22 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // Io thread: `op`'s write ended, written whole or failed with `ec`.
   void end_write(int peer, const std::shared_ptr<Op>& op, const error_code& ec) {
     Connection& c = *conns[static_cast<std::size_t>(peer)];
-    settle(c);
     {
       std::lock_guard lock(mu_);
       c.writing = false;
       if (ec && !c.dead && !aborted) {
         defer_write_failure_locked(peer, op, ec);
-        return;
-      }
-      if (ec) {
+      } else if (ec) {
         kill_locked(peer, ec);
         op->complete_locked(aborted ? aborted : c.dead);
-        return;
+      } else {
+        op->complete_locked(nullptr);
       }
-      op->complete_locked(nullptr);
     }
-    write_next(peer);
+    if (!ec) write_next(peer);
+    // After the next send started: one that waits for room keeps the epoll registration instead
+    // of dropping and making it again for every queued send.
+    settle(c);
   }
 
   // ---- Read side ----
@@ -600,7 +600,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   }
 
   // Io thread: wait for the socket to become readable, drain, and wait again; unless a thread
-  // is polling the socket itself, in which case look again later (rewatch_later).
+  // is polling the socket or polled it since the last look (polled_since_look), in which case
+  // look again later (rewatch_later).
   void watch(int peer) {
     Connection& c = *conns[static_cast<std::size_t>(peer)];
     if (c.watched) return;
@@ -1055,7 +1056,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   void cancel(const std::shared_ptr<Op>& op) {
     std::unique_lock lock(mu_);
     if (op->done) return;
-    if (op->in_flight) {  // the io thread holds its buffer: wait for the transfer to end
+    if (op->in_flight) {  // a writer (io thread or poller) holds its buffer: wait for the end
       op->cv.wait(lock, [&] { return op->done.load(); });
       return;
     }

@@ -1,5 +1,6 @@
 // TCPTransport: the Transport of transport.h over a full mesh of TCP connections, one per pair
-// of ranks, driven by Boost.Asio.
+// of ranks. Bytes move by system calls on the sockets (sendmsg, recv) made by whichever thread
+// waits, or by the io thread; Boost.Asio supplies only the io thread's epoll waits and timers.
 //
 // Setup (in the constructor, bounded by options.timeout): listen on host:0, publish
 // "<group_name>/addr/<rank>" = "host:port" in the store, connect to every lower rank and accept

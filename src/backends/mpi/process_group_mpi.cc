@@ -375,7 +375,9 @@ struct Comms {
 struct Started {
   // A new request slot for one nonblocking call (valid until the next add()).
   MPI_Request* add() { return &requests.emplace_back(MPI_REQUEST_NULL); }
-  // Keeps `t` (an input MPI reads) until the op completes; a blocking call is done with it.
+  // Keeps `t` (a buffer MPI only reads: an input or a copy of one) until the op completes; a
+  // blocking call is done with it when it returns. Buffers read after completion (`then`) go
+  // into `keep` itself.
   void keep_until_done(const Comms& c, Tensor t) {
     if (!c.blocking) keep.push_back(std::move(t));
   }
@@ -603,7 +605,8 @@ class ProcessGroupMPI final : public ProcessGroup,
                                          input.raw_data(), as_count(block, call), MPI_BYTE,
                                          all.raw_data(), as_count(block, call), MPI_BYTE, c.coll);
                      s.then = copy_out(all, block);
-                     s.keep = {input, all};
+                     s.keep_until_done(c, input);
+                     s.keep.push_back(std::move(all));  // copy_out reads it after completion
                      s.outputs = outputs;
                      return s;
                    });
@@ -634,7 +637,8 @@ class ProcessGroupMPI final : public ProcessGroup,
           C10D_MPI_COLLECTIVE(c, s, call, MPI_Allgather, MPI_Iallgather, send,
                               as_count(block, call), MPI_BYTE, out, as_count(block, call), MPI_BYTE,
                               c.coll);
-          s.keep = {input, copy};
+          s.keep_until_done(c, input);
+          if (copy.defined()) s.keep_until_done(c, std::move(copy));
           s.outputs = {output};
           return s;
         });
@@ -710,14 +714,16 @@ class ProcessGroupMPI final : public ProcessGroup,
       for (std::int64_t x : *v) *at++ = as_count(x, kOp);
     }
     return enqueue(kOp, fingerprint, opts.timeout,
-                   [output, input, counts, n](const Comms& c, const Call& call) {
+                   [output = std::move(output), input = std::move(input),
+                    counts = std::move(counts), n](const Comms& c, const Call& call) mutable {
                      const int* a = static_cast<const int*>(counts.raw_data());
                      Started s;
                      C10D_MPI_COLLECTIVE(c, s, call, MPI_Alltoallv, MPI_Ialltoallv,
                                          input.raw_data(), a, a + n, MPI_BYTE, output.raw_data(),
                                          a + 2 * n, a + 3 * n, MPI_BYTE, c.coll);
-                     s.keep = {input, counts};
-                     s.outputs = {output};
+                     s.keep_until_done(c, std::move(input));
+                     s.keep_until_done(c, std::move(counts));
+                     s.outputs.push_back(std::move(output));
                      return s;
                    });
   }
@@ -737,8 +743,11 @@ class ProcessGroupMPI final : public ProcessGroup,
                               as_count(block, call), MPI_BYTE,
                               all.defined() ? all.raw_data() : nullptr, as_count(block, call),
                               MPI_BYTE, root, c.coll);
-          if (all.defined()) s.then = copy_out(all, block);
-          s.keep = {input, all};
+          if (all.defined()) {
+            s.then = copy_out(all, block);
+            s.keep.push_back(std::move(all));  // copy_out reads it after completion
+          }
+          s.keep_until_done(c, input);
           s.outputs = outputs;
           return s;
         });
@@ -765,7 +774,7 @@ class ProcessGroupMPI final : public ProcessGroup,
                               all.defined() ? all.raw_data() : nullptr, as_count(block, call),
                               MPI_BYTE, output.raw_data(), as_count(block, call), MPI_BYTE, root,
                               c.coll);
-          s.keep = {all};
+          if (all.defined()) s.keep_until_done(c, std::move(all));
           s.outputs = {output};
           return s;
         });
@@ -844,7 +853,7 @@ class ProcessGroupMPI final : public ProcessGroup,
                         all.raw_data(), output.raw_data(), as_count(output.numel(), call),
                         mpi_type(dtype), mpi_op(r.op), c.coll);
     if (r.op == ReduceOp::kAvg) s.then = average(size());
-    s.keep = {all};
+    s.keep_until_done(c, all);
     s.outputs = {output};
     return s;
   }
