@@ -7,12 +7,13 @@
 // and the child receives (a 2-rank broadcast). A 1-byte round trip ends every iteration, so the
 // next starts together.
 //
-//   c10d-loopback-bench [--sizes 8M,16M,32M] [--write 256K] [--buffer 8M] [--iters 20]
+//   c10d-loopback-bench [--sizes 8M,16M,32M] [--write 256K] [--buffer 0] [--iters 20]
 //                       [--one-way]
 //
 // Prints, per size: the median time of an iteration and the bytes per second in each direction.
-// --buffer is what the program asks for SO_SNDBUF and SO_RCVBUF (the TCP backend asks 8 MiB; the
-// kernel caps it at net.core.{w,r}mem_max), 0 leaves the kernel's autotuning on.
+// --buffer is what the program asks for SO_SNDBUF and SO_RCVBUF (the kernel caps it at
+// net.core.{w,r}mem_max); 0, the default, leaves the kernel's autotuning on, as the TCP backend
+// does.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -36,7 +37,7 @@ namespace {
 struct Options {
   std::vector<std::size_t> sizes = {8u << 20, 16u << 20, 32u << 20};
   std::size_t write = 256u << 10;
-  std::size_t buffer = 8u << 20;
+  std::size_t buffer = 0;
   int iters = 20;
   bool one_way = false;
 };
