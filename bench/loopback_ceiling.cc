@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "parse_size.h"
+
 namespace {
 
 struct Options {
@@ -47,21 +49,13 @@ struct Options {
 // A system call failed: `what`, and errno's reason.
 [[noreturn]] void fail_errno(const std::string& what) { fail(what + ": " + std::strerror(errno)); }
 
-// "64", "256K", "8M", "1G".
+// A byte count (parse_size.h); throws naming `text` when it is not one.
 std::size_t parse_bytes(const std::string& text) {
-  std::size_t pos = 0;
-  unsigned long long v = 0;
-  try {
-    v = std::stoull(text, &pos);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("not a size: \"" + text + "\" (examples: 4096, 256K, 8M, 1G)");
+  const auto bytes = c10d::bench::parse_size(text);
+  if (!bytes) {
+    throw std::invalid_argument("not a size: \"" + text + "\" (examples: 4096, 256K, 1.5M, 1G)");
   }
-  const std::string unit = text.substr(pos);
-  const int shift = unit.empty() ? 0 : unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : -1;
-  if (shift < 0) {
-    throw std::invalid_argument("not a size: \"" + text + "\" (units: K, M, G)");
-  }
-  return static_cast<std::size_t>(v) << shift;
+  return *bytes;
 }
 
 Options parse(int argc, char** argv) {

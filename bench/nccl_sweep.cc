@@ -263,7 +263,7 @@ class Sweep {
   // Zeroed storage that starts on a page, whatever the heap's layout: how many pages a buffer
   // spans (and so what Open MPI's single-copy transfers pin) must not differ between programs.
   static std::unique_ptr<Storage> page_aligned(std::size_t n) {
-    constexpr std::size_t kPage = 4096;
+    static const auto kPage = static_cast<std::size_t>(std::max(4096L, ::sysconf(_SC_PAGESIZE)));
     const std::size_t rounded = std::max<std::size_t>((n + kPage - 1) / kPage * kPage, kPage);
     void* data = std::aligned_alloc(kPage, rounded);
     if (data == nullptr) throw std::bad_alloc();

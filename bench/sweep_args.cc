@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "parse_size.h"
+
 namespace c10d::bench {
 namespace {
 
@@ -32,22 +34,6 @@ constexpr std::array<std::pair<DType, std::string_view>, 8> kTypeNames = {{
     {DType::kInt8, "int8"},
     {DType::kUInt8, "uint8"},
 }};
-
-// "8", "64K", "1.5M", "2G" (nccl-tests' parsesize). Returns nullopt on anything else.
-std::optional<std::size_t> parse_size(std::string_view s) {
-  double value = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (ec != std::errc() || !(value >= 0)) return std::nullopt;
-  std::string_view suffix(end, s.data() + s.size() - end);
-  double unit = 1;
-  if (suffix == "K" || suffix == "k") unit = 1024.0;
-  if (suffix == "M" || suffix == "m") unit = 1024.0 * 1024;
-  if (suffix == "G" || suffix == "g") unit = 1024.0 * 1024 * 1024;
-  if (!suffix.empty() && unit == 1) return std::nullopt;
-  const double bytes = value * unit;
-  if (bytes > 1e18) return std::nullopt;
-  return static_cast<std::size_t>(bytes);
-}
 
 std::optional<long long> parse_int(std::string_view s) {
   long long value = 0;

@@ -22,16 +22,11 @@ namespace {
 using namespace std::chrono_literals;
 using test::ChildProcess;
 using test::EnvChanges;
+using test::occurrences;
 using test::TempDir;
 
 std::string child_path() { return (test::build_dir() / "tests" / "pg_fault_child").string(); }
 std::string launcher_path() { return (test::build_dir() / "tools" / "c10drun").string(); }
-
-std::size_t occurrences(const std::string& text, std::string_view word) {
-  std::size_t n = 0;
-  for (auto at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
-  return n;
-}
 
 struct Ranks {
   TempDir dir;

@@ -31,6 +31,7 @@ using test::ChildExit;
 using test::ChildProcess;
 using test::Clock;
 using test::EnvChanges;
+using test::occurrences;
 
 constexpr auto kRunDeadline = std::chrono::seconds(15);
 
@@ -71,14 +72,6 @@ std::optional<RankLine> parse_rank_line(const std::string& line) {
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
-}
-
-std::size_t count_of(const std::string& text, const std::string& part) {
-  std::size_t count = 0;
-  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) {
-    ++count;
-  }
-  return count;
 }
 
 // The pid in "c10drun: rank R (pid P) <verb>", or -1.
@@ -154,7 +147,7 @@ class C10drunTest : public ::testing::Test {
   // Waits until the launcher's stdout holds `count` lines "[rank R]: <body>".
   static void wait_for_lines(ChildProcess& launched, const std::string& body, std::size_t count) {
     const auto deadline = Clock::now() + std::chrono::seconds(10);
-    while (count_of(launched.out(), "]: " + body + "\n") < count) {
+    while (occurrences(launched.out(), "]: " + body + "\n") < count) {
       ASSERT_TRUE(launched.running()) << launched.describe();
       ASSERT_LT(Clock::now(), deadline) << "waiting for '" << body << "'\n" << launched.describe();
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -201,7 +194,8 @@ TEST_F(C10drunTest, SetsRankVariablesForEveryLocalProcess) {
         "GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT={1} C10D_STORE_EXTERNAL=1 "
         "C10D_STORE_TOKEN=-",
         rank, port);
-    EXPECT_EQ(count_of(result.out, expected + "\n"), 1u) << expected << "\n" << result.description;
+    EXPECT_EQ(occurrences(result.out, expected + "\n"), 1u) << expected << "\n"
+                                                            << result.description;
   }
   EXPECT_EQ(result.err, "");
 }
@@ -303,7 +297,7 @@ TEST_F(C10drunTest, FirstFailureStopsTheOthersAndIsReportedAsTheCause) {
                                   {"barrier", "@1:exit=3", "sleep=60000"});
   expect_exit(result, 1);
   EXPECT_LT(result.elapsed, std::chrono::seconds(3)) << "SIGTERM should stop the sleepers at once";
-  EXPECT_EQ(count_of(result.err, "failed: "), 1u) << result.err;
+  EXPECT_EQ(occurrences(result.err, "failed: "), 1u) << result.err;
   const pid_t failed = pid_in_report(result.err, 1, "failed");
   EXPECT_TRUE(contains(
       result.err, fmt::format("c10drun: rank 1 (pid {}) failed: exited with code 3\n", failed)))

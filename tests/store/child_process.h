@@ -23,6 +23,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -32,6 +33,13 @@ extern char** environ;
 namespace c10d::test {
 
 using Clock = std::chrono::steady_clock;
+
+// How many times `part` occurs in `text` (a child's output), overlaps included.
+inline std::size_t occurrences(std::string_view text, std::string_view part) {
+  std::size_t n = 0;
+  for (auto at = text.find(part); at != std::string_view::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
 
 // A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
 class TempDir {
