@@ -617,11 +617,15 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
                       return;
                     }
                     conn.rewatch_interval = kRewatchInterval;
-                    self->watch(peer);
-                    // After watching again: bytes that came since the last drain raised no new
-                    // edge.
-                    self->try_drain(peer);
+                    self->watch_and_drain(peer);
                   });
+  }
+
+  // Io thread: watches `peer`'s socket (again) and reads what is there: bytes that came since the
+  // last drain raised no edge the new watch could see.
+  void watch_and_drain(int peer) {
+    watch(peer);
+    try_drain(peer);
   }
 
   // Io thread: the last poller of `peer` left while a receive sleeps until its message comes
@@ -633,8 +637,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     Connection& c = *conns[static_cast<std::size_t>(peer)];
     c.polls_seen = c.polls.load();
     c.rewatch_interval = kRewatchInterval;
-    watch(peer);
-    try_drain(peer);
+    watch_and_drain(peer);
   }
 
   // Io thread, looking at `c`: whether a waiter polls it, or did since the last look; records
@@ -659,8 +662,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         self->rewatch_later(peer);
         return;
       }
-      self->watch(peer);
-      self->try_drain(peer);
+      self->watch_and_drain(peer);
     });
   }
 
@@ -680,11 +682,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       if (!c.in_payload) {
         if (c.header_got < c.header.size()) {
           if (c.ahead_begin == c.ahead_end && !read_ahead(c, peer, empty)) return;
-          const std::size_t k =
-              std::min(c.header.size() - c.header_got, c.ahead_end - c.ahead_begin);
-          std::memcpy(c.header.data() + c.header_got, c.ahead.get() + c.ahead_begin, k);
-          c.ahead_begin += k;
-          c.header_got += k;
+          c.header_got +=
+              take_ahead(c, c.header.data() + c.header_got, c.header.size() - c.header_got);
           if (c.header_got < c.header.size()) continue;
           c.tag = get_le<std::uint64_t>(c.header.data());
           c.len = get_le<std::uint64_t>(c.header.data() + 8);
@@ -697,10 +696,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       if (c.got < c.len) {
         const std::uint64_t left = c.len - c.got;
         if (c.ahead_begin < c.ahead_end) {
-          const std::size_t k = std::min<std::size_t>(left, c.ahead_end - c.ahead_begin);
-          std::memcpy(c.into.data() + c.got, c.ahead.get() + c.ahead_begin, k);
-          c.ahead_begin += k;
-          c.got += k;
+          c.got += take_ahead(c, c.into.data() + c.got,
+                              static_cast<std::size_t>(std::min<std::uint64_t>(left, kReadAhead)));
         } else if (left >= kReadAhead) {
           if (empty) return;
           const ssize_t n =
@@ -718,6 +715,14 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       }
       finish_payload(c, peer);
     }
+  }
+
+  // Holder of c.read_owner: moves up to `want` bytes from c.ahead to `to`; returns how many.
+  static std::size_t take_ahead(Connection& c, std::byte* to, std::size_t want) {
+    const std::size_t k = std::min(want, c.ahead_end - c.ahead_begin);
+    std::memcpy(to, c.ahead.get() + c.ahead_begin, k);
+    c.ahead_begin += k;
+    return k;
   }
 
   // Holder of c.read_owner, with c.ahead consumed: refills it from the socket. False when the
