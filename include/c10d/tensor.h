@@ -31,6 +31,8 @@ namespace c10d {
 class TensorImpl;
 class AutogradMeta;  // defined by the lazy core's autograd (src/lazy/autograd.h)
 [[noreturn]] void throw_element_size_mismatch(std::size_t host_size, DType dtype);
+// InvalidArgument "<what> of an undefined tensor".
+[[noreturn]] void throw_undefined_tensor(const char* what);
 
 // Hook for the lazy core: a value that is computed on demand and written into the impl.
 class PendingValue {
@@ -73,7 +75,11 @@ class TensorImpl {
   bool is_pending() const { return pending_ != nullptr; }
   // Runs the pending value, if any; afterwards storage() is set.
   void materialize();
-  const std::shared_ptr<Storage>& storage();
+  const std::shared_ptr<Storage>& storage() {
+    if (pending_) [[unlikely]]
+      materialize();
+    return storage_;
+  }
   // Gives the impl dense bytes (a view `offset_bytes` into `storage`); drops any pending value.
   void set_storage(std::shared_ptr<Storage> storage, std::size_t offset_bytes = 0);
   // Makes the impl pending on `pending` and drops its storage (lazy::assign rebinds a tensor in
@@ -111,15 +117,19 @@ class Tensor {
   static Tensor from_vector(const std::vector<T>& values, DType dtype);
 
   bool defined() const { return impl_ != nullptr; }
-  DType dtype() const;
-  const std::vector<std::int64_t>& shape() const;
-  std::int64_t numel() const;
+  // Inline, as every collective's checks read them. InvalidArgument on an undefined tensor.
+  DType dtype() const { return checked("dtype()").dtype(); }
+  const std::vector<std::int64_t>& shape() const { return checked("shape()").shape(); }
+  std::int64_t numel() const { return checked("numel()").numel(); }
   std::int64_t dim() const { return static_cast<std::int64_t>(shape().size()); }
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * element_size(dtype()); }
   std::string to_string() const;  // "float32[4, 8]"
 
   // Materializes a pending value, then returns the dense bytes.
-  void* raw_data() const;
+  void* raw_data() const {
+    TensorImpl& impl = checked("data");
+    return static_cast<std::uint8_t*>(impl.storage()->data()) + impl.offset_bytes();
+  }
   template <typename T>
   T* data() const {
     return static_cast<T*>(raw_data());
@@ -138,6 +148,12 @@ class Tensor {
   const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
 
  private:
+  TensorImpl& checked(const char* what) const {
+    if (!impl_) [[unlikely]]
+      throw_undefined_tensor(what);
+    return *impl_;
+  }
+
   std::shared_ptr<TensorImpl> impl_;
 };
 

@@ -31,7 +31,16 @@ enum class DType : std::uint8_t {
 };
 inline constexpr int kNumDTypes = 9;
 
-std::size_t element_size(DType dtype);
+[[noreturn]] void throw_invalid_dtype(DType dtype);
+// Bytes per element (inline: every collective's checks call it). InvalidArgument on a value
+// that is not a DType.
+constexpr std::size_t element_size(DType dtype) {
+  constexpr std::uint8_t kSizes[kNumDTypes] = {4, 8, 2, 2, 1, 1, 4, 8, 1};  // in DType's order
+  const auto index = static_cast<std::size_t>(dtype);
+  if (index >= static_cast<std::size_t>(kNumDTypes)) [[unlikely]]
+    throw_invalid_dtype(dtype);
+  return kSizes[index];
+}
 std::string_view dtype_name(DType dtype);  // "float32", "bfloat16", ...
 // Parses the names dtype_name() prints, and the nccl-tests short forms ("float", "half",
 // "bfloat16", "double", "int8", "uint8", "int32", "int64", "bool"). Throws InvalidArgument.

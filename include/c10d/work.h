@@ -15,12 +15,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,18 +63,19 @@ class Future {
 
   // Completion is published by done_, after value_ or error_ is set by the one completer
   // (claimed_); from then on both are immutable, so readers need no lock once done_ reads true.
-  // A completer takes mu_ (to wake sleepers and run callbacks) only when watched_: a waiter
-  // sleeps on cv_ or a callback is registered. done_ and watched_ are stored and then the other
+  // A completer takes the lock (to wake sleepers and run callbacks) only when watched_: a waiter
+  // sleeps or a callback is registered. done_ and watched_ are stored and then the other
   // loaded, both seq_cst, so a completer and a waiter (or add_callback) cannot both miss the
   // other: the usual op, completed by the thread that waits for it, takes no lock at all.
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
+  // Sleepers and callbacks use a process-wide mutex and condition variable chosen by the
+  // future's address (work.cc: a parking lot of a few dozen), so a Future holds neither:
+  // creating and destroying one per op costs no system object.
   std::atomic<bool> claimed_{false};          // a completion began
   std::atomic<bool> done_{false};             // completed
-  mutable std::atomic<bool> watched_{false};  // sticky; set under mu_
+  mutable std::atomic<bool> watched_{false};  // sticky; set under the parking lot's mutex
   std::vector<Tensor> value_;                 // immutable once done_
   std::exception_ptr error_;                  // immutable once done_
-  std::vector<Callback> callbacks_;           // GUARDED_BY(mu_)
+  std::vector<Callback> callbacks_;           // GUARDED_BY(the parking lot's mutex)
 };
 
 // A Work holds its Future (one allocation per op); future() shares ownership of the Work, so a

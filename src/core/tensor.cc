@@ -27,6 +27,10 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
 
 }  // namespace
 
+void throw_undefined_tensor(const char* what) {
+  C10D_THROW(InvalidArgument, "{} of an undefined tensor", what);
+}
+
 void throw_element_size_mismatch(std::size_t host_size, DType dtype) {
   C10D_THROW(InvalidArgument, "host type of {} bytes does not match dtype {} of {} bytes",
              host_size, dtype_name(dtype), element_size(dtype));
@@ -83,11 +87,6 @@ void TensorImpl::materialize() {
   }
 }
 
-const std::shared_ptr<Storage>& TensorImpl::storage() {
-  materialize();
-  return storage_;
-}
-
 void TensorImpl::set_storage(std::shared_ptr<Storage> storage, std::size_t offset_bytes) {
   C10D_CHECK(
       storage != nullptr && storage->nbytes() >= offset_bytes + static_cast<std::size_t>(numel_) *
@@ -120,30 +119,9 @@ Tensor Tensor::from_blob(void* data, std::vector<std::int64_t> shape, DType dtyp
   return Tensor(std::make_shared<TensorImpl>(dtype, std::move(shape), std::move(storage)));
 }
 
-DType Tensor::dtype() const {
-  C10D_CHECK(impl_, "dtype() of an undefined tensor");
-  return impl_->dtype();
-}
-
-const std::vector<std::int64_t>& Tensor::shape() const {
-  C10D_CHECK(impl_, "shape() of an undefined tensor");
-  return impl_->shape();
-}
-
-std::int64_t Tensor::numel() const {
-  C10D_CHECK(impl_, "numel() of an undefined tensor");
-  return impl_->numel();
-}
-
 std::string Tensor::to_string() const {
   if (!impl_) return "undefined";
   return fmt::format("{}{}", dtype_name(dtype()), shape_string(shape()));
-}
-
-void* Tensor::raw_data() const {
-  C10D_CHECK(impl_, "data of an undefined tensor");
-  const auto& storage = impl_->storage();
-  return static_cast<std::uint8_t*>(storage->data()) + impl_->offset_bytes();
 }
 
 Tensor Tensor::clone() const {

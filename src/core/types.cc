@@ -26,9 +26,17 @@ constexpr std::array<DTypeInfo, kNumDTypes> kDTypes = {{
     {DType::kBool, 1, "bool", false},
 }};
 
+constexpr bool sizes_agree() {
+  for (const auto& d : kDTypes) {
+    if (element_size(d.dtype) != d.size) return false;
+  }
+  return true;
+}
+static_assert(sizes_agree(), "element_size() in types.h disagrees with kDTypes");
+
 const DTypeInfo& info(DType dtype) {
   const auto index = static_cast<std::size_t>(dtype);
-  C10D_CHECK(index < kDTypes.size(), "invalid dtype value {}", index);
+  if (index >= kDTypes.size()) throw_invalid_dtype(dtype);
   return kDTypes[index];
 }
 
@@ -37,7 +45,10 @@ constexpr std::array<std::string_view, 9> kReduceOpNames = {
 
 }  // namespace
 
-std::size_t element_size(DType dtype) { return info(dtype).size; }
+void throw_invalid_dtype(DType dtype) {
+  C10D_THROW(InvalidArgument, "invalid dtype value {}", static_cast<unsigned>(dtype));
+}
+
 std::string_view dtype_name(DType dtype) { return info(dtype).name; }
 bool is_floating_point(DType dtype) { return info(dtype).floating; }
 

@@ -1,9 +1,31 @@
 #include "c10d/work.h"
 
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
 #include "core/check.h"
 #include "core/spin_wait.h"
 
 namespace c10d {
+namespace {
+
+// The parking lot: futures share these mutexes and condition variables by address. Two futures
+// on one slot only cost a sleeper a spurious wake-up (it waits for its own done_).
+struct alignas(64) ParkingSlot {
+  std::mutex mu;
+  std::condition_variable cv;
+};
+constexpr std::size_t kParkingSlots = 64;
+
+ParkingSlot& slot_of(const Future* f) {
+  static auto* slots = new ParkingSlot[kParkingSlots];  // leaked: used until the process ends
+  const auto address = reinterpret_cast<std::uintptr_t>(f);
+  return slots[(address / alignof(std::max_align_t)) % kParkingSlots];
+}
+
+}  // namespace
 
 void Future::mark_completed(std::vector<Tensor> value) {
   C10D_CHECK(!claimed_.exchange(true, std::memory_order_acq_rel), "future completed twice");
@@ -22,12 +44,14 @@ void Future::publish() {
   done_.store(true, std::memory_order_seq_cst);
   if (!watched_.load(std::memory_order_seq_cst)) return;
   std::vector<Callback> callbacks;
+  ParkingSlot& slot = slot_of(this);
   {
-    // Also orders this wake after a sleeper's check of done_ (it holds mu_ until it sleeps).
-    std::lock_guard<std::mutex> lock(mu_);
+    // Also orders this wake after a sleeper's check of done_ (it holds the mutex until it
+    // sleeps).
+    std::lock_guard<std::mutex> lock(slot.mu);
     callbacks.swap(callbacks_);
   }
-  cv_.notify_all();
+  slot.cv.notify_all();
   for (auto& cb : callbacks) cb(*this);
 }
 
@@ -45,9 +69,10 @@ bool Future::wait_until(std::chrono::steady_clock::time_point deadline) const {
   if (core::spin_until([&] { return done_.load(std::memory_order_acquire); }, deadline)) {
     return true;
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  ParkingSlot& slot = slot_of(this);
+  std::unique_lock<std::mutex> lock(slot.mu);
   watched_.store(true, std::memory_order_seq_cst);
-  return cv_.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_seq_cst); });
+  return slot.cv.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_seq_cst); });
 }
 
 void Future::wait(Milliseconds timeout) const {
@@ -66,7 +91,7 @@ const std::vector<Tensor>& Future::value() const {
 void Future::add_callback(Callback callback) {
   std::vector<Callback> run;  // callbacks this thread runs: the future completed meanwhile
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(slot_of(this).mu);
     if (done_.load(std::memory_order_acquire)) {
       run.push_back(std::move(callback));
     } else {

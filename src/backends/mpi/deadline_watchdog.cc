@@ -22,8 +22,12 @@ DeadlineWatchdog::Clock::time_point DeadlineWatchdog::deadline_in(Clock::duratio
          resolution + timeout;
 }
 
-DeadlineWatchdog::DeadlineWatchdog(std::mutex& mu, std::function<void(const std::string&)> expire)
-    : mu_(mu), expire_(std::move(expire)), thread_([this] { loop(); }) {}
+DeadlineWatchdog::DeadlineWatchdog(std::mutex& mu, std::function<std::string()> describe,
+                                   std::function<void(const std::string&)> expire)
+    : mu_(mu),
+      describe_(std::move(describe)),
+      expire_(std::move(expire)),
+      thread_([this] { loop(); }) {}
 
 DeadlineWatchdog::~DeadlineWatchdog() {
   {
@@ -34,18 +38,13 @@ DeadlineWatchdog::~DeadlineWatchdog() {
   thread_.join();
 }
 
-bool DeadlineWatchdog::watch_locked(Clock::time_point deadline,
-                                    std::function<std::string()> describe) {
+bool DeadlineWatchdog::watch_locked(Clock::time_point deadline) {
   watching_ = true;
   deadline_ = deadline;
-  describe_ = std::move(describe);
   return deadline < sleeping_until_;
 }
 
-void DeadlineWatchdog::unwatch_locked() {
-  watching_ = false;
-  describe_ = nullptr;
-}
+void DeadlineWatchdog::unwatch_locked() { watching_ = false; }
 
 void DeadlineWatchdog::loop() {
   std::unique_lock lock(mu_);

@@ -8,9 +8,10 @@
 //
 // One call is watched at a time (a group runs one collective at a time). The watch state is
 // guarded by the owner's mutex, so that the group arms and disarms it inside critical sections
-// it enters anyway: no lock, clock read or wake-up of its own per call. The watchdog thread
-// sleeps at most kTick at a time and is woken only for a deadline earlier than the end of its
-// current sleep.
+// it enters anyway: no lock, clock read, allocation or wake-up of its own per call (the owner
+// keeps the watched call's description and `describe` reads it under the mutex). The watchdog
+// thread sleeps at most kTick at a time and is woken only for a deadline earlier than the end of
+// its current sleep.
 //
 // Threads: one thread of its own, started by the constructor and joined by the destructor
 // (which does not wait for a watched call: it stops watching). `expire` runs on that thread,
@@ -37,16 +38,17 @@ class DeadlineWatchdog {
   // guests about 20 ns a call), plus its resolution, so that the deadline never comes early.
   static Clock::time_point deadline_in(Clock::duration timeout);
 
-  DeadlineWatchdog(std::mutex& mu, std::function<void(const std::string&)> expire);
+  // `describe` names the watched call; it runs on the watchdog's thread under `mu`.
+  DeadlineWatchdog(std::mutex& mu, std::function<std::string()> describe,
+                   std::function<void(const std::string&)> expire);
   ~DeadlineWatchdog();
   DeadlineWatchdog(const DeadlineWatchdog&) = delete;
   DeadlineWatchdog& operator=(const DeadlineWatchdog&) = delete;
 
-  // Under the owner's mutex. Watches one call until unwatch_locked(); `describe` names it for
-  // `expire` and must stay valid until then. Returns whether the watchdog must be woken
-  // (wake() after releasing the mutex): the deadline comes before the end of its sleep.
-  [[nodiscard]] bool watch_locked(Clock::time_point deadline,
-                                  std::function<std::string()> describe);
+  // Under the owner's mutex. Watches one call until unwatch_locked(). Returns whether the
+  // watchdog must be woken (wake() after releasing the mutex): the deadline comes before the
+  // end of its sleep.
+  [[nodiscard]] bool watch_locked(Clock::time_point deadline);
   void unwatch_locked();
   void wake() { cv_.notify_all(); }
 
@@ -54,13 +56,13 @@ class DeadlineWatchdog {
   void loop();
 
   std::mutex& mu_;
+  const std::function<std::string()> describe_;
   const std::function<void(const std::string&)> expire_;
-  std::condition_variable cv_;             // waits on mu_
-  bool watching_ = false;                  // GUARDED_BY(mu_)
-  Clock::time_point deadline_{};           // GUARDED_BY(mu_)
-  std::function<std::string()> describe_;  // GUARDED_BY(mu_)
-  Clock::time_point sleeping_until_{};     // GUARDED_BY(mu_)
-  bool stop_ = false;                      // GUARDED_BY(mu_)
+  std::condition_variable cv_;          // waits on mu_
+  bool watching_ = false;               // GUARDED_BY(mu_)
+  Clock::time_point deadline_{};        // GUARDED_BY(mu_)
+  Clock::time_point sleeping_until_{};  // GUARDED_BY(mu_)
+  bool stop_ = false;                   // GUARDED_BY(mu_)
   std::thread thread_;
 };
 

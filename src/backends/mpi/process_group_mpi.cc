@@ -429,18 +429,45 @@ bool blocking_from_env() {
   check((c).blocking ? blocking_fn(__VA_ARGS__) : nonblocking_fn(__VA_ARGS__, (s).add()), call, \
         (c).blocking ? #blocking_fn : #nonblocking_fn)
 
-struct PendingOp {
-  std::shared_ptr<Work> work;
+// A queued op: the Work its caller holds, with what the op needs to start. The closure that
+// starts it lives in the same allocation (OpWorkOf), so queueing an op allocates once.
+class OpWork : public Work {
+ public:
+  OpWork(std::string_view op, std::uint64_t sequence, bool is_collective, Milliseconds op_timeout)
+      : Work(std::string(op), sequence), collective(is_collective), timeout(op_timeout) {}
+
+  // Posts the op's MPI calls (on the worker, or on the thread that waits for it); called once.
+  // `call` prefixes errors ("rank 0: op #3").
+  virtual Started start(const Comms& c, const Call& call) = 0;
+
+  const bool collective;
+  const Milliseconds timeout;
   backends::Fingerprint fingerprint;  // compared across ranks under C10D_DEBUG=DETAIL
-  bool collective = true;
-  Milliseconds timeout{};
-  // Posts the op's MPI requests (on the worker, or on the thread that waits for it). `call`
-  // prefixes errors ("rank 0: op #3").
-  std::function<Started(const Comms&, const Call& call)> start;
 };
 
+template <typename Start>
+class OpWorkOf final : public OpWork {
+ public:
+  OpWorkOf(std::string_view op, std::uint64_t sequence, bool is_collective, Milliseconds op_timeout,
+           Start start)
+      : OpWork(op, sequence, is_collective, op_timeout), start_(std::move(start)) {}
+
+  Started start(const Comms& c, const Call& call) override {
+    Started s = (*start_)(c, call);
+    // What MPI still reads or writes is in `s`; a Work the caller keeps must not keep the
+    // closure's tensors too. (If starting threw, they stay: MPI may hold some of them.)
+    start_.reset();
+    return s;
+  }
+
+ private:
+  std::optional<Start> start_;
+};
+
+using OpQueue = std::deque<std::shared_ptr<OpWork>>;
+
 struct Active {
-  std::shared_ptr<Work> work;
+  std::shared_ptr<OpWork> work;
   Started started;
   Clock::time_point deadline;
 };
@@ -478,14 +505,16 @@ class ProcessGroupMPI final : public ProcessGroup,
     // that waits for a late peer would stall every other group's MPI calls.
     comms_.blocking = blocking_from_env() && !runtime().serialized;
     if (comms_.blocking) {
-      watchdog_.emplace(mu_, [](const std::string& what) {
-        C10D_LOG_ERROR(
-            "{} did not finish within its timeout inside a blocking MPI call, and MPI cannot "
-            "cancel a collective: aborting the job (MPI_Abort). C10D_MPI_BLOCKING=0 runs "
-            "collectives as nonblocking calls, whose timeouts throw TimeoutError instead",
-            what);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-      });
+      watchdog_.emplace(
+          mu_, [this] { return watched_.str(); },
+          [](const std::string& what) {
+            C10D_LOG_ERROR(
+                "{} did not finish within its timeout inside a blocking MPI call, and MPI cannot "
+                "cancel a collective: aborting the job (MPI_Abort). C10D_MPI_BLOCKING=0 runs "
+                "collectives as nonblocking calls, whose timeouts throw TimeoutError instead",
+                what);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+          });
     }
     worker_ = std::thread([this] { work_loop(); });
   }
@@ -493,14 +522,14 @@ class ProcessGroupMPI final : public ProcessGroup,
   ~ProcessGroupMPI() override {
     const auto reason = std::make_exception_ptr(Error(
         fmt::format("rank {}: MPI group {} was destroyed with this op pending", rank(), name_)));
-    std::deque<PendingOp> dropped;
+    OpQueue dropped;
     {
       std::lock_guard lock(mu_);
       stopping_ = true;
       stop_reason_ = reason;
       dropped.swap(queue_);
     }
-    for (auto& op : dropped) op.work->finish_with_error(reason);
+    for (auto& op : dropped) op->finish_with_error(reason);
     cv_.notify_all();
     worker_.join();
     // Pending operations on a freed communicator complete normally (MPI_Comm_free), so this is
@@ -522,10 +551,9 @@ class ProcessGroupMPI final : public ProcessGroup,
     for (const auto& t : tensors) algorithms::validate_reduction(t.dtype(), opts.reduce.op);
     const Reduction r = opts.reduce;
     // Before the closure takes the tensors.
-    const auto fingerprint =
-        backends::Fingerprint::of(kOp, tensors[0], opts.reduce.op, -1, total(tensors));
+    const auto fp = fingerprint(kOp, tensors[0], opts.reduce.op, -1, total(tensors));
     return enqueue(
-        kOp, fingerprint, opts.timeout,
+        kOp, fp, opts.timeout,
         [this, tensors = std::move(tensors), r](const Comms& c, const Call& call) mutable {
           Started s;
           for (const auto& t : tensors) {
@@ -550,10 +578,9 @@ class ProcessGroupMPI final : public ProcessGroup,
     constexpr std::string_view kOp = "broadcast";
     checks_.tensors(tensors, kOp, /*same=*/false);
     checks_.root(kOp, opts.root);
-    const auto fingerprint =
-        backends::Fingerprint::of(kOp, tensors[0], std::nullopt, opts.root, total(tensors));
+    const auto fp = fingerprint(kOp, tensors[0], std::nullopt, opts.root, total(tensors));
     return enqueue(
-        kOp, fingerprint, opts.timeout,
+        kOp, fp, opts.timeout,
         [tensors = std::move(tensors), root = opts.root](const Comms& c, const Call& call) mutable {
           Started s;
           for (const auto& t : tensors) {
@@ -570,24 +597,24 @@ class ProcessGroupMPI final : public ProcessGroup,
     checks_.defined(tensor, kOp, "the tensor");
     checks_.root(kOp, opts.root);
     algorithms::validate_reduction(tensor.dtype(), opts.reduce.op);
-    return enqueue(
-        kOp, backends::Fingerprint::of(kOp, tensor, opts.reduce.op, opts.root, tensor.numel()),
-        opts.timeout, [this, tensor, opts](const Comms& c, const Call& call) {
-          const Reduction r = opts.reduce;
-          if (r.op == ReduceOp::kPremulSum) {
-            algorithms::premul_in_place(tensor.dtype(), r.premul_factor, tensor.raw_data(),
-                                        tensor.numel());
-          }
-          const bool root = rank() == opts.root;
-          Started s;
-          C10D_MPI_COLLECTIVE(c, s, call, MPI_Reduce, MPI_Ireduce,
-                              root ? MPI_IN_PLACE : tensor.raw_data(),
-                              root ? tensor.raw_data() : nullptr, as_count(tensor.numel(), call),
-                              mpi_type(tensor.dtype()), mpi_op(r.op), opts.root, c.coll);
-          if (root && r.op == ReduceOp::kAvg) s.then = average(size());
-          s.outputs = {tensor};
-          return s;
-        });
+    return enqueue(kOp, fingerprint(kOp, tensor, opts.reduce.op, opts.root, tensor.numel()),
+                   opts.timeout, [this, tensor, opts](const Comms& c, const Call& call) {
+                     const Reduction r = opts.reduce;
+                     if (r.op == ReduceOp::kPremulSum) {
+                       algorithms::premul_in_place(tensor.dtype(), r.premul_factor,
+                                                   tensor.raw_data(), tensor.numel());
+                     }
+                     const bool root = rank() == opts.root;
+                     Started s;
+                     C10D_MPI_COLLECTIVE(c, s, call, MPI_Reduce, MPI_Ireduce,
+                                         root ? MPI_IN_PLACE : tensor.raw_data(),
+                                         root ? tensor.raw_data() : nullptr,
+                                         as_count(tensor.numel(), call), mpi_type(tensor.dtype()),
+                                         mpi_op(r.op), opts.root, c.coll);
+                     if (root && r.op == ReduceOp::kAvg) s.then = average(size());
+                     s.outputs = {tensor};
+                     return s;
+                   });
   }
 
   std::shared_ptr<Work> all_gather(std::vector<Tensor> outputs, Tensor input,
@@ -596,8 +623,8 @@ class ProcessGroupMPI final : public ProcessGroup,
     checks_.defined(input, kOp, "the input");
     checks_.count(kOp, "outputs", outputs.size());
     for (const auto& t : outputs) checks_.like(t, input, kOp, "an output");
-    return enqueue(kOp, backends::Fingerprint::of(kOp, input, std::nullopt, -1, input.numel()),
-                   opts.timeout, [this, outputs, input](const Comms& c, const Call& call) {
+    return enqueue(kOp, fingerprint(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
+                   [this, outputs, input](const Comms& c, const Call& call) {
                      const std::size_t block = input.nbytes();
                      Tensor all = scratch_bytes(block * outputs.size());
                      Started s;
@@ -617,7 +644,7 @@ class ProcessGroupMPI final : public ProcessGroup,
     constexpr std::string_view kOp = "all_gather_into_tensor";
     checks_.blocks(kOp, output, "output", input, "input");
     return enqueue(
-        kOp, backends::Fingerprint::of(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
+        kOp, fingerprint(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
         [this, output, input](const Comms& c, const Call& call) {
           const std::size_t block = input.nbytes();
           const std::uint8_t* in = bytes(input);
@@ -651,8 +678,7 @@ class ProcessGroupMPI final : public ProcessGroup,
     checks_.count(kOp, "inputs", inputs.size());
     for (const auto& t : inputs) checks_.like(t, output, kOp, "an input");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
-    return enqueue(kOp, backends::Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()),
-                   opts.timeout,
+    return enqueue(kOp, fingerprint(kOp, output, opts.reduce.op, -1, output.numel()), opts.timeout,
                    [this, output, inputs, r = opts.reduce](const Comms& c, const Call& call) {
                      const std::size_t block = output.nbytes();
                      Tensor all = scratch_bytes(block * inputs.size());
@@ -668,8 +694,7 @@ class ProcessGroupMPI final : public ProcessGroup,
     constexpr std::string_view kOp = "reduce_scatter_tensor";
     checks_.blocks(kOp, input, "input", output, "output");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
-    return enqueue(kOp, backends::Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()),
-                   opts.timeout,
+    return enqueue(kOp, fingerprint(kOp, output, opts.reduce.op, -1, output.numel()), opts.timeout,
                    [this, output, input, r = opts.reduce](const Comms& c, const Call& call) {
                      // A copy: the output may be a view of the input, and PREMUL_SUM must not scale
                      // the input.
@@ -688,10 +713,9 @@ class ProcessGroupMPI final : public ProcessGroup,
     const bool splits = !opts.input_split_sizes.empty() || !opts.output_split_sizes.empty();
     if (!splits) {
       checks_.all_to_all_even(output, input);
-      const auto fingerprint =
-          backends::Fingerprint::of(kOp, input, std::nullopt, -1, input.numel());
+      const auto fp = fingerprint(kOp, input, std::nullopt, -1, input.numel());
       const int block = as_count(input.nbytes() / static_cast<std::size_t>(size()), kOp);
-      return enqueue(kOp, fingerprint, opts.timeout,
+      return enqueue(kOp, fp, opts.timeout,
                      [output = std::move(output), input = std::move(input), block](
                          const Comms& c, const Call& call) mutable {
                        Started s;
@@ -704,8 +728,8 @@ class ProcessGroupMPI final : public ProcessGroup,
                      });
     }
     const backends::AllToAllLayout l = checks_.all_to_all(output, input, opts);
-    auto fingerprint = backends::Fingerprint::of(kOp, input, std::nullopt, -1, -1);
-    fingerprint.split_sizes = true;
+    auto fp = fingerprint(kOp, input, std::nullopt, -1, -1);
+    fp.split_sizes = true;
     // The four count and offset arrays, in one int32 tensor that lives as long as the op.
     const auto n = static_cast<std::size_t>(size());
     Tensor counts = Tensor::empty({static_cast<std::int64_t>(4 * n)}, DType::kInt32);
@@ -713,7 +737,7 @@ class ProcessGroupMPI final : public ProcessGroup,
     for (const auto* v : {&l.send_counts, &l.send_offsets, &l.recv_counts, &l.recv_offsets}) {
       for (std::int64_t x : *v) *at++ = as_count(x, kOp);
     }
-    return enqueue(kOp, fingerprint, opts.timeout,
+    return enqueue(kOp, fp, opts.timeout,
                    [output = std::move(output), input = std::move(input),
                     counts = std::move(counts), n](const Comms& c, const Call& call) mutable {
                      const int* a = static_cast<const int*>(counts.raw_data());
@@ -733,24 +757,24 @@ class ProcessGroupMPI final : public ProcessGroup,
     constexpr std::string_view kOp = "gather";
     checks_.defined(input, kOp, "the input");
     checks_.root_list(kOp, opts.root, outputs, input, "outputs");
-    return enqueue(
-        kOp, backends::Fingerprint::of(kOp, input, std::nullopt, opts.root, input.numel()),
-        opts.timeout, [this, outputs, input, root = opts.root](const Comms& c, const Call& call) {
-          const std::size_t block = input.nbytes();
-          Tensor all = rank() == root ? scratch_bytes(block * outputs.size()) : Tensor();
-          Started s;
-          C10D_MPI_COLLECTIVE(c, s, call, MPI_Gather, MPI_Igather, input.raw_data(),
-                              as_count(block, call), MPI_BYTE,
-                              all.defined() ? all.raw_data() : nullptr, as_count(block, call),
-                              MPI_BYTE, root, c.coll);
-          if (all.defined()) {
-            s.then = copy_out(all, block);
-            s.keep.push_back(std::move(all));  // copy_out reads it after completion
-          }
-          s.keep_until_done(c, input);
-          s.outputs = outputs;
-          return s;
-        });
+    return enqueue(kOp, fingerprint(kOp, input, std::nullopt, opts.root, input.numel()),
+                   opts.timeout,
+                   [this, outputs, input, root = opts.root](const Comms& c, const Call& call) {
+                     const std::size_t block = input.nbytes();
+                     Tensor all = rank() == root ? scratch_bytes(block * outputs.size()) : Tensor();
+                     Started s;
+                     C10D_MPI_COLLECTIVE(c, s, call, MPI_Gather, MPI_Igather, input.raw_data(),
+                                         as_count(block, call), MPI_BYTE,
+                                         all.defined() ? all.raw_data() : nullptr,
+                                         as_count(block, call), MPI_BYTE, root, c.coll);
+                     if (all.defined()) {
+                       s.then = copy_out(all, block);
+                       s.keep.push_back(std::move(all));  // copy_out reads it after completion
+                     }
+                     s.keep_until_done(c, input);
+                     s.outputs = outputs;
+                     return s;
+                   });
   }
 
   std::shared_ptr<Work> scatter(Tensor output, std::vector<Tensor> inputs,
@@ -758,26 +782,27 @@ class ProcessGroupMPI final : public ProcessGroup,
     constexpr std::string_view kOp = "scatter";
     checks_.defined(output, kOp, "the output");
     checks_.root_list(kOp, opts.root, inputs, output, "inputs");
-    return enqueue(
-        kOp, backends::Fingerprint::of(kOp, output, std::nullopt, opts.root, output.numel()),
-        opts.timeout, [this, output, inputs, root = opts.root](const Comms& c, const Call& call) {
-          const std::size_t block = output.nbytes();
-          Tensor all;
-          if (rank() == root) {
-            all = scratch_bytes(block * inputs.size());
-            for (std::size_t q = 0; q < inputs.size(); ++q) {
-              if (block > 0) std::memcpy(bytes(all) + q * block, bytes(inputs[q]), block);
-            }
-          }
-          Started s;
-          C10D_MPI_COLLECTIVE(c, s, call, MPI_Scatter, MPI_Iscatter,
-                              all.defined() ? all.raw_data() : nullptr, as_count(block, call),
-                              MPI_BYTE, output.raw_data(), as_count(block, call), MPI_BYTE, root,
-                              c.coll);
-          if (all.defined()) s.keep_until_done(c, std::move(all));
-          s.outputs = {output};
-          return s;
-        });
+    return enqueue(kOp, fingerprint(kOp, output, std::nullopt, opts.root, output.numel()),
+                   opts.timeout,
+                   [this, output, inputs, root = opts.root](const Comms& c, const Call& call) {
+                     const std::size_t block = output.nbytes();
+                     Tensor all;
+                     if (rank() == root) {
+                       all = scratch_bytes(block * inputs.size());
+                       for (std::size_t q = 0; q < inputs.size(); ++q) {
+                         if (block > 0)
+                           std::memcpy(bytes(all) + q * block, bytes(inputs[q]), block);
+                       }
+                     }
+                     Started s;
+                     C10D_MPI_COLLECTIVE(c, s, call, MPI_Scatter, MPI_Iscatter,
+                                         all.defined() ? all.raw_data() : nullptr,
+                                         as_count(block, call), MPI_BYTE, output.raw_data(),
+                                         as_count(block, call), MPI_BYTE, root, c.coll);
+                     if (all.defined()) s.keep_until_done(c, std::move(all));
+                     s.outputs = {output};
+                     return s;
+                   });
   }
 
   std::shared_ptr<Work> barrier(const BarrierOptions& opts) override {
@@ -866,40 +891,50 @@ class ProcessGroupMPI final : public ProcessGroup,
     return n;
   }
 
-  std::shared_ptr<Work> enqueue(std::string_view op, backends::Fingerprint fp,
-                                std::optional<Milliseconds> timeout,
-                                std::function<Started(const Comms&, const Call&)> start) {
-    PendingOp p;
-    p.fingerprint = fp;
-    p.start = std::move(start);
-    return push(op, std::move(p), timeout);
+  // A collective's fingerprint, under C10D_DEBUG=DETAIL only (else empty: not worth its cost
+  // on the path of a small collective).
+  backends::Fingerprint fingerprint(std::string_view op, const Tensor& t,
+                                    std::optional<ReduceOp> reduce_op, int root,
+                                    std::int64_t count) const {
+    return detail_ ? backends::Fingerprint::of(op, t, reduce_op, root, count)
+                   : backends::Fingerprint{};
   }
 
-  std::shared_ptr<Work> push(std::string_view op, PendingOp p,
-                             std::optional<Milliseconds> timeout) {
+  // Queues a collective that `start` starts.
+  template <typename Start>
+  std::shared_ptr<Work> enqueue(std::string_view op, const backends::Fingerprint& fp,
+                                std::optional<Milliseconds> timeout, Start&& start) {
+    return push(op, /*collective=*/true, fp, timeout, std::forward<Start>(start));
+  }
+
+  template <typename Start>
+  std::shared_ptr<Work> push(std::string_view op, bool collective, const backends::Fingerprint& fp,
+                             std::optional<Milliseconds> timeout, Start&& start) {
     const Milliseconds t = timeout.value_or(timeout_);
     C10D_CHECK(t.count() > 0, "{}: the timeout must be positive, not {} ms", op, t.count());
-    p.timeout = t;
-    std::shared_ptr<Work> work;
+    std::shared_ptr<OpWork> work;
     std::exception_ptr failed;
     bool wake = false;
     {
       std::lock_guard lock(mu_);
       C10D_CHECK(!stopping_, "{}: the group is being destroyed", op);
-      const std::uint64_t seq = p.collective ? next_sequence_++ : next_p2p_++;
-      work = std::make_shared<Work>(std::string(op), seq);
-      if (p.collective && schedule_.enabled()) {
+      const std::uint64_t seq = collective ? next_sequence_++ : next_p2p_++;
+      work = std::make_shared<OpWorkOf<std::decay_t<Start>>>(op, seq, collective, t,
+                                                             std::forward<Start>(start));
+      if (collective && schedule_.enabled()) {
         if (!wait_hook_)
           wait_hook_ = backends::shared_wait_hook(weak_from_this(), &ProcessGroupMPI::run_inline);
         work->set_wait_hook(wait_hook_);
       }
-      p.work = work;
-      p.fingerprint.set_op(op);
-      p.fingerprint.sequence = seq;
+      if (detail_) {
+        work->fingerprint = fp;
+        work->fingerprint.set_op(op);
+        work->fingerprint.sequence = seq;
+      }
       failed = failure_;
       if (!failed) {
-        wake = schedule_.enqueued(p.collective, queue_.empty() && !coll_running_);
-        queue_.push_back(std::move(p));
+        wake = schedule_.enqueued(collective, queue_.empty() && !coll_running_);
+        queue_.push_back(work);
       }
     }
     if (failed) {
@@ -919,7 +954,6 @@ class ProcessGroupMPI final : public ProcessGroup,
   // The op keeps its deadline (TimeoutError, and the group fails, as on the worker); when the
   // waiter's own deadline comes first, the worker adopts the op and the waiter returns.
   void run_inline(Work& w, Work::WaitClock& clock) {
-    PendingOp op;
     bool wake = false;
     bool wake_watchdog = false;
     const Call call = describe(w);
@@ -929,25 +963,26 @@ class ProcessGroupMPI final : public ProcessGroup,
       // Ops ahead of it or one in flight: the worker runs it (InlineSchedule::waiter_choice).
       // A blocking call cannot be handed to the worker midway, so only a waiter that waits as
       // long as the op's own timeout runs one.
-      const auto may_take = [&](const PendingOp& p) {
+      const auto may_take = [&](const std::shared_ptr<OpWork>& p) {
         return !coll_running_ && !failure_ && !stopping_ &&
                (!comms_.blocking ||
-                backends::InlineSchedule::waits_long_enough(clock.timeout(), p.timeout));
+                backends::InlineSchedule::waits_long_enough(clock.timeout(), p->timeout));
       };
       switch (schedule_.waiter_choice(queue_, w, may_take, wake)) {
         case backends::InlineSchedule::Choice::kGone:
           return;  // started (or failed) already
-        case backends::InlineSchedule::Choice::kTake:
-          op = std::move(queue_.front());
+        case backends::InlineSchedule::Choice::kTake: {
+          const Milliseconds timeout = queue_.front()->timeout;
+          // A blocking call's deadline is only the watchdog's, which needs no exact clock.
+          a = Active{std::move(queue_.front()),
+                     {},
+                     comms_.blocking ? mpi::DeadlineWatchdog::deadline_in(timeout)
+                                     : clock.start() + timeout};
           queue_.pop_front();
           coll_running_ = true;
-          // A blocking call's deadline is only the watchdog's, which needs no exact clock.
-          a = Active{std::move(op.work),
-                     {},
-                     comms_.blocking ? mpi::DeadlineWatchdog::deadline_in(op.timeout)
-                                     : clock.start() + op.timeout};
           if (comms_.blocking) wake_watchdog = watch_locked(a.deadline, call);
           break;
+        }
         case backends::InlineSchedule::Choice::kDecline:
           break;
       }
@@ -958,7 +993,7 @@ class ProcessGroupMPI final : public ProcessGroup,
     }
     if (wake_watchdog) watchdog_->wake();
     try {
-      a.started = op.start(comms_, call);
+      a.started = a.work->start(comms_, call);
       // The clock is read every kClockEvery tests: on these guests a read costs about as much
       // as an MPI_Testall (perf: clock_gettime took 15% of an 8-byte all_reduce loop).
       for (unsigned polls = 1; !test(a); ++polls) {
@@ -992,9 +1027,7 @@ class ProcessGroupMPI final : public ProcessGroup,
     const int tag_ub = runtime().tag_ub;
     C10D_CHECK(opts.tag <= tag_ub, "{}: tag {} is above MPI_TAG_UB ({})", op, opts.tag, tag_ub);
     const bool is_send = op == "send";
-    PendingOp p;
-    p.collective = false;
-    p.start = [tensors, peer, is_send, tag = opts.tag](const Comms& c, const Call& call) {
+    auto start = [tensors, peer, is_send, tag = opts.tag](const Comms& c, const Call& call) {
       Started s;
       s.is_recv = !is_send;
       for (const auto& t : tensors) {
@@ -1011,7 +1044,7 @@ class ProcessGroupMPI final : public ProcessGroup,
       s.outputs = tensors;
       return s;
     };
-    return push(op, std::move(p), opts.timeout);
+    return push(op, /*collective=*/false, backends::Fingerprint{}, opts.timeout, std::move(start));
   }
 
   // ---- Failure ----
@@ -1019,14 +1052,14 @@ class ProcessGroupMPI final : public ProcessGroup,
   // Records the group's first failure and fails everything still queued. The worker fails what
   // it has started when it next looks.
   void fail(std::exception_ptr e) {
-    std::deque<PendingOp> dropped;
+    OpQueue dropped;
     {
       std::lock_guard lock(mu_);
       if (failure_) return;
       failure_ = e;
       dropped.swap(queue_);
     }
-    for (auto& op : dropped) op.work->finish_with_error(e);
+    for (auto& op : dropped) op->finish_with_error(e);
     cv_.notify_all();
   }
 
@@ -1050,17 +1083,17 @@ class ProcessGroupMPI final : public ProcessGroup,
   // C10D_DEBUG=DETAIL: all-gathers the fingerprints on the collectives' communicator (so they
   // match in order with the collectives themselves) and compares them with rank 0's; the
   // InvalidArgument naming the calls, or null. Times out like the op it guards.
-  std::exception_ptr check_fingerprints(const PendingOp& op, Clock::time_point deadline,
-                                        const Call& call) {
+  std::exception_ptr check_fingerprints(const std::shared_ptr<OpWork>& op,
+                                        Clock::time_point deadline, const Call& call) {
     constexpr std::size_t kBytes = backends::Fingerprint::kBytes;
     const auto n = static_cast<std::size_t>(size());
     // This rank's fingerprint, then every rank's: one buffer, kept by the op (Started::keep).
     Tensor buffer = scratch_bytes(kBytes * (n + 1));
-    const auto mine = op.fingerprint.encode();
+    const auto mine = op->fingerprint.encode();
     std::memcpy(bytes(buffer), mine.data(), kBytes);
     const std::span<const std::byte> all(reinterpret_cast<const std::byte*>(bytes(buffer)) + kBytes,
                                          kBytes * n);
-    Active a{op.work, {}, deadline};
+    Active a{op, {}, deadline};
     a.started.keep = {buffer};
     {
       MpiLock lock;
@@ -1103,10 +1136,10 @@ class ProcessGroupMPI final : public ProcessGroup,
   // collective waits for the one in flight (the worker's or an inline one) and, while callers
   // wait for their collectives at once, for the schedule's grace after it could start, so that
   // its waiter can run it inline (InlineSchedule::worker_may_start).
-  void take_startable_locked(std::deque<PendingOp>& start) {
+  void take_startable_locked(OpQueue& start) {
     const auto now = Clock::now();
     while (!queue_.empty()) {
-      if (queue_.front().collective) {
+      if (queue_.front()->collective) {
         if (coll_running_ || !schedule_.worker_may_start(now)) return;
         coll_running_ = true;
       }
@@ -1125,7 +1158,7 @@ class ProcessGroupMPI final : public ProcessGroup,
         [&] {
           using Front = backends::InlineSchedule::Front;
           if (queue_.empty()) return Front::kEmpty;
-          if (!queue_.front().collective) return Front::kOther;
+          if (!queue_.front()->collective) return Front::kOther;
           return coll_running_ ? Front::kBlocked : Front::kStartable;
         });
   }
@@ -1140,7 +1173,7 @@ class ProcessGroupMPI final : public ProcessGroup,
       return stopping_ || !queue_.empty() || adopted_ || (failure_ && !failure_handled);
     };
     for (;;) {
-      std::deque<PendingOp> start;  // ops to start now, in issue order
+      OpQueue start;  // ops to start now, in issue order
       std::exception_ptr failed;
       bool stop = false;
       {
@@ -1175,29 +1208,28 @@ class ProcessGroupMPI final : public ProcessGroup,
       bool progressed = false;
       try {
         while (!start.empty()) {
-          PendingOp op = std::move(start.front());
+          std::shared_ptr<OpWork> op = std::move(start.front());
           start.pop_front();
-          const Call call = describe(*op.work);
-          Active a{op.work, {}, Clock::now() + op.timeout};
+          const Call call = describe(*op);
+          Active a{op, {}, Clock::now() + op->timeout};
           progressed = true;
-          if (op.collective && detail_) {
+          if (op->collective && detail_) {
             // Every rank sees the same fingerprints and skips this op alike, so the
             // communicator's collectives stay matched and the group stays usable.
             if (auto mismatch = check_fingerprints(op, a.deadline, call)) {
-              op.work->finish_with_error(mismatch);
+              op->finish_with_error(mismatch);
               collective_done();
               continue;
             }
           }
           {
-            // A blocking call is watched while it runs here; the watch names `call`, which ends
-            // with this pass.
+            // A blocking call is watched while it runs here.
             std::optional<WatchGuard> watch;
-            if (comms_.blocking && op.collective) watch.emplace(*this, a.deadline, call);
+            if (comms_.blocking && op->collective) watch.emplace(*this, a.deadline, call);
             MpiLock lock;
-            a.started = op.start(comms_, call);
+            a.started = op->start(comms_, call);
           }
-          if (op.collective) {
+          if (op->collective) {
             coll = std::move(a);
           } else {
             p2p.push_back(std::move(a));
@@ -1228,7 +1260,7 @@ class ProcessGroupMPI final : public ProcessGroup,
         // Ops taken but not started fail with the group (fail() only sees the queue).
         const auto error = std::current_exception();
         fail(error);
-        for (auto& op : start) op.work->finish_with_error(error);
+        for (auto& op : start) op->finish_with_error(error);
         continue;
       }
       // Progress happens only inside MPI calls: poll hard right after progress, then back off
@@ -1249,11 +1281,12 @@ class ProcessGroupMPI final : public ProcessGroup,
   }
 
   // Under mu_: watches the blocking collective about to start (the watchdog ends the job past
-  // `deadline`) until unwatched; `call` must live until then. True when the watchdog must be
-  // woken. A waiter arms it while it takes the op and collective_done() disarms it, both in
-  // critical sections the op needs anyway; the worker uses a WatchGuard.
+  // `deadline`) until unwatched; the Work `call` names must live until then. True when the
+  // watchdog must be woken. A waiter arms it while it takes the op and collective_done()
+  // disarms it, both in critical sections the op needs anyway; the worker uses a WatchGuard.
   bool watch_locked(Clock::time_point deadline, const Call& call) {
-    return watchdog_->watch_locked(deadline, [&call] { return call.str(); });
+    watched_ = call;
+    return watchdog_->watch_locked(deadline);
   }
 
   // The worker's watch of one blocking call, for the call's scope.
@@ -1307,7 +1340,7 @@ class ProcessGroupMPI final : public ProcessGroup,
 
   std::mutex mu_;
   std::condition_variable cv_;       // queue_, failure_ or stopping_ changed; waits on mu_
-  std::deque<PendingOp> queue_;      // GUARDED_BY(mu_)
+  OpQueue queue_;                    // GUARDED_BY(mu_)
   std::uint64_t next_sequence_ = 0;  // GUARDED_BY(mu_); collectives
   std::uint64_t next_p2p_ = 0;       // GUARDED_BY(mu_); sends and recvs
   std::exception_ptr failure_;       // GUARDED_BY(mu_)
@@ -1322,6 +1355,7 @@ class ProcessGroupMPI final : public ProcessGroup,
   std::shared_ptr<const Work::WaitHook> wait_hook_;
   // Watches blocking collectives (comms_.blocking); destroyed after the worker is joined.
   std::optional<mpi::DeadlineWatchdog> watchdog_;
+  Call watched_{};  // GUARDED_BY(mu_); the call watchdog_ watches, named if it expires
   std::thread worker_;
 };
 
