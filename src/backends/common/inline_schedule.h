@@ -95,13 +95,16 @@ class InlineSchedule {
 
   // All below under the group's mutex.
 
-  // An op was queued; `startable` when nothing is queued or in flight ahead of it. True when the
-  // worker must be woken.
-  bool enqueued(bool collective, bool startable) {
-    if (startable) startable_since_ = kUnseen;
+  // An op was queued; `front` when nothing is queued ahead of it (its grace starts when the
+  // worker first finds it startable). True when the worker must be woken.
+  bool enqueued(bool collective, bool front) {
+    if (front) startable_since_ = kUnseen;
     enqueued_since_look_ = true;
     return !(collective && predict() && !worker_parked_);
   }
+  // The queue's front op was taken (by its waiter or the worker): the grace of the op behind it
+  // starts when the worker first finds that one startable.
+  void front_taken() { startable_since_ = kUnseen; }
   // The collective in flight finished: the next one is startable from now.
   void collective_done() { startable_since_ = kUnseen; }
   // What the waiter of a collective does (Work's wait hook), decided by waiter_choice.

@@ -443,7 +443,7 @@ class TransportProcessGroup final : public ProcessGroup,
       p.work = work;
       failed = failure_;
       if (!failed) {
-        wake = schedule_.enqueued(p.collective, queue_.empty() && !running_);
+        wake = schedule_.enqueued(p.collective, queue_.empty());
         queue_.push_back(std::move(p));
         queued_.fetch_add(1, std::memory_order_release);
       }

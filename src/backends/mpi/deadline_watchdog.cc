@@ -39,26 +39,25 @@ DeadlineWatchdog::~DeadlineWatchdog() {
 }
 
 bool DeadlineWatchdog::watch_locked(Clock::time_point deadline) {
-  watching_ = true;
+  watching_.store(true, std::memory_order_relaxed);
   deadline_ = deadline;
   return deadline < sleeping_until_;
 }
-
-void DeadlineWatchdog::unwatch_locked() { watching_ = false; }
 
 void DeadlineWatchdog::loop() {
   std::unique_lock lock(mu_);
   while (!stop_) {
     const auto now = Clock::now();
-    if (watching_ && now >= deadline_) {
+    const bool watching = watching_.load(std::memory_order_acquire);
+    if (watching && now >= deadline_) {
       const std::string what = describe_();
-      unwatch_locked();
+      unwatch();
       lock.unlock();
       expire_(what);
       lock.lock();
       continue;
     }
-    sleeping_until_ = watching_ ? std::min(deadline_, now + kTick) : now + kTick;
+    sleeping_until_ = watching ? std::min(deadline_, now + kTick) : now + kTick;
     cv_.wait_until(lock, sleeping_until_);
   }
 }

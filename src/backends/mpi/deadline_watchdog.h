@@ -6,10 +6,10 @@
 // group logs it and calls MPI_Abort, which ends every rank of the job loudly instead of leaving
 // them hanging).
 //
-// One call is watched at a time (a group runs one collective at a time). The watch state is
-// guarded by the owner's mutex, so that the group arms and disarms it inside critical sections
-// it enters anyway: no lock, clock read, allocation or wake-up of its own per call (the owner
-// keeps the watched call's description and `describe` reads it under the mutex). The watchdog
+// One call is watched at a time (a group runs one collective at a time). The group arms the
+// watch under its own mutex, in a critical section it enters anyway, and disarms it with one
+// atomic store: no lock, clock read, allocation or wake-up of the watchdog's own per call (the
+// owner keeps the watched call's description and `describe` reads it under the mutex). The watchdog
 // thread sleeps at most kTick at a time and is woken only for a deadline earlier than the end of
 // its current sleep.
 //
@@ -18,6 +18,7 @@
 // without the mutex. Lifetime: the mutex must outlive the watchdog.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -45,11 +46,12 @@ class DeadlineWatchdog {
   DeadlineWatchdog(const DeadlineWatchdog&) = delete;
   DeadlineWatchdog& operator=(const DeadlineWatchdog&) = delete;
 
-  // Under the owner's mutex. Watches one call until unwatch_locked(). Returns whether the
+  // Under the owner's mutex. Watches one call until unwatch(). Returns whether the
   // watchdog must be woken (wake() after releasing the mutex): the deadline comes before the
   // end of its sleep.
   [[nodiscard]] bool watch_locked(Clock::time_point deadline);
-  void unwatch_locked();
+  // Any thread, with or without the owner's mutex: the watched call returned.
+  void unwatch() { watching_.store(false, std::memory_order_release); }
   void wake() { cv_.notify_all(); }
 
  private:
@@ -59,7 +61,7 @@ class DeadlineWatchdog {
   const std::function<std::string()> describe_;
   const std::function<void(const std::string&)> expire_;
   std::condition_variable cv_;          // waits on mu_
-  bool watching_ = false;               // GUARDED_BY(mu_)
+  std::atomic<bool> watching_{false};   // set under mu_, cleared with or without it
   Clock::time_point deadline_{};        // GUARDED_BY(mu_)
   Clock::time_point sleeping_until_{};  // GUARDED_BY(mu_)
   bool stop_ = false;                   // GUARDED_BY(mu_)

@@ -3,7 +3,8 @@
 //
 // Contract, as the TCP group (backends/common/transport_process_group.cc): each call checks
 // its arguments on the caller's thread (InvalidArgument at once, nothing queued), takes the
-// group's next sequence number (collectives and point-to-point count apart) and queues the op;
+// group's next sequence number (collectives and point-to-point count apart) and queues the op
+// (an OpWork: the Work the caller gets, holding the closure that starts the op; one allocation);
 // ops start in issue order, at most one collective in flight per group. Who runs a collective:
 // the thread that waits for it, when it is next to start (run_inline: no thread hand-off, which
 // costs more than a small collective here), or else the group's worker thread; while callers
@@ -30,12 +31,13 @@
 // communicator (the user tag is the MPI tag) and are tested alongside: a recv waiting for a peer
 // never blocks the collectives behind it.
 //
-// Reductions: every reduce op is a user-defined, commutative MPI_Op over per-dtype contiguous
-// datatypes that calls algorithms::reduce_into, so the arithmetic is exactly the TCP
-// backend's (integer wraparound, NaN propagation, bool as logical ops, float16/bfloat16
-// rounding). AVG is a SUM followed by algorithms::finish_average; PREMUL_SUM scales this
-// rank's contribution with algorithms::premul_in_place (on a scratch copy when the input must
-// stay unchanged) and sums.
+// Reductions: the arithmetic is exactly the TCP backend's (integer wraparound, NaN propagation,
+// bool as logical ops, float16/bfloat16 rounding). Where MPI's predefined op computes the same
+// (sums and products of 32- and 64-bit numbers, integer min, max and bitwise ops: predefined_op)
+// it is used, and runs Open MPI's own vector kernels; every other reduce op is a user-defined,
+// commutative MPI_Op over per-dtype datatypes that calls algorithms::reduce_into. AVG is a SUM
+// followed by algorithms::finish_average; PREMUL_SUM scales this rank's contribution with
+// algorithms::premul_in_place (on a scratch copy when the input must stay unchanged) and sums.
 //
 // Communicators: each group owns three duplicates of its communicator: collectives, point-to-
 // point, and control (MPI_Comm_split for new_group, called on the caller's thread, so it never
@@ -306,7 +308,39 @@ void ensure_runtime() {
 
 MPI_Datatype mpi_type(DType d) { return runtime().types[static_cast<int>(d)]; }
 
-MPI_Op mpi_op(ReduceOp op) {
+// MPI's predefined op for `op` on `d`, where its arithmetic is exactly ours, else null: sums and
+// products of 32- and 64-bit numbers (IEEE adds and multiplies; integers wrap) and integer min,
+// max and bitwise ops, which Open MPI runs with its own vector kernels. Not for floating min and
+// max (ours propagate NaN), bool (logical ops), float16 and bfloat16 (no MPI type), or 8-bit
+// integers: Open MPI 4.1's AVX sum of MPI_INT8_T and MPI_UINT8_T saturates where ours wraps
+// (the conformance suite caught it: 200 + 100 gave 255).
+MPI_Op predefined_op(ReduceOp op, DType d) {
+  if (predefined_type(d) != mpi_type(d) || element_size(d) < 4) return MPI_OP_NULL;
+  const bool integer = !is_floating_point(d);
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+    case ReduceOp::kPremulSum:
+      return MPI_SUM;
+    case ReduceOp::kProduct:
+      return MPI_PROD;
+    case ReduceOp::kMin:
+      return integer ? MPI_MIN : MPI_OP_NULL;
+    case ReduceOp::kMax:
+      return integer ? MPI_MAX : MPI_OP_NULL;
+    case ReduceOp::kBand:
+      return MPI_BAND;
+    case ReduceOp::kBor:
+      return MPI_BOR;
+    case ReduceOp::kBxor:
+      return MPI_BXOR;
+  }
+  return MPI_OP_NULL;
+}
+
+// The MPI op for `op` on `d`: MPI's own where it computes exactly what ours does, else ours.
+MPI_Op mpi_op(ReduceOp op, DType d) {
+  if (const MPI_Op own = predefined_op(op, d); own != MPI_OP_NULL) return own;
   const Runtime& rt = runtime();
   switch (op) {
     case ReduceOp::kSum:
@@ -341,14 +375,15 @@ int as_count(std::int64_t n, std::string_view op) {
 }
 
 // Names an op in error messages ("rank 0: all_reduce #3 (MPI group g)"). Formatted only when an
-// error needs it: the hot path of a small collective is a few microseconds.
+// error needs it: the hot path of a small collective is a few microseconds. Holds no pointer to
+// the op's Work, so the watchdog may name a call whose Work is gone.
 struct Call {
   int rank;
-  const Work* work;
-  const std::string* group;
+  std::string_view op;  // a string literal
+  std::uint64_t sequence;
+  const std::string* group;  // the group's name; the group outlives its calls
   std::string str() const {
-    return fmt::format("rank {}: {} #{} (MPI group {})", rank, work->op_name(), work->sequence(),
-                       *group);
+    return fmt::format("rank {}: {} #{} (MPI group {})", rank, op, sequence, *group);
   }
 };
 
@@ -433,13 +468,19 @@ bool blocking_from_env() {
 // starts it lives in the same allocation (OpWorkOf), so queueing an op allocates once.
 class OpWork : public Work {
  public:
-  OpWork(std::string_view op, std::uint64_t sequence, bool is_collective, Milliseconds op_timeout)
-      : Work(std::string(op), sequence), collective(is_collective), timeout(op_timeout) {}
+  // `op_literal` is a string literal (it names the op for as long as the process runs).
+  OpWork(std::string_view op_literal, std::uint64_t sequence, bool is_collective,
+         Milliseconds op_timeout)
+      : Work(std::string(op_literal), sequence),
+        op(op_literal),
+        collective(is_collective),
+        timeout(op_timeout) {}
 
   // Posts the op's MPI calls (on the worker, or on the thread that waits for it); called once.
   // `call` prefixes errors ("rank 0: op #3").
   virtual Started start(const Comms& c, const Call& call) = 0;
 
+  const std::string_view op;
   const bool collective;
   const Milliseconds timeout;
   backends::Fingerprint fingerprint;  // compared across ranks under C10D_DEBUG=DETAIL
@@ -448,9 +489,9 @@ class OpWork : public Work {
 template <typename Start>
 class OpWorkOf final : public OpWork {
  public:
-  OpWorkOf(std::string_view op, std::uint64_t sequence, bool is_collective, Milliseconds op_timeout,
-           Start start)
-      : OpWork(op, sequence, is_collective, op_timeout), start_(std::move(start)) {}
+  OpWorkOf(std::string_view op_literal, std::uint64_t sequence, bool is_collective,
+           Milliseconds op_timeout, Start start)
+      : OpWork(op_literal, sequence, is_collective, op_timeout), start_(std::move(start)) {}
 
   Started start(const Comms& c, const Call& call) override {
     Started s = (*start_)(c, call);
@@ -565,7 +606,7 @@ class ProcessGroupMPI final : public ProcessGroup,
                                               : runtime().allreduce_algorithm.select(t.nbytes());
             C10D_MPI_COLLECTIVE(c, s, call, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE,
                                 t.raw_data(), as_count(t.numel(), call), mpi_type(t.dtype()),
-                                mpi_op(r.op), c.coll);
+                                mpi_op(r.op, t.dtype()), c.coll);
           }
           if (r.op == ReduceOp::kAvg) s.then = average(size());
           s.outputs = std::move(tensors);
@@ -610,7 +651,7 @@ class ProcessGroupMPI final : public ProcessGroup,
                                          root ? MPI_IN_PLACE : tensor.raw_data(),
                                          root ? tensor.raw_data() : nullptr,
                                          as_count(tensor.numel(), call), mpi_type(tensor.dtype()),
-                                         mpi_op(r.op), opts.root, c.coll);
+                                         mpi_op(r.op, tensor.dtype()), opts.root, c.coll);
                      if (root && r.op == ReduceOp::kAvg) s.then = average(size());
                      s.outputs = {tensor};
                      return s;
@@ -876,7 +917,7 @@ class ProcessGroupMPI final : public ProcessGroup,
     Started s;
     C10D_MPI_COLLECTIVE(c, s, call, MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block,
                         all.raw_data(), output.raw_data(), as_count(output.numel(), call),
-                        mpi_type(dtype), mpi_op(r.op), c.coll);
+                        mpi_type(dtype), mpi_op(r.op, dtype), c.coll);
     if (r.op == ReduceOp::kAvg) s.then = average(size());
     s.keep_until_done(c, all);
     s.outputs = {output};
@@ -933,7 +974,7 @@ class ProcessGroupMPI final : public ProcessGroup,
       }
       failed = failure_;
       if (!failed) {
-        wake = schedule_.enqueued(collective, queue_.empty() && !coll_running_);
+        wake = schedule_.enqueued(collective, queue_.empty());
         queue_.push_back(work);
       }
     }
@@ -956,7 +997,8 @@ class ProcessGroupMPI final : public ProcessGroup,
   void run_inline(Work& w, Work::WaitClock& clock) {
     bool wake = false;
     bool wake_watchdog = false;
-    const Call call = describe(w);
+    // Only collectives' Works have this hook (push), and they are OpWorks.
+    const Call call = describe(static_cast<const OpWork&>(w));
     Active a{nullptr, {}, {}};
     {
       std::lock_guard lock(mu_);
@@ -964,7 +1006,7 @@ class ProcessGroupMPI final : public ProcessGroup,
       // A blocking call cannot be handed to the worker midway, so only a waiter that waits as
       // long as the op's own timeout runs one.
       const auto may_take = [&](const std::shared_ptr<OpWork>& p) {
-        return !coll_running_ && !failure_ && !stopping_ &&
+        return !coll_running_.load(std::memory_order_acquire) && !failure_ && !stopping_ &&
                (!comms_.blocking ||
                 backends::InlineSchedule::waits_long_enough(clock.timeout(), p->timeout));
       };
@@ -979,7 +1021,8 @@ class ProcessGroupMPI final : public ProcessGroup,
                      comms_.blocking ? mpi::DeadlineWatchdog::deadline_in(timeout)
                                      : clock.start() + timeout};
           queue_.pop_front();
-          coll_running_ = true;
+          schedule_.front_taken();
+          coll_running_.store(true, std::memory_order_relaxed);
           if (comms_.blocking) wake_watchdog = watch_locked(a.deadline, call);
           break;
         }
@@ -1140,11 +1183,14 @@ class ProcessGroupMPI final : public ProcessGroup,
     const auto now = Clock::now();
     while (!queue_.empty()) {
       if (queue_.front()->collective) {
-        if (coll_running_ || !schedule_.worker_may_start(now)) return;
-        coll_running_ = true;
+        if (coll_running_.load(std::memory_order_acquire) || !schedule_.worker_may_start(now)) {
+          return;
+        }
+        coll_running_.store(true, std::memory_order_relaxed);
       }
       start.push_back(std::move(queue_.front()));
       queue_.pop_front();
+      schedule_.front_taken();
     }
   }
 
@@ -1159,7 +1205,8 @@ class ProcessGroupMPI final : public ProcessGroup,
           using Front = backends::InlineSchedule::Front;
           if (queue_.empty()) return Front::kEmpty;
           if (!queue_.front()->collective) return Front::kOther;
-          return coll_running_ ? Front::kBlocked : Front::kStartable;
+          return coll_running_.load(std::memory_order_acquire) ? Front::kBlocked
+                                                               : Front::kStartable;
         });
   }
 
@@ -1309,24 +1356,22 @@ class ProcessGroupMPI final : public ProcessGroup,
   };
 
   // How errors name an op: "rank 0: all_reduce #3 (MPI group world)".
-  Call describe(const Work& w) const { return Call{rank(), &w, &name_}; }
+  Call describe(const OpWork& w) const { return Call{rank(), w.op, w.sequence(), &name_}; }
 
   static constexpr unsigned kClockEvery = 16;
 
   // The blocking collective this thread watched returned (or failed).
   void unwatch() {
-    if (!watchdog_) return;
-    std::lock_guard lock(mu_);
-    watchdog_->unwatch_locked();
+    if (watchdog_) watchdog_->unwatch();
   }
 
-  // The collective in flight ended (the worker's or a waiter's): the next may start.
+  // The collective in flight ended (the worker's or a waiter's): the next may start. Without
+  // mu_ (one lock less per op): whoever starts the next collective reads coll_running_ under
+  // mu_ anyway, and the worker looks at a blocked queue every InlineSchedule::kGrace, which
+  // restarts the next collective's grace when it finds it startable.
   void collective_done() {
-    std::lock_guard lock(mu_);
-    coll_running_ = false;
-    if (watchdog_) watchdog_->unwatch_locked();
-    // The next collective's grace starts now, if one is queued (else its enqueue starts it).
-    if (!queue_.empty()) schedule_.collective_done();
+    unwatch();
+    coll_running_.store(false, std::memory_order_release);
   }
 
   const backends::OpChecks checks_;
@@ -1349,7 +1394,8 @@ class ProcessGroupMPI final : public ProcessGroup,
   // Inline collectives (run_inline) and the worker's part in them; GUARDED_BY(mu_).
   backends::InlineSchedule schedule_{!runtime().serialized && !detail_ &&
                                      backends::inline_from_env()};
-  bool coll_running_ = false;      // a collective is in flight, the worker's or inline
+  // A collective is in flight, the worker's or inline; set under mu_, cleared without it.
+  std::atomic<bool> coll_running_{false};
   std::optional<Active> adopted_;  // started by a waiter that stopped waiting
   // Work's wait hook for collectives (run_inline), shared by every Work.
   std::shared_ptr<const Work::WaitHook> wait_hook_;
