@@ -31,11 +31,12 @@
 // communicator (the user tag is the MPI tag) and are tested alongside: a recv waiting for a peer
 // never blocks the collectives behind it.
 //
-// Reductions: the arithmetic is exactly the TCP backend's (integer wraparound, NaN propagation,
-// bool as logical ops, float16/bfloat16 rounding). Where MPI's predefined op computes the same
-// (sums and products of 32- and 64-bit numbers, integer min, max and bitwise ops: predefined_op)
-// it is used, and runs Open MPI's own vector kernels; every other reduce op is a user-defined,
-// commutative MPI_Op over per-dtype datatypes that calls algorithms::reduce_into. AVG is a SUM
+// Reductions: every reduce op is a user-defined, commutative MPI_Op over per-dtype datatypes
+// that calls algorithms::reduce_into, so the arithmetic is exactly the TCP backend's (integer
+// wraparound, NaN propagation, bool as logical ops, float16/bfloat16 rounding). MPI's own ops
+// differ in places: Open MPI 4.1's AVX sum of MPI_INT8_T and MPI_UINT8_T saturates (200 + 100
+// gives 255: the conformance suite caught it when MPI_SUM was tried), and for float32 sums they
+// measured no faster (docs/benchmarks.md). AVG is a SUM
 // followed by algorithms::finish_average; PREMUL_SUM scales this rank's contribution with
 // algorithms::premul_in_place (on a scratch copy when the input must stay unchanged) and sums.
 //
@@ -308,39 +309,7 @@ void ensure_runtime() {
 
 MPI_Datatype mpi_type(DType d) { return runtime().types[static_cast<int>(d)]; }
 
-// MPI's predefined op for `op` on `d`, where its arithmetic is exactly ours, else null: sums and
-// products of 32- and 64-bit numbers (IEEE adds and multiplies; integers wrap) and integer min,
-// max and bitwise ops, which Open MPI runs with its own vector kernels. Not for floating min and
-// max (ours propagate NaN), bool (logical ops), float16 and bfloat16 (no MPI type), or 8-bit
-// integers: Open MPI 4.1's AVX sum of MPI_INT8_T and MPI_UINT8_T saturates where ours wraps
-// (the conformance suite caught it: 200 + 100 gave 255).
-MPI_Op predefined_op(ReduceOp op, DType d) {
-  if (predefined_type(d) != mpi_type(d) || element_size(d) < 4) return MPI_OP_NULL;
-  const bool integer = !is_floating_point(d);
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg:
-    case ReduceOp::kPremulSum:
-      return MPI_SUM;
-    case ReduceOp::kProduct:
-      return MPI_PROD;
-    case ReduceOp::kMin:
-      return integer ? MPI_MIN : MPI_OP_NULL;
-    case ReduceOp::kMax:
-      return integer ? MPI_MAX : MPI_OP_NULL;
-    case ReduceOp::kBand:
-      return MPI_BAND;
-    case ReduceOp::kBor:
-      return MPI_BOR;
-    case ReduceOp::kBxor:
-      return MPI_BXOR;
-  }
-  return MPI_OP_NULL;
-}
-
-// The MPI op for `op` on `d`: MPI's own where it computes exactly what ours does, else ours.
-MPI_Op mpi_op(ReduceOp op, DType d) {
-  if (const MPI_Op own = predefined_op(op, d); own != MPI_OP_NULL) return own;
+MPI_Op mpi_op(ReduceOp op) {
   const Runtime& rt = runtime();
   switch (op) {
     case ReduceOp::kSum:
@@ -606,7 +575,7 @@ class ProcessGroupMPI final : public ProcessGroup,
                                               : runtime().allreduce_algorithm.select(t.nbytes());
             C10D_MPI_COLLECTIVE(c, s, call, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE,
                                 t.raw_data(), as_count(t.numel(), call), mpi_type(t.dtype()),
-                                mpi_op(r.op, t.dtype()), c.coll);
+                                mpi_op(r.op), c.coll);
           }
           if (r.op == ReduceOp::kAvg) s.then = average(size());
           s.outputs = std::move(tensors);
@@ -651,7 +620,7 @@ class ProcessGroupMPI final : public ProcessGroup,
                                          root ? MPI_IN_PLACE : tensor.raw_data(),
                                          root ? tensor.raw_data() : nullptr,
                                          as_count(tensor.numel(), call), mpi_type(tensor.dtype()),
-                                         mpi_op(r.op, tensor.dtype()), opts.root, c.coll);
+                                         mpi_op(r.op), opts.root, c.coll);
                      if (root && r.op == ReduceOp::kAvg) s.then = average(size());
                      s.outputs = {tensor};
                      return s;
@@ -917,7 +886,7 @@ class ProcessGroupMPI final : public ProcessGroup,
     Started s;
     C10D_MPI_COLLECTIVE(c, s, call, MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block,
                         all.raw_data(), output.raw_data(), as_count(output.numel(), call),
-                        mpi_type(dtype), mpi_op(r.op, dtype), c.coll);
+                        mpi_type(dtype), mpi_op(r.op), c.coll);
     if (r.op == ReduceOp::kAvg) s.then = average(size());
     s.keep_until_done(c, all);
     s.outputs = {output};
