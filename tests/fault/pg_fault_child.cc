@@ -20,6 +20,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -61,6 +62,25 @@ int run(const std::string& scenario, int victim) {
       return 3;
     }
     fmt::print("UNEXPECTED: the mismatched collective succeeded\n");
+    return 1;
+  }
+  if (scenario == "start_fails") {
+    // An all_reduce MPI cannot count (more than INT_MAX elements; nothing reads the one real
+    // byte), left to the worker: the waiter comes only after the worker's 1 ms grace.
+    static std::uint8_t byte = 0;
+    const auto huge =
+        c10d::Tensor::from_blob(&byte, {std::int64_t{INT_MAX} + 1}, c10d::DType::kUInt8);
+    auto work = pg->all_reduce({huge});
+    std::this_thread::sleep_for(50ms);
+    try {
+      work->wait(10s);
+      fmt::print("UNEXPECTED: the all_reduce finished\n");
+    } catch (const c10d::Unsupported& e) {
+      fmt::print("START_FAILED: {}\n", e.what());
+      return 0;
+    } catch (const c10d::Error& e) {
+      fmt::print("UNEXPECTED: {}\n", e.what());
+    }
     return 1;
   }
   if (scenario == "stall") {

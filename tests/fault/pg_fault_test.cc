@@ -182,6 +182,20 @@ TEST(ProcessGroupFaultTest, AllToAllSplitSizesOnSomeMpiRanksFailUnderDetail) {
                                           "all_to_all(float32, with split sizes) #0");
 }
 
+// An op whose MPI call cannot even be made (its count exceeds MPI's int) fails its Work with the
+// reason when the worker starts it, instead of leaving the Work to time out.
+TEST(ProcessGroupFaultTest, MpiOpThatFailsToStartOnTheWorkerFailsItsWork) {
+  TempDir dir;
+  ChildProcess mpirun({C10D_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", "1",
+                       child_path(), "start_fails"},
+                      {{"C10D_BACKEND", "mpi"}}, dir.path(), "mpirun");
+  const auto exit = mpirun.wait(std::chrono::steady_clock::now() + 60s);
+  EXPECT_FALSE(exit.timed_out) << mpirun.describe();
+  EXPECT_EQ(exit.code, 0) << mpirun.describe() << mpirun.out() << mpirun.err();
+  EXPECT_NE(mpirun.out().find("START_FAILED"), std::string::npos) << mpirun.out();
+  EXPECT_NE(mpirun.out().find("exceed MPI's int count limit"), std::string::npos) << mpirun.out();
+}
+
 // Blocking MPI collectives (the default) cannot be cancelled: a waiter with a short wait gets
 // its TimeoutError while the worker stays in MPI, and at the op's own deadline the watchdog
 // names the op and aborts the whole job instead of leaving it hanging.

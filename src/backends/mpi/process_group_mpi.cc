@@ -36,8 +36,8 @@
 // wraparound, NaN propagation, bool as logical ops, float16/bfloat16 rounding). MPI's own ops
 // differ in places: Open MPI 4.1's AVX sum of MPI_INT8_T and MPI_UINT8_T saturates (200 + 100
 // gives 255: the conformance suite caught it when MPI_SUM was tried), and for float32 sums they
-// measured no faster (docs/benchmarks.md). AVG is a SUM
-// followed by algorithms::finish_average; PREMUL_SUM scales this rank's contribution with
+// measured no faster (docs/benchmarks.md). AVG is a SUM followed by
+// algorithms::finish_average; PREMUL_SUM scales this rank's contribution with
 // algorithms::premul_in_place (on a scratch copy when the input must stay unchanged) and sums.
 //
 // Communicators: each group owns three duplicates of its communicator: collectives, point-to-
@@ -448,11 +448,19 @@ class OpWork : public Work {
   // Posts the op's MPI calls (on the worker, or on the thread that waits for it); called once.
   // `call` prefixes errors ("rank 0: op #3").
   virtual Started start(const Comms& c, const Call& call) = 0;
+  // Fails an op that never started, dropping its closure (and the tensors it holds).
+  void fail_unstarted(std::exception_ptr error) {
+    drop_start();
+    finish_with_error(std::move(error));
+  }
 
-  const std::string_view op;
+  const std::string_view op;  // the string literal op_name() copies
   const bool collective;
   const Milliseconds timeout;
   backends::Fingerprint fingerprint;  // compared across ranks under C10D_DEBUG=DETAIL
+
+ private:
+  virtual void drop_start() = 0;
 };
 
 template <typename Start>
@@ -471,6 +479,8 @@ class OpWorkOf final : public OpWork {
   }
 
  private:
+  void drop_start() override { start_.reset(); }
+
   std::optional<Start> start_;
 };
 
@@ -539,7 +549,7 @@ class ProcessGroupMPI final : public ProcessGroup,
       stop_reason_ = reason;
       dropped.swap(queue_);
     }
-    for (auto& op : dropped) op->finish_with_error(reason);
+    for (auto& op : dropped) op->fail_unstarted(reason);
     cv_.notify_all();
     worker_.join();
     // Pending operations on a freed communicator complete normally (MPI_Comm_free), so this is
@@ -948,7 +958,7 @@ class ProcessGroupMPI final : public ProcessGroup,
       }
     }
     if (failed) {
-      work->finish_with_error(failed);  // outside mu_: its callbacks may call into the group
+      work->fail_unstarted(failed);  // outside mu_: its callbacks may call into the group
     } else if (wake) {
       cv_.notify_all();
     }
@@ -1071,7 +1081,7 @@ class ProcessGroupMPI final : public ProcessGroup,
       failure_ = e;
       dropped.swap(queue_);
     }
-    for (auto& op : dropped) op->finish_with_error(e);
+    for (auto& op : dropped) op->fail_unstarted(e);
     cv_.notify_all();
   }
 
@@ -1222,9 +1232,10 @@ class ProcessGroupMPI final : public ProcessGroup,
         continue;  // sleeps until more work or the destructor
       }
       bool progressed = false;
+      std::shared_ptr<OpWork> op;  // the op being started
       try {
         while (!start.empty()) {
-          std::shared_ptr<OpWork> op = std::move(start.front());
+          op = std::move(start.front());
           start.pop_front();
           const Call call = describe(*op);
           Active a{op, {}, Clock::now() + op->timeout};
@@ -1233,7 +1244,8 @@ class ProcessGroupMPI final : public ProcessGroup,
             // Every rank sees the same fingerprints and skips this op alike, so the
             // communicator's collectives stay matched and the group stays usable.
             if (auto mismatch = check_fingerprints(op, a.deadline, call)) {
-              op->finish_with_error(mismatch);
+              op->fail_unstarted(mismatch);
+              op.reset();
               collective_done();
               continue;
             }
@@ -1250,6 +1262,7 @@ class ProcessGroupMPI final : public ProcessGroup,
           } else {
             p2p.push_back(std::move(a));
           }
+          op.reset();
         }
         if (coll && test(*coll)) {
           auto done = std::move(*coll);
@@ -1273,10 +1286,13 @@ class ProcessGroupMPI final : public ProcessGroup,
           }
         }
       } catch (...) {
-        // Ops taken but not started fail with the group (fail() only sees the queue).
+        // The op whose start threw, and those taken but not started, fail with the group
+        // (fail() only sees the queue). The first keeps its closure: MPI may hold some of its
+        // buffers.
         const auto error = std::current_exception();
         fail(error);
-        for (auto& op : start) op->finish_with_error(error);
+        if (op) op->finish_with_error(error);
+        for (auto& taken : start) taken->fail_unstarted(error);
         continue;
       }
       // Progress happens only inside MPI calls: poll hard right after progress, then back off
