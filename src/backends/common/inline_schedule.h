@@ -103,10 +103,9 @@ class InlineSchedule {
     return !(collective && predict() && !worker_parked_);
   }
   // The queue's front op was taken (by its waiter or the worker): the grace of the op behind it
-  // starts when the worker first finds that one startable.
+  // starts when the worker first finds that one startable (not while an op runs ahead of it,
+  // which the group reports as Front::kBlocked).
   void front_taken() { startable_since_ = kUnseen; }
-  // The collective in flight finished: the next one is startable from now.
-  void collective_done() { startable_since_ = kUnseen; }
   // What the waiter of a collective does (Work's wait hook), decided by waiter_choice.
   enum class Choice {
     kGone,     // the op is no longer queued: it runs or ran already

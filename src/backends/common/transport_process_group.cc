@@ -526,6 +526,7 @@ class TransportProcessGroup final : public ProcessGroup,
     PendingOp op = std::move(queue_.front());
     queue_.pop_front();
     queued_.fetch_sub(1, std::memory_order_relaxed);
+    schedule_.front_taken();
     running_ = true;
     return op;
   }
@@ -576,7 +577,6 @@ class TransportProcessGroup final : public ProcessGroup,
       // last op is done must find nothing running (else the destructor aborts the transport).
       std::lock_guard lock(mu_);
       if (!outcome.handed_off) running_ = false;  // else cleared already; maybe set again since
-      if (op.collective) schedule_.collective_done();
       // An op queued behind this one that the worker should start now (it may be asleep).
       wake = !queue_.empty() && (!queue_.front().collective || !schedule_.predict());
     }
