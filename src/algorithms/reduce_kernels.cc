@@ -102,10 +102,18 @@ struct LogicalXor {
   }
 };
 
-// The loop every reduction ends in.
+// The loop every reduction ends in: out[i] = op(a[i], in[i]), where out is either a itself or
+// disjoint from it (two loops, so that each is vectorized over non-aliasing pointers).
 template <typename Op, typename T>
-void combine(T* __restrict acc, const T* __restrict in, std::int64_t count) {
-  for (std::int64_t i = 0; i < count; ++i) acc[i] = Op::apply(acc[i], in[i]);
+void combine(T* out, const T* a, const T* __restrict in, std::int64_t count) {
+  if (out == a) {
+    T* __restrict acc = out;
+    for (std::int64_t i = 0; i < count; ++i) acc[i] = Op::apply(acc[i], in[i]);
+  } else {
+    T* __restrict o = out;
+    const T* __restrict x = a;
+    for (std::int64_t i = 0; i < count; ++i) o[i] = Op::apply(x[i], in[i]);
+  }
 }
 
 // Calls fn(OpType{}) for the combine that `op` accumulates with on element type T (AVG and
@@ -137,18 +145,19 @@ void with_op(ReduceOp op, Fn&& fn) {
   C10D_THROW(InvalidArgument, "reduce op {} has no kernel", static_cast<int>(op));
 }
 
-void reduce_bool(ReduceOp op, std::uint8_t* acc, const std::uint8_t* in, std::int64_t count) {
+void reduce_bool(ReduceOp op, std::uint8_t* out, const std::uint8_t* a, const std::uint8_t* in,
+                 std::int64_t count) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kMax:
     case ReduceOp::kBor:
-      return combine<LogicalOr>(acc, in, count);
+      return combine<LogicalOr>(out, a, in, count);
     case ReduceOp::kProduct:
     case ReduceOp::kMin:
     case ReduceOp::kBand:
-      return combine<LogicalAnd>(acc, in, count);
+      return combine<LogicalAnd>(out, a, in, count);
     case ReduceOp::kBxor:
-      return combine<LogicalXor>(acc, in, count);
+      return combine<LogicalXor>(out, a, in, count);
     case ReduceOp::kAvg:
     case ReduceOp::kPremulSum:
       break;
@@ -176,16 +185,18 @@ void narrow(const float* __restrict src, std::uint16_t* __restrict dst, std::int
   for (std::int64_t i = 0; i < count; ++i) dst[i] = Codec::narrow(src[i]);
 }
 
+// A chunk of `a` and of `in` is widened before the chunk of `out` is written, so out may be a.
 template <typename Codec, typename Op>
-void combine_16bit(std::uint16_t* acc, const std::uint16_t* in, std::int64_t count) {
-  float a[kChunk];
-  float b[kChunk];
+void combine_16bit(std::uint16_t* out, const std::uint16_t* a, const std::uint16_t* in,
+                   std::int64_t count) {
+  float x[kChunk];
+  float y[kChunk];
   for (std::int64_t start = 0; start < count; start += kChunk) {
     const std::int64_t n = std::min(kChunk, count - start);
-    widen<Codec>(acc + start, a, n);
-    widen<Codec>(in + start, b, n);
-    combine<Op>(a, b, n);
-    narrow<Codec>(a, acc + start, n);
+    widen<Codec>(a + start, x, n);
+    widen<Codec>(in + start, y, n);
+    combine<Op>(x, x, y, n);
+    narrow<Codec>(x, out + start, n);
   }
 }
 
@@ -207,16 +218,18 @@ void map(T* __restrict data, std::int64_t count, Fn fn) {
 }
 
 template <typename T>
-void reduce_typed(ReduceOp op, void* acc, const void* in, std::int64_t count) {
+void reduce_typed(ReduceOp op, void* out, const void* a, const void* in, std::int64_t count) {
   with_op<T>(op, [&](auto combine_op) {
-    combine<decltype(combine_op)>(static_cast<T*>(acc), static_cast<const T*>(in), count);
+    combine<decltype(combine_op)>(static_cast<T*>(out), static_cast<const T*>(a),
+                                  static_cast<const T*>(in), count);
   });
 }
 
 template <typename Codec>
-void reduce_16bit(ReduceOp op, void* acc, const void* in, std::int64_t count) {
+void reduce_16bit(ReduceOp op, void* out, const void* a, const void* in, std::int64_t count) {
   with_op<float>(op, [&](auto combine_op) {
-    combine_16bit<Codec, decltype(combine_op)>(static_cast<std::uint16_t*>(acc),
+    combine_16bit<Codec, decltype(combine_op)>(static_cast<std::uint16_t*>(out),
+                                               static_cast<const std::uint16_t*>(a),
                                                static_cast<const std::uint16_t*>(in), count);
   });
 }
@@ -250,30 +263,35 @@ void validate_reduction(DType dtype, ReduceOp op) {
   }
 }
 
-void reduce_into(DType dtype, const Reduction& r, void* acc, const void* in, std::int64_t count) {
+void reduce_to(DType dtype, const Reduction& r, void* out, const void* a, const void* in,
+               std::int64_t count) {
   validate_reduction(dtype, r.op);
   check_count(count);
   switch (dtype) {
     case DType::kFloat32:
-      return reduce_typed<float>(r.op, acc, in, count);
+      return reduce_typed<float>(r.op, out, a, in, count);
     case DType::kFloat64:
-      return reduce_typed<double>(r.op, acc, in, count);
+      return reduce_typed<double>(r.op, out, a, in, count);
     case DType::kFloat16:
-      return reduce_16bit<Half>(r.op, acc, in, count);
+      return reduce_16bit<Half>(r.op, out, a, in, count);
     case DType::kBFloat16:
-      return reduce_16bit<BFloat16>(r.op, acc, in, count);
+      return reduce_16bit<BFloat16>(r.op, out, a, in, count);
     case DType::kInt8:
-      return reduce_typed<std::int8_t>(r.op, acc, in, count);
+      return reduce_typed<std::int8_t>(r.op, out, a, in, count);
     case DType::kUInt8:
-      return reduce_typed<std::uint8_t>(r.op, acc, in, count);
+      return reduce_typed<std::uint8_t>(r.op, out, a, in, count);
     case DType::kInt32:
-      return reduce_typed<std::int32_t>(r.op, acc, in, count);
+      return reduce_typed<std::int32_t>(r.op, out, a, in, count);
     case DType::kInt64:
-      return reduce_typed<std::int64_t>(r.op, acc, in, count);
+      return reduce_typed<std::int64_t>(r.op, out, a, in, count);
     case DType::kBool:
-      return reduce_bool(r.op, static_cast<std::uint8_t*>(acc),
+      return reduce_bool(r.op, static_cast<std::uint8_t*>(out), static_cast<const std::uint8_t*>(a),
                          static_cast<const std::uint8_t*>(in), count);
   }
+}
+
+void reduce_into(DType dtype, const Reduction& r, void* acc, const void* in, std::int64_t count) {
+  reduce_to(dtype, r, acc, acc, in, count);
 }
 
 void premul_in_place(DType dtype, double factor, void* data, std::int64_t count) {

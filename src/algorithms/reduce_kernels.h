@@ -45,6 +45,11 @@ void validate_reduction(DType dtype, ReduceOp op);
 // (op, dtype).
 void reduce_into(DType dtype, const Reduction& r, void* acc, const void* in, std::int64_t count);
 
+// out[i] = op(a[i], in[i]): reduce_into with a separate destination, under the same rules. `out`
+// is either `a` itself (then this is reduce_into) or disjoint from it; `in` overlaps neither.
+void reduce_to(DType dtype, const Reduction& r, void* out, const void* a, const void* in,
+               std::int64_t count);
+
 // data[i] = factor * data[i]: scales one rank's contribution to a PREMUL_SUM before it is
 // reduced. float64 multiplies in double; float32 by float(factor); float16/bfloat16 widen to
 // float32, multiply by float(factor) and round back. Throws InvalidArgument for integer and

@@ -20,6 +20,23 @@ void reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction,
   const std::size_t block_bytes = static_cast<std::size_t>(count) * elem;
   const std::int64_t total = count * n;
 
+  // The ring reads the input and writes partial sums to scratch and the result to the output,
+  // unless PREMUL_SUM must scale this rank's input first or the output overlaps the input
+  // anywhere but at this rank's own block (where each element is read just before it is
+  // written). AVG accumulates as a plain sum and is divided once at the end.
+  const auto* in_begin = static_cast<const std::byte*>(input);
+  const auto* in_end = in_begin + block_bytes * static_cast<std::size_t>(n);
+  const auto* out_begin = static_cast<const std::byte*>(output);
+  const bool disjoint = out_begin + block_bytes <= in_begin || out_begin >= in_end;
+  const bool own_block = out_begin == in_begin + static_cast<std::size_t>(ctx.rank()) * block_bytes;
+  if (reduction.op != ReduceOp::kPremulSum && (disjoint || own_block)) {
+    Reduction accumulate = reduction;
+    if (reduction.op == ReduceOp::kAvg) accumulate.op = ReduceOp::kSum;
+    ring_reduce_scatter_to(ctx, dtype, accumulate, input, output, total, options);
+    if (reduction.op == ReduceOp::kAvg) finish_average(dtype, output, count, n);
+    return;
+  }
+
   // The ring reduces in place and leaves partial sums in the other blocks; the caller's input
   // must stay as it was, so the ring runs on a copy.
   const Scratch scratch(ScratchSlot::kInputCopy, block_bytes * static_cast<std::size_t>(n));

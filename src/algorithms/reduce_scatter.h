@@ -3,11 +3,13 @@
 //
 // Words used here: a block is `count` elements; the input holds n blocks in rank order, block r
 // being this rank's contribution to rank r's result; the output is one block. The steps are
-// those of the ring reduce-scatter (ring_pattern.h), run on a scratch copy of the input so the
-// caller's input is left unchanged: with equal blocks, block_of cuts the n * count elements
-// exactly at the rank boundaries. AVG and PREMUL_SUM follow reduce_kernels.h: each rank scales
-// its own scratch once before the ring (PREMUL_SUM), the ring accumulates plain sums, and the
-// result is divided once at the end (AVG).
+// those of the ring reduce-scatter (ring_pattern.h; with equal blocks, block_of cuts the
+// n * count elements exactly at the rank boundaries), run by ring_reduce_scatter_to: the input
+// is only read, partial sums travel through scratch, and the last step writes the output. Two
+// cases run the in-place ring on a scratch copy of the input instead: PREMUL_SUM, which scales
+// this rank's whole contribution before the ring, and an output that overlaps the input other
+// than as this rank's own block. AVG follows reduce_kernels.h: the ring accumulates plain sums
+// and the result is divided once at the end.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +21,9 @@
 namespace c10d::algorithms {
 
 // output[i] = reduction over ranks q of q's input[rank * count + i], for i in [0, count).
-// `input` holds n * count elements of `dtype`, `output` count elements; they may overlap (the
-// input is copied before anything is written). Throws InvalidArgument, before any message, for
+// `input` holds n * count elements of `dtype`, `output` count elements; they may overlap in any
+// way (the input is then copied before anything is written, unless the output is exactly this
+// rank's block of it). Throws InvalidArgument, before any message, for
 // a negative count or a reduction the kernels reject on `dtype`.
 void reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction, const void* input,
                     void* output, std::int64_t count, const RingOptions& options = {});

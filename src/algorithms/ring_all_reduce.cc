@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <memory>
 #include <numeric>
 
@@ -25,49 +26,112 @@ std::span<std::byte> bytes_at(void* data, std::size_t elem, Block b) {
           static_cast<std::size_t>(b.count) * elem};
 }
 
+std::span<const std::byte> bytes_at(const void* data, std::size_t elem, Block b) {
+  return {static_cast<const std::byte*>(data) + b.offset * static_cast<std::int64_t>(elem),
+          static_cast<std::size_t>(b.count) * elem};
+}
+
 }  // namespace
 
-void ring_reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction, void* data,
-                         std::int64_t count, const RingOptions& options) {
+namespace {
+
+// One reduce-scatter step's buffers, as bytes: `send` goes right whole (the block
+// reduce_scatter_send(s) as this rank holds it now); the block reduce_scatter_recv(s) arrives
+// from the left and is combined with this rank's `own` contribution to it into `dst` (`own`
+// itself in place, or a separate buffer).
+struct StepBuffers {
+  const std::byte* send;
+  const std::byte* own;
+  std::byte* dst;
+};
+
+// Runs reduce-scatter steps; `buffers(s)` names step s's buffers. Segments of at most
+// `options.segment_bytes` go out at once; the receiver keeps two in flight, in two slots of
+// scratch, and reduces one while the next arrives.
+template <typename BuffersOf>
+void run_reduce_scatter(const Context& ctx, const RingPattern& ring, DType dtype,
+                        const Reduction& reduction, std::int64_t count, const RingOptions& options,
+                        BuffersOf buffers) {
   const int n = ctx.size();
-  if (n == 1 || count == 0) return;
-  const RingPattern ring = pattern_for(ctx, count, options);
   const std::size_t elem = element_size(dtype);
   const std::int64_t seg =
       std::max<std::int64_t>(1, options.segment_bytes / static_cast<std::int64_t>(elem));
-  // Two receive slots: one segment is reduced while the next arrives.
   const std::int64_t slot = std::min(seg, block_of(count, n, 0).count);
   const Scratch scratch(ScratchSlot::kSegments, 2 * static_cast<std::size_t>(slot) * elem);
+  const auto bytes = [elem](std::int64_t elements) {
+    return static_cast<std::size_t>(elements) * elem;
+  };
   auto& t = ctx.transport;
 
   for (int s = 0; s < n - 1; ++s) {
-    const Block send = ring.reduce_scatter_send(s);
-    const Block recv = ring.reduce_scatter_recv(s);
+    const StepBuffers b = buffers(s);
+    const std::int64_t send_count = ring.reduce_scatter_send(s).count;
+    const std::int64_t recv_count = ring.reduce_scatter_recv(s).count;
     std::vector<std::unique_ptr<transport::Request>> sends;
-    for (std::int64_t off = 0; off < send.count; off += seg) {
-      const Block part{send.offset + off, std::min(seg, send.count - off)};
-      sends.push_back(t.isend(ring.right(), ctx.tag, bytes_at(data, elem, part)));
+    for (std::int64_t off = 0; off < send_count; off += seg) {
+      sends.push_back(t.isend(ring.right(), ctx.tag,
+                              {b.send + bytes(off), bytes(std::min(seg, send_count - off))}));
     }
-    const std::int64_t parts = (recv.count + seg - 1) / seg;
+    const std::int64_t parts = (recv_count + seg - 1) / seg;
     std::array<std::unique_ptr<transport::Request>, 2> pending;
+    const auto slot_of = [&](std::int64_t j) {
+      return scratch.data() + static_cast<std::size_t>(j % 2) * bytes(slot);
+    };
+    const auto len_of = [&](std::int64_t j) { return std::min(seg, recv_count - j * seg); };
     auto post = [&](std::int64_t j) {
-      const std::int64_t len = std::min(seg, recv.count - j * seg);
-      std::span<std::byte> into(scratch.data() + static_cast<std::size_t>(j % 2) * slot * elem,
-                                static_cast<std::size_t>(len) * elem);
-      pending[static_cast<std::size_t>(j % 2)] = t.irecv(ring.left(), ctx.tag, into);
+      pending[static_cast<std::size_t>(j % 2)] =
+          t.irecv(ring.left(), ctx.tag, {slot_of(j), bytes(len_of(j))});
     };
     for (std::int64_t j = 0; j < std::min<std::int64_t>(parts, 2); ++j) post(j);
     for (std::int64_t j = 0; j < parts; ++j) {
       pending[static_cast<std::size_t>(j % 2)]->wait(ctx.deadline);
-      const std::int64_t len = std::min(seg, recv.count - j * seg);
-      reduce_into(
-          dtype, reduction,
-          static_cast<std::byte*>(data) + (recv.offset + j * seg) * static_cast<std::int64_t>(elem),
-          scratch.data() + static_cast<std::size_t>(j % 2) * slot * elem, len);
+      const std::size_t at = bytes(j * seg);
+      reduce_to(dtype, reduction, b.dst + at, b.own + at, slot_of(j), len_of(j));
       if (j + 2 < parts) post(j + 2);
     }
     transport::wait_all(sends, ctx.deadline);
   }
+}
+
+}  // namespace
+
+void ring_reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction, void* data,
+                         std::int64_t count, const RingOptions& options) {
+  if (ctx.size() == 1 || count == 0) return;
+  const RingPattern ring = pattern_for(ctx, count, options);
+  const std::size_t elem = element_size(dtype);
+  auto* const base = static_cast<std::byte*>(data);
+  run_reduce_scatter(ctx, ring, dtype, reduction, count, options, [&](int s) {
+    std::byte* const recv = bytes_at(base, elem, ring.reduce_scatter_recv(s)).data();
+    return StepBuffers{bytes_at(base, elem, ring.reduce_scatter_send(s)).data(), recv, recv};
+  });
+}
+
+void ring_reduce_scatter_to(const Context& ctx, DType dtype, const Reduction& reduction,
+                            const void* input, void* output, std::int64_t count,
+                            const RingOptions& options) {
+  const int n = ctx.size();
+  const RingPattern ring = pattern_for(ctx, count, options);
+  const std::size_t elem = element_size(dtype);
+  const std::span<const std::byte> own = bytes_at(input, elem, ring.own());
+  if (n == 1 || count == 0) {
+    if (!own.empty() && own.data() != output) std::memcpy(output, own.data(), own.size());
+    return;
+  }
+  // The partial sums in flight: step s writes one slot, step s + 1 sends it while writing the
+  // other; the last step writes the output.
+  const std::size_t partial =
+      n > 2 ? static_cast<std::size_t>(block_of(count, n, 0).count) * elem : 0;
+  const Scratch partials(ScratchSlot::kInputCopy, 2 * partial);
+  const auto partial_of = [&](int s) {
+    return partials.data() + static_cast<std::size_t>(s % 2) * partial;
+  };
+  run_reduce_scatter(ctx, ring, dtype, reduction, count, options, [&](int s) {
+    const std::byte* send =
+        s == 0 ? bytes_at(input, elem, ring.reduce_scatter_send(0)).data() : partial_of(s - 1);
+    std::byte* dst = s == n - 2 ? static_cast<std::byte*>(output) : partial_of(s);
+    return StepBuffers{send, bytes_at(input, elem, ring.reduce_scatter_recv(s)).data(), dst};
+  });
 }
 
 void ring_all_gather(const Context& ctx, DType dtype, void* data, std::int64_t count,

@@ -29,6 +29,15 @@ void ring_all_reduce(const Context& ctx, DType dtype, const Reduction& reduction
 void ring_reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction, void* data,
                          std::int64_t count, const RingOptions& options = {});
 
+// The reduce-scatter half with the input left as it was: `input` holds `count` elements cut
+// into blocks as ring_reduce_scatter cuts them, and this rank's block of the reduction (no AVG
+// division) is written to `output` (block_of(count, n, rank).count elements) instead of into
+// the input. Partial sums travel through scratch, not through the input. `output` is either
+// this rank's block of `input` itself or disjoint from `input`.
+void ring_reduce_scatter_to(const Context& ctx, DType dtype, const Reduction& reduction,
+                            const void* input, void* output, std::int64_t count,
+                            const RingOptions& options = {});
+
 // The all-gather half alone: every rank's block of `data` is copied to every rank.
 void ring_all_gather(const Context& ctx, DType dtype, void* data, std::int64_t count,
                      const RingOptions& options = {});

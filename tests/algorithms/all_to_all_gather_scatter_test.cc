@@ -294,29 +294,41 @@ double expected(ReduceOp op, int n, int d, std::int64_t i) {
   }
 }
 
+// Where a reduce_scatter writes its result: a buffer of its own, this rank's block of the input
+// (in place), or a block-sized window of the input that starts one element in (overlapping two
+// blocks, which the ring must not read after writing).
+enum class Placement { kSeparate, kOwnBlock, kShifted };
+
 template <typename T>
 void check_reduce_scatter(int n, std::int64_t count, DType dtype, ReduceOp op,
-                          std::int64_t segment_bytes) {
+                          std::int64_t segment_bytes, Placement placement = Placement::kSeparate,
+                          std::vector<int> order = {}) {
   std::vector<std::vector<T>> out(n);
   std::vector<char> input_kept(n);  // not vector<bool>: ranks write it concurrently
   run_ranks(n, [&](int r, transport::Transport& t) {
-    std::vector<T> in(static_cast<std::size_t>(n * count));
+    std::vector<T> in(static_cast<std::size_t>(n * count + 1));
     for (int d = 0; d < n; ++d) {
       for (std::int64_t i = 0; i < count; ++i) in[d * count + i] = static_cast<T>(value(r, d, i));
     }
     const std::vector<T> before = in;
-    std::vector<T> o(static_cast<std::size_t>(count));
-    reduce_scatter(context(t), dtype, {op, 0.5}, in.data(), o.data(), count, {{}, segment_bytes});
-    out[r] = std::move(o);
+    std::vector<T> separate(static_cast<std::size_t>(count));
+    T* const o = placement == Placement::kSeparate   ? separate.data()
+                 : placement == Placement::kOwnBlock ? in.data() + r * count
+                                                     : in.data() + 1;
+    reduce_scatter(context(t), dtype, {op, 0.5}, in.data(), o, count, {order, segment_bytes});
+    out[r].assign(o, o + count);
     input_kept[r] = in == before;
   });
   for (int r = 0; r < n; ++r) {
-    EXPECT_TRUE(input_kept[r]) << "rank " << r << " input changed";
+    if (placement == Placement::kSeparate) {
+      EXPECT_TRUE(input_kept[r]) << "rank " << r << " input changed";
+    }
     for (std::int64_t i = 0; i < count; ++i) {
       const double expect = expected(op, n, r, i);
       ASSERT_NEAR(static_cast<double>(out[r][i]), expect, 1e-6 * std::abs(expect))
           << "n " << n << " count " << count << " rank " << r << " i " << i << " op "
-          << reduce_op_name(op) << " dtype " << dtype_name(dtype);
+          << reduce_op_name(op) << " dtype " << dtype_name(dtype) << " placement "
+          << static_cast<int>(placement);
     }
   }
 }
@@ -336,6 +348,28 @@ TEST(ReduceScatterTest, SmallSegmentsGiveTheSameResult) {
   for (int n : {2, 3, 7}) {
     check_reduce_scatter<float>(n, 1001, DType::kFloat32, ReduceOp::kAvg, 12);
     check_reduce_scatter<std::int32_t>(n, 1001, DType::kInt32, ReduceOp::kSum, 12);
+  }
+}
+
+// In place, the output is this rank's block of the input; shifted, it overlaps two blocks. Both
+// must give the closed forms, with segments small enough that each step has several.
+TEST(ReduceScatterTest, OutputInsideTheInputGivesTheSameResult) {
+  for (int n : {1, 2, 3, 5}) {
+    for (Placement placement : {Placement::kOwnBlock, Placement::kShifted}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg, ReduceOp::kPremulSum}) {
+        check_reduce_scatter<float>(n, 1001, DType::kFloat32, op, 64, placement);
+      }
+      check_reduce_scatter<std::int32_t>(n, 7, DType::kInt32, ReduceOp::kSum, 8, placement);
+    }
+  }
+}
+
+TEST(ReduceScatterTest, AReorderedRingGivesTheSameResult) {
+  for (Placement placement : {Placement::kSeparate, Placement::kOwnBlock}) {
+    check_reduce_scatter<float>(4, 999, DType::kFloat32, ReduceOp::kSum, 256, placement,
+                                {2, 0, 3, 1});
+    check_reduce_scatter<std::int32_t>(5, 10, DType::kInt32, ReduceOp::kMax, 8, placement,
+                                       {4, 1, 0, 3, 2});
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -229,6 +230,34 @@ TEST_P(ReduceIntoTest, MatchesScalarReference) {
             << "count " << count << " element " << i << ": got " << +acc[i] << ", expected "
             << +expected[i];
       }
+    }
+  });
+}
+
+// reduce_to writes op(a, in) to a buffer of its own and leaves both operands as they were.
+TEST_P(ReduceIntoTest, ReduceToWritesASeparateOutput) {
+  const DType dtype = std::get<0>(GetParam());
+  const ReduceOp op = std::get<1>(GetParam());
+  visit(dtype, [&](auto traits) {
+    using Traits = decltype(traits);
+    for (const std::int64_t count : kCounts) {
+      Rng rng(static_cast<std::uint64_t>(count) * 71 + static_cast<int>(dtype) * 13 +
+              static_cast<int>(op));
+      const auto a = random_buffer<Traits>(rng, count);
+      const auto in = random_buffer<Traits>(rng, count);
+      const auto a_before = a;
+      const auto in_before = in;
+      auto out = random_buffer<Traits>(rng, count);
+      reduce_to(dtype, Reduction{op, 7.0}, out.data(), a.data(), in.data(), count);
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        const auto expected = Traits::combine(op, a[i], in[i]);
+        ASSERT_TRUE(Traits::equal(out[i], expected))
+            << "count " << count << " element " << i << ": got " << +out[i] << ", expected "
+            << +expected;
+      }
+      // Bytes, not values: a NaN operand must be left as it was too.
+      EXPECT_EQ(std::memcmp(a.data(), a_before.data(), a.size() * sizeof(a[0])), 0);
+      EXPECT_EQ(std::memcmp(in.data(), in_before.data(), in.size() * sizeof(in[0])), 0);
     }
   });
 }
