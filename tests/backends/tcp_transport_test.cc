@@ -346,6 +346,55 @@ TEST(TCPTransportTest, AStrangerWithTheWrongMagicIsRefusedAndTheRankStillWorks) 
   EXPECT_EQ(got, pattern(100, 4));
 }
 
+// Connections that send nothing, or half a handshake, and stay open must not hold up the real
+// peer that connects after them: its handshake is read as it arrives.
+TEST(TCPTransportTest, SilentStrangersDoNotHoldUpARealPeer) {
+  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
+  std::exception_ptr errors[2];
+  std::vector<std::byte> got(100);
+  std::thread rank0([&] {
+    try {
+      TCPTransport t(store, 0, 2, "silent", {"127.0.0.1", 10s});
+      t.irecv(1, 3, got)->wait(soon());
+    } catch (...) {
+      errors[0] = std::current_exception();
+    }
+  });
+  const std::string addr = store->get_string("silent/addr/0");
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<std::uint16_t>(std::stoi(addr.substr(addr.rfind(':') + 1))));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int strangers[2];
+  for (int& fd : strangers) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  }
+  const auto half = encode_handshake({Handshake::kMagic, Handshake::kVersion, 2, 1, "silent"});
+  ASSERT_EQ(::write(strangers[1], half.data(), half.size() / 2),
+            static_cast<ssize_t>(half.size() / 2));
+
+  const auto start = Clock::now();
+  std::thread rank1([&] {
+    try {
+      TCPTransport t(store, 1, 2, "silent", {"127.0.0.1", 10s});
+      t.isend(0, 3, pattern(100, 4))->wait(soon());
+    } catch (...) {
+      errors[1] = std::current_exception();
+    }
+  });
+  rank0.join();
+  rank1.join();
+  const auto took = Clock::now() - start;
+  for (int fd : strangers) ::close(fd);
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  EXPECT_EQ(got, pattern(100, 4));
+  EXPECT_LT(took, 5s) << "the real peer waited behind the strangers";
+}
+
 TEST(TCPTransportTest, APeerDestroyedMidWaitFailsThePendingReceiveNamingIt) {
   auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
   std::string error = "no error";

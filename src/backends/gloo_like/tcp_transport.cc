@@ -128,6 +128,52 @@ Handshake read_handshake(tcp::socket& s, Clock::time_point deadline, const std::
   return h;
 }
 
+// An accepted connection whose handshake has not all arrived. Setup reads every pending
+// connection as its bytes come, so one that sends nothing, or dribbles, never holds up a real
+// peer's handshake behind it.
+struct PendingHandshake {
+  tcp::socket socket;
+  std::vector<std::byte> bytes;  // what has arrived so far
+
+  // Reads what the socket holds, up to the end of the handshake (no further: the peer's first
+  // frames stay in the socket). Returns the handshake once it is whole (after the fixed part
+  // alone when the magic is wrong: the caller refuses it), nullopt while more is to come.
+  // Throws NetworkError when the connection closes or fails first, InvalidArgument for a group
+  // name over its limit.
+  std::optional<Handshake> advance(const std::string& what) {
+    for (;;) {
+      std::size_t need = Handshake::kFixedBytes;
+      Handshake h;
+      if (bytes.size() >= Handshake::kFixedBytes) {
+        const std::uint32_t name_len =
+            decode_handshake_fixed(std::span<const std::byte, Handshake::kFixedBytes>(
+                                       bytes.data(), Handshake::kFixedBytes),
+                                   h);
+        if (h.magic != Handshake::kMagic) return h;
+        C10D_CHECK(name_len <= Handshake::kMaxNameBytes, "{}: group name of {} bytes exceeds {}",
+                   what, name_len, Handshake::kMaxNameBytes);
+        need += name_len;
+        if (bytes.size() == need) {
+          h.group.assign(reinterpret_cast<const char*>(bytes.data() + Handshake::kFixedBytes),
+                         name_len);
+          return h;
+        }
+      }
+      const std::size_t had = bytes.size();
+      bytes.resize(need);
+      error_code ec;
+      const std::size_t n = socket.read_some(asio::buffer(bytes.data() + had, need - had), ec);
+      bytes.resize(had + n);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) return std::nullopt;
+      if (ec) C10D_THROW(NetworkError, "{}: {}", what, ec.message());
+    }
+  }
+};
+
+// At most this many accepted connections wait for their handshakes at once; past it the oldest
+// is dropped, so strangers cannot hold open sockets without bound during setup.
+constexpr std::size_t kMaxPendingHandshakes = 64;
+
 }  // namespace
 
 std::string local_address_towards(const std::string& host) {
@@ -1217,43 +1263,67 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
     s.non_blocking(false);
     impl_->conns[static_cast<std::size_t>(peer)] = std::make_unique<Connection>(std::move(s));
   }
+  // Higher ranks connect here. Every accepted connection is read as its bytes arrive, so a
+  // stranger that sends nothing holds up no one; the answer goes out however the handshake
+  // compares, so a refused peer can say why.
+  const std::string what = fmt::format("rank {}: handshake from a connection", rank);
+  std::vector<PendingHandshake> pending;
+  std::vector<pollfd> fds;
   for (int accepted = 0; accepted < world_size - rank - 1;) {
-    error_code ec;
-    tcp::socket s(io);
-    acceptor.accept(s, ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      if (Clock::now() >= deadline) {
-        C10D_THROW(TimeoutError, "rank {}: only {} of {} higher ranks connected in {} ms", rank,
-                   accepted, world_size - rank - 1, options.timeout.count());
+    for (;;) {  // take every connection waiting in the backlog
+      error_code ec;
+      tcp::socket s(io);
+      acceptor.accept(s, ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) break;
+      if (ec) C10D_THROW(NetworkError, "rank {}: accept failed: {}", rank, ec.message());
+      s.non_blocking(true);
+      if (pending.size() == kMaxPendingHandshakes) {
+        C10D_LOG_WARN("{}: dropped: {} connections were already waiting to finish a handshake",
+                      what, kMaxPendingHandshakes);
+        pending.erase(pending.begin());
       }
-      poll_until(acceptor.native_handle(), POLLIN, deadline);
-      continue;
+      pending.push_back({std::move(s), {}});
     }
-    if (ec) C10D_THROW(NetworkError, "rank {}: accept failed: {}", rank, ec.message());
-    const std::string what = fmt::format("rank {}: handshake from a connection", rank);
-    try {
-      const Handshake theirs = read_handshake(s, deadline, what);
-      auto out = hello;
-      io_exact(s, out, false, deadline, what);  // answer either way: the peer can diagnose
-      auto bad = handshake_mismatch(mine, theirs);
-      const auto peer = static_cast<std::size_t>(theirs.rank);
-      if (!bad && (theirs.rank <= static_cast<std::uint32_t>(rank) || peer >= impl_->conns.size() ||
-                   impl_->conns[peer])) {
-        bad = fmt::format("unexpected or duplicate peer rank {}", theirs.rank);
+    for (auto it = pending.begin(); it != pending.end();) {
+      std::optional<std::string> bad;
+      try {
+        const std::optional<Handshake> theirs = it->advance(what);
+        if (!theirs) {
+          ++it;
+          continue;
+        }
+        auto out = hello;
+        io_exact(it->socket, out, false, deadline, what);
+        bad = handshake_mismatch(mine, *theirs);
+        const auto peer = static_cast<std::size_t>(theirs->rank);
+        if (!bad && (theirs->rank <= static_cast<std::uint32_t>(rank) ||
+                     peer >= impl_->conns.size() || impl_->conns[peer])) {
+          bad = fmt::format("unexpected or duplicate peer rank {}", theirs->rank);
+        }
+        if (!bad) {
+          it->socket.set_option(tcp::no_delay(true));
+          it->socket.non_blocking(false);
+          impl_->conns[peer] = std::make_unique<Connection>(std::move(it->socket));
+          ++accepted;
+        }
+      } catch (const NetworkError& e) {
+        bad = e.what();
+      } catch (const InvalidArgument& e) {
+        bad = e.what();
       }
-      if (bad) {
-        C10D_LOG_WARN("{}: refused: {}", what, *bad);
-        continue;
-      }
-      s.set_option(tcp::no_delay(true));
-      s.non_blocking(false);
-      impl_->conns[peer] = std::make_unique<Connection>(std::move(s));
-      ++accepted;
-    } catch (const NetworkError& e) {
-      C10D_LOG_WARN("{}: refused: {}", what, e.what());
-    } catch (const InvalidArgument& e) {
-      C10D_LOG_WARN("{}: refused: {}", what, e.what());
+      if (bad) C10D_LOG_WARN("{}: refused: {}", what, *bad);
+      it = pending.erase(it);
     }
+    if (accepted == world_size - rank - 1) break;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      C10D_THROW(TimeoutError, "rank {}: only {} of {} higher ranks connected in {} ms", rank,
+                 accepted, world_size - rank - 1, options.timeout.count());
+    }
+    fds.assign(1, pollfd{acceptor.native_handle(), POLLIN, 0});
+    for (auto& p : pending) fds.push_back(pollfd{p.socket.native_handle(), POLLIN, 0});
+    ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1000)));
   }
   acceptor.close();
 

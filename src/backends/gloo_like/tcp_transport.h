@@ -7,7 +7,9 @@
 // from every higher one. Each connection opens with a handshake in both directions (the
 // connecting side first; the accepting side always answers with its own, then drops a connection
 // it refused). A handshake whose magic, version, world size or group differs is refused with an
-// error naming both sides' values; a refused stranger does not stop the accepting rank.
+// error naming both sides' values; a refused stranger does not stop the accepting rank. The
+// accepting side reads every accepted connection's handshake as its bytes arrive (up to 64 at
+// once), so a connection that sends nothing, or part of a handshake, holds up no real peer.
 //
 // The frames are drawn in tcp_wire.h.
 //
