@@ -47,9 +47,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {}
 // Options of a ProcessGroup over the TCP transport.
 struct ProcessGroupTCPOptions {
   Milliseconds timeout = kDefaultTimeout;  // per op, unless the op's options say otherwise
-  // The address this rank listens on and publishes. Empty: the local address of the interface
-  // that routes to `store_host` (so a machine with several interfaces picks the one its peers
-  // reach), or 127.0.0.1 when that is empty too.
+  // The address this rank listens on and publishes (IPv4 or IPv6). Empty: C10D_HOST, else the
+  // local address of the interface that routes to `store_host` (so a machine with several
+  // interfaces picks the one its peers reach), else 127.0.0.1. A file:// rendezvous has no
+  // store host, so ranks on several hosts sharing its file set C10D_HOST.
   std::string host;
   std::string store_host;
   std::string algo;  // empty: C10D_ALGO

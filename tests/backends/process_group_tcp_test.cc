@@ -184,6 +184,27 @@ TEST(ProcessGroupTCPTest, OpTimeoutFailsTheOpAndNamesIt) {
   });
 }
 
+// An op that names no timeout gets the group's.
+TEST(ProcessGroupTCPTest, AnOpWithoutATimeoutTakesTheGroups) {
+  ProcessGroupTCPOptions options;
+  options.timeout = 2000ms;
+  run_group(
+      2,
+      [](int r, std::shared_ptr<ProcessGroup>& pg) {
+        if (r == 1) {
+          std::this_thread::sleep_for(6s);
+          return;
+        }
+        const auto start = Clock::now();
+        const std::string message = error_of<TimeoutError>(pg->barrier(), 20s);
+        const auto took = Clock::now() - start;
+        EXPECT_GE(took, 2000ms);
+        EXPECT_LT(took, 6s);
+        EXPECT_NE(message.find("timed out"), std::string::npos) << message;
+      },
+      options);
+}
+
 TEST(ProcessGroupTCPTest, DetailFingerprintsNameTheRanksAndBothCalls) {
   setenv("C10D_DEBUG", "DETAIL", 1);
   run_group(3, [](int r, std::shared_ptr<ProcessGroup>& pg) {
@@ -306,6 +327,65 @@ TEST(ProcessGroupTCPTest, RanksListenAndConnectOverIPv6) {
         EXPECT_EQ(t.data<float>()[999], 3.0f);
       },
       options);
+}
+
+// The same with shared memory off, so every byte crosses ::1 over TCP, large frames included.
+TEST(ProcessGroupTCPTest, AllReduceMovesItsBytesOverIPv6TcpAlone) {
+  if (gloo_like::local_address_towards("::1") != "::1") GTEST_SKIP() << "no IPv6 loopback";
+  ProcessGroupTCPOptions options;
+  options.host = "::1";
+  options.shared_memory = false;
+  run_group(
+      3,
+      [](int r, std::shared_ptr<ProcessGroup>& pg) {
+        for (const std::int64_t n : {7, 1 << 20}) {
+          auto t = filled(n, static_cast<float>(r + 1));
+          pg->all_reduce({t})->wait(20s);
+          EXPECT_EQ(t.data<float>()[0], 6.0f);
+          EXPECT_EQ(t.data<float>()[n - 1], 6.0f);
+        }
+      },
+      options);
+}
+
+// A file:// rendezvous has no store host: C10D_HOST names the address each rank publishes.
+TEST(ProcessGroupTCPTest, C10DHostIsTheAddressRanksPublish) {
+  if (gloo_like::local_address_towards("::1") != "::1") GTEST_SKIP() << "no IPv6 loopback";
+  const std::string path =
+      ::testing::TempDir() + "/c10d_host_" + std::to_string(::getpid()) + "_store";
+  std::remove(path.c_str());
+  ::setenv("C10D_HOST", "::1", 1);
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(2);
+  std::vector<std::string> published(2);
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        InitOptions o;
+        o.init_method = "file://" + path;
+        o.rank = r;
+        o.world_size = 2;
+        o.timeout = 20s;
+        auto pg = init_process_group(o);
+        auto t = filled(10, 1.0f);
+        pg->all_reduce({t})->wait(20s);
+        if (t.data<float>()[9] != 2.0f) throw Error("wrong all_reduce result");
+        published[static_cast<std::size_t>(r)] =
+            FileStore(path, 20s).get_string("default/addr/" + std::to_string(r));
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ::unsetenv("C10D_HOST");
+  std::remove(path.c_str());
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  for (const auto& addr : published) {
+    EXPECT_EQ(addr.substr(0, addr.rfind(':')), "::1") << addr;
+  }
 }
 
 TEST(ProcessGroupTCPTest, InitProcessGroupOverAFileUrlAndUnknownBackendsRejected) {

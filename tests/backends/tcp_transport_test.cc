@@ -346,6 +346,45 @@ TEST(TCPTransportTest, AStrangerWithTheWrongMagicIsRefusedAndTheRankStillWorks) 
   EXPECT_EQ(got, pattern(100, 4));
 }
 
+// A rank of another group that finds this rank's address connects, and each side refuses the
+// other with the two group names; the accepting rank goes on to meet its real peer.
+TEST(TCPTransportTest, ARankOfAnotherGroupIsRefusedOnBothSidesNamingBothGroups) {
+  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
+  std::exception_ptr errors[2];
+  std::vector<std::byte> got(100);
+  std::thread rank0([&] {
+    try {
+      TCPTransport t(store, 0, 2, "blue", {"127.0.0.1", 20s});
+      t.irecv(1, 3, got)->wait(soon());
+    } catch (...) {
+      errors[0] = std::current_exception();
+    }
+  });
+  store->set("green/addr/0", store->get_string("blue/addr/0"));
+  try {
+    TCPTransport stray(store, 1, 2, "green", {"127.0.0.1", 5s});
+    ADD_FAILURE() << "a rank of group green joined group blue";
+  } catch (const NetworkError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("peer is in group \"blue\""), std::string::npos) << what;
+    EXPECT_NE(what.find("this rank is in group \"green\""), std::string::npos) << what;
+  }
+  std::thread rank1([&] {
+    try {
+      TCPTransport t(store, 1, 2, "blue", {"127.0.0.1", 20s});
+      t.isend(0, 3, pattern(100, 4))->wait(soon());
+    } catch (...) {
+      errors[1] = std::current_exception();
+    }
+  });
+  rank0.join();
+  rank1.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  EXPECT_EQ(got, pattern(100, 4));
+}
+
 // Connections that send nothing, or half a handshake, and stay open must not hold up the real
 // peer that connects after them: its handshake is read as it arrives.
 TEST(TCPTransportTest, SilentStrangersDoNotHoldUpARealPeer) {

@@ -1,5 +1,7 @@
 // make_process_group_tcp (include/c10d/init.h): the TCP transport, with shared memory between
 // the ranks of one host (routed_transport.h), under the shared TransportProcessGroup.
+#include <cstdlib>
+
 #include "backends/common/transport_process_group.h"
 #include "backends/gloo_like/routed_transport.h"
 #include "backends/gloo_like/shm_transport.h"
@@ -16,6 +18,10 @@ std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> stor
   C10D_CHECK(store != nullptr, "make_process_group_tcp: needs a store");
   gloo_like::TCPTransportOptions transport_options;
   transport_options.host = options.host;
+  if (const char* env = std::getenv("C10D_HOST");
+      transport_options.host.empty() && env != nullptr && *env != '\0') {
+    transport_options.host = env;
+  }
   if (transport_options.host.empty() && !options.store_host.empty()) {
     transport_options.host = gloo_like::local_address_towards(options.store_host);
   }
