@@ -122,7 +122,7 @@ void ring_reduce_scatter_to(const Context& ctx, DType dtype, const Reduction& re
   // other; the last step writes the output.
   const std::size_t partial =
       n > 2 ? static_cast<std::size_t>(block_of(count, n, 0).count) * elem : 0;
-  const Scratch partials(ScratchSlot::kInputCopy, 2 * partial);
+  const Scratch partials(ScratchSlot::kPartials, 2 * partial);
   const auto partial_of = [&](int s) {
     return partials.data() + static_cast<std::size_t>(s % 2) * partial;
   };

@@ -15,7 +15,7 @@
 
 namespace c10d::algorithms {
 
-enum class ScratchSlot { kSegments, kInputCopy, kStaging, kCount };
+enum class ScratchSlot { kSegments, kInputCopy, kPartials, kStaging, kCount };
 
 inline constexpr std::size_t kRetainBytes = std::size_t{256} << 20;
 
