@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "algorithms/context.h"
 #include "algorithms/ring_all_reduce.h"
@@ -27,5 +28,12 @@ namespace c10d::algorithms {
 // a negative count or a reduction the kernels reject on `dtype`.
 void reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction, const void* input,
                     void* output, std::int64_t count, const RingOptions& options = {});
+
+// The same with each rank's block in a buffer of its own: inputs[r] holds this rank's `count`
+// elements for rank r (n pointers). The output may be inputs[rank] itself or overlap any
+// blocks (which are then copied first). Also throws InvalidArgument when inputs.size() != n.
+void reduce_scatter_blocks(const Context& ctx, DType dtype, const Reduction& reduction,
+                           std::span<const void* const> inputs, void* output, std::int64_t count,
+                           const RingOptions& options = {});
 
 }  // namespace c10d::algorithms

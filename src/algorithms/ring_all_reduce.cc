@@ -26,11 +26,6 @@ std::span<std::byte> bytes_at(void* data, std::size_t elem, Block b) {
           static_cast<std::size_t>(b.count) * elem};
 }
 
-std::span<const std::byte> bytes_at(const void* data, std::size_t elem, Block b) {
-  return {static_cast<const std::byte*>(data) + b.offset * static_cast<std::int64_t>(elem),
-          static_cast<std::size_t>(b.count) * elem};
-}
-
 }  // namespace
 
 namespace {
@@ -108,29 +103,34 @@ void ring_reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduc
 }
 
 void ring_reduce_scatter_to(const Context& ctx, DType dtype, const Reduction& reduction,
-                            const void* input, void* output, std::int64_t count,
+                            std::span<const void* const> inputs, void* output, std::int64_t count,
                             const RingOptions& options) {
   const int n = ctx.size();
-  const RingPattern ring = pattern_for(ctx, count, options);
-  const std::size_t elem = element_size(dtype);
-  const std::span<const std::byte> own = bytes_at(input, elem, ring.own());
+  C10D_CHECK(static_cast<int>(inputs.size()) == n,
+             "reduce-scatter on rank {}: {} input blocks for {} ranks", ctx.rank(), inputs.size(),
+             n);
+  const std::size_t block_bytes = static_cast<std::size_t>(count) * element_size(dtype);
   if (n == 1 || count == 0) {
-    if (!own.empty() && own.data() != output) std::memcpy(output, own.data(), own.size());
+    const void* own = inputs[static_cast<std::size_t>(ctx.rank())];
+    if (block_bytes > 0 && own != output) std::memcpy(output, own, block_bytes);
     return;
   }
+  // Over n * count elements the ring's blocks are exactly the ranks' blocks of `count`.
+  const RingPattern ring = pattern_for(ctx, count * n, options);
+  const auto input_of = [&](Block b) {
+    return static_cast<const std::byte*>(inputs[static_cast<std::size_t>(b.offset / count)]);
+  };
   // The partial sums in flight: step s writes one slot, step s + 1 sends it while writing the
   // other; the last step writes the output.
-  const std::size_t partial =
-      n > 2 ? static_cast<std::size_t>(block_of(count, n, 0).count) * elem : 0;
+  const std::size_t partial = n > 2 ? block_bytes : 0;
   const Scratch partials(ScratchSlot::kPartials, 2 * partial);
   const auto partial_of = [&](int s) {
     return partials.data() + static_cast<std::size_t>(s % 2) * partial;
   };
-  run_reduce_scatter(ctx, ring, dtype, reduction, count, options, [&](int s) {
-    const std::byte* send =
-        s == 0 ? bytes_at(input, elem, ring.reduce_scatter_send(0)).data() : partial_of(s - 1);
+  run_reduce_scatter(ctx, ring, dtype, reduction, count * n, options, [&](int s) {
+    const std::byte* send = s == 0 ? input_of(ring.reduce_scatter_send(0)) : partial_of(s - 1);
     std::byte* dst = s == n - 2 ? static_cast<std::byte*>(output) : partial_of(s);
-    return StepBuffers{send, bytes_at(input, elem, ring.reduce_scatter_recv(s)).data(), dst};
+    return StepBuffers{send, input_of(ring.reduce_scatter_recv(s)), dst};
   });
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "algorithms/context.h"
@@ -29,13 +30,12 @@ void ring_all_reduce(const Context& ctx, DType dtype, const Reduction& reduction
 void ring_reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction, void* data,
                          std::int64_t count, const RingOptions& options = {});
 
-// The reduce-scatter half with the input left as it was: `input` holds `count` elements cut
-// into blocks as ring_reduce_scatter cuts them, and this rank's block of the reduction (no AVG
-// division) is written to `output` (block_of(count, n, rank).count elements) instead of into
-// the input. Partial sums travel through scratch, not through the input. `output` is either
-// this rank's block of `input` itself or disjoint from `input`.
+// The reduce-scatter half with the input left as it was: rank r's block of `count` elements
+// is read at inputs[r] (n pointers; the blocks need not be adjacent), and this rank's block of
+// the reduction (no AVG division) is written to `output` instead of into an input. Partial sums
+// travel through scratch. `output` is either inputs[rank] itself or disjoint from every block.
 void ring_reduce_scatter_to(const Context& ctx, DType dtype, const Reduction& reduction,
-                            const void* input, void* output, std::int64_t count,
+                            std::span<const void* const> inputs, void* output, std::int64_t count,
                             const RingOptions& options = {});
 
 // The all-gather half alone: every rank's block of `data` is copied to every rank.

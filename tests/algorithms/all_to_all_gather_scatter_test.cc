@@ -373,6 +373,50 @@ TEST(ReduceScatterTest, AReorderedRingGivesTheSameResult) {
   }
 }
 
+// Each rank's blocks in buffers of their own, written to a separate output, to this rank's own
+// block (in place), or to another of its blocks (which the ring must not read after writing).
+TEST(ReduceScatterTest, BlocksInSeparateBuffersGiveTheClosedForms) {
+  enum class Out { kSeparate, kOwnBlock, kNextBlock };
+  for (int n : {1, 2, 3, 5}) {
+    for (Out where : {Out::kSeparate, Out::kOwnBlock, Out::kNextBlock}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kPremulSum}) {
+        constexpr std::int64_t count = 301;
+        std::vector<std::vector<float>> out(n);
+        std::vector<char> others_kept(n);
+        run_ranks(n, [&](int r, transport::Transport& t) {
+          std::vector<std::vector<float>> blocks(n, std::vector<float>(count));
+          for (int d = 0; d < n; ++d) {
+            for (std::int64_t i = 0; i < count; ++i) blocks[d][i] = value(r, d, i);
+          }
+          const auto before = blocks;
+          std::vector<float> separate(count);
+          const int into = where == Out::kNextBlock ? (r + 1) % n : r;
+          float* o = where == Out::kSeparate ? separate.data() : blocks[into].data();
+          std::vector<const void*> inputs;
+          for (const auto& b : blocks) inputs.push_back(b.data());
+          reduce_scatter_blocks(context(t), DType::kFloat32, {op, 0.5}, inputs, o, count,
+                                {{}, 256});
+          out[r].assign(o, o + count);
+          bool kept = true;
+          for (int d = 0; d < n; ++d) {
+            if (where == Out::kSeparate || d != into) kept = kept && blocks[d] == before[d];
+          }
+          others_kept[r] = kept;
+        });
+        for (int r = 0; r < n; ++r) {
+          EXPECT_TRUE(others_kept[r]) << "rank " << r << " changed a block it does not write";
+          for (std::int64_t i = 0; i < count; ++i) {
+            const double expect = expected(op, n, r, i);
+            ASSERT_NEAR(out[r][i], expect, 1e-6 * std::abs(expect))
+                << "n " << n << " rank " << r << " i " << i << " op " << reduce_op_name(op)
+                << " output " << static_cast<int>(where);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(ReduceScatterTest, BadArgumentsFailOnEveryRankBeforeAnyMessage) {
   expect_invalid_on_every_rank(
       3,

@@ -289,6 +289,14 @@ class TransportProcessGroup final : public ProcessGroup,
     return enqueue(
         kOp, Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()), opts.timeout,
         [this, output, inputs, r = opts.reduce](const Context& ctx) {
+          if (!hooks_) {  // the ring reads each input where it is
+            std::vector<const void*> blocks;
+            for (const auto& t : inputs) blocks.push_back(t.raw_data());
+            algorithms::reduce_scatter_blocks(ctx, output.dtype(), r, blocks, output.raw_data(),
+                                              output.numel(), ring_);
+            return std::vector<Tensor>{output};
+          }
+          // A backend's own reduce_scatter (hooks) takes one contiguous input.
           const std::size_t block = output.nbytes();
           const algorithms::Scratch all(algorithms::ScratchSlot::kStaging, block * inputs.size());
           for (std::size_t q = 0; q < inputs.size(); ++q) {
