@@ -51,8 +51,8 @@
 // or abort() keeps its buffers (and scratch) alive for the rest of the process. abort() never
 // calls MPI_Abort: it only fails this group's ops (the watchdog above is the one caller).
 //
-// MPI lifetime: the first group initializes MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE)
-// unless the program already did; MPI_Finalize then runs at exit (atexit), only if we
+// MPI lifetime: the first group initializes MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE, or
+// MPI_THREAD_SERIALIZED under C10D_MPI_THREAD_LEVEL=serialized) unless the program already did; MPI_Finalize then runs at exit (atexit), only if we
 // initialized it. With MPI_THREAD_SERIALIZED every MPI call of every group takes one
 // process-wide mutex; below SERIALIZED the backend refuses (Unsupported).
 //
@@ -252,6 +252,18 @@ MPI_Datatype predefined_type(DType d) {
 }
 
 // Initializes MPI once per process (unless the program did) and creates the datatypes and ops.
+// The thread level asked of MPI_Init_thread: C10D_MPI_THREAD_LEVEL=serialized asks for
+// MPI_THREAD_SERIALIZED (every MPI call of the process then takes one mutex; for an MPI whose
+// MPI_THREAD_MULTIPLE is slow or missing), anything else but "multiple" is refused.
+int requested_thread_level() {
+  const char* v = std::getenv("C10D_MPI_THREAD_LEVEL");
+  const std::string_view level = v == nullptr ? "" : v;
+  if (level.empty() || level == "multiple") return MPI_THREAD_MULTIPLE;
+  if (level == "serialized") return MPI_THREAD_SERIALIZED;
+  C10D_THROW(InvalidArgument,
+             "C10D_MPI_THREAD_LEVEL is \"{}\": expected \"multiple\" or \"serialized\"", level);
+}
+
 void ensure_runtime() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -261,7 +273,7 @@ void ensure_runtime() {
     int provided = MPI_THREAD_SINGLE;
     if (!initialized) {
       C10D_CHECK(!mpi_finalized(), "make_process_group_mpi: MPI was already finalized");
-      throw_if_error(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
+      throw_if_error(MPI_Init_thread(nullptr, nullptr, requested_thread_level(), &provided),
                      "MPI_Init_thread");
       std::atexit(finalize_at_exit);
     } else {
@@ -274,6 +286,9 @@ void ensure_runtime() {
                  provided);
     }
     rt.serialized = provided < MPI_THREAD_MULTIPLE;
+    C10D_LOG_INFO("MPI backend: MPI provides {}{}",
+                  rt.serialized ? "MPI_THREAD_SERIALIZED" : "MPI_THREAD_MULTIPLE",
+                  rt.serialized ? ": every MPI call takes one process-wide mutex" : "");
     rt.allreduce_algorithm.init();
     int* tag_ub = nullptr;
     int found = 0;
