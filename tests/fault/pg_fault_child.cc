@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "c10d/c10d.h"
 
@@ -77,6 +78,27 @@ int run(const std::string& scenario, int victim) {
       fmt::print("UNEXPECTED: the all_reduce finished\n");
     } catch (const c10d::Unsupported& e) {
       fmt::print("START_FAILED: {}\n", e.what());
+      return 0;
+    } catch (const c10d::Error& e) {
+      fmt::print("UNEXPECTED: {}\n", e.what());
+    }
+    return 1;
+  }
+  if (scenario == "truncate") {
+    // Rank 0 sends 10 floats where rank 1 posted a receive of 5: MPI reports MPI_ERR_TRUNCATE,
+    // and the receive's Work must fail with MPI's own words for it.
+    if (rank == 0) {
+      pg->send({c10d::Tensor::from_vector(std::vector<float>(10, 1.0f), c10d::DType::kFloat32)}, 1,
+               {.tag = 5})
+          ->wait(10s);
+      return 0;
+    }
+    auto small = c10d::Tensor::from_vector(std::vector<float>(5, 0.0f), c10d::DType::kFloat32);
+    try {
+      pg->recv({small}, 0, {.tag = 5})->wait(10s);
+      fmt::print("UNEXPECTED: the truncated receive succeeded\n");
+    } catch (const c10d::NetworkError& e) {
+      fmt::print("MPI_ERROR: {}\n", e.what());
       return 0;
     } catch (const c10d::Error& e) {
       fmt::print("UNEXPECTED: {}\n", e.what());

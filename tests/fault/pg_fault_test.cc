@@ -199,6 +199,23 @@ TEST(ProcessGroupFaultTest, MpiOpThatFailsToStartOnTheWorkerFailsItsWork) {
   EXPECT_NE(mpirun.out().find("exceed MPI's int count limit"), std::string::npos) << mpirun.out();
 }
 
+// An error MPI returns (here MPI_ERR_TRUNCATE: a message longer than its receive) fails the op
+// with a NetworkError that carries MPI_Error_string's text, instead of MPI aborting the job.
+TEST(ProcessGroupFaultTest, AnMpiErrorFailsTheOpWithMpisOwnWords) {
+  TempDir dir;
+  ChildProcess mpirun({C10D_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", "2",
+                       child_path(), "truncate"},
+                      {{"C10D_BACKEND", "mpi"}, {"ASAN_OPTIONS", "detect_leaks=0"}}, dir.path(),
+                      "mpirun");
+  const auto exit = mpirun.wait(std::chrono::steady_clock::now() + 60s);
+  EXPECT_FALSE(exit.timed_out) << mpirun.describe();
+  EXPECT_EQ(exit.code, 0) << mpirun.describe() << mpirun.out() << mpirun.err();
+  const std::string out = mpirun.out();
+  EXPECT_NE(out.find("MPI_ERROR: "), std::string::npos) << out << mpirun.err();
+  EXPECT_NE(out.find("MPI_ERR_TRUNCATE"), std::string::npos) << out;
+  EXPECT_NE(out.find("recv"), std::string::npos) << out;
+}
+
 // Blocking MPI collectives (the default) cannot be cancelled: a waiter with a short wait gets
 // its TimeoutError while the worker stays in MPI, and at the op's own deadline the watchdog
 // names the op and aborts the whole job instead of leaving it hanging.

@@ -52,9 +52,10 @@
 // calls MPI_Abort: it only fails this group's ops (the watchdog above is the one caller).
 //
 // MPI lifetime: the first group initializes MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE, or
-// MPI_THREAD_SERIALIZED under C10D_MPI_THREAD_LEVEL=serialized) unless the program already did; MPI_Finalize then runs at exit (atexit), only if we
-// initialized it. With MPI_THREAD_SERIALIZED every MPI call of every group takes one
-// process-wide mutex; below SERIALIZED the backend refuses (Unsupported).
+// MPI_THREAD_SERIALIZED under C10D_MPI_THREAD_LEVEL=serialized) unless the program already did;
+// MPI_Finalize then runs at exit (atexit), only if we initialized it. With MPI_THREAD_SERIALIZED
+// every MPI call of every group takes one process-wide mutex; below SERIALIZED the backend refuses
+// (Unsupported).
 //
 // Threads: the caller's threads check, queue, (new_group only) split communicators, and run
 // the collectives they wait for (above); one worker per group runs every other MPI call; with
@@ -64,6 +65,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -1153,12 +1155,26 @@ class ProcessGroupMPI final : public ProcessGroup,
   // Tests a started op: true once every request completed. Throws NetworkError on an MPI error.
   static bool test(Active& a) {
     if (a.started.requests.empty()) return true;  // a blocking call, returned
+    // Statuses, for MPI_ERR_IN_STATUS: which error a request completed with is only there. On
+    // the stack for the few requests an op has.
+    const std::size_t n = a.started.requests.size();
+    std::array<MPI_Status, 4> few;
+    std::vector<MPI_Status> many(n > few.size() ? n : 0);
+    MPI_Status* statuses = many.empty() ? few.data() : many.data();
     int flag = 0;
     int rc;
     {
       MpiLock lock;
-      rc = MPI_Testall(static_cast<int>(a.started.requests.size()), a.started.requests.data(),
-                       &flag, MPI_STATUSES_IGNORE);
+      rc = MPI_Testall(static_cast<int>(n), a.started.requests.data(), &flag, statuses);
+    }
+    if (rc == MPI_ERR_IN_STATUS) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const int e = statuses[i].MPI_ERROR;
+        if (e != MPI_SUCCESS && e != MPI_ERR_PENDING) {
+          C10D_THROW(NetworkError, "{} #{}: an MPI request failed: {}", a.work->op_name(),
+                     a.work->sequence(), mpi_error_text(e));
+        }
+      }
     }
     if (rc != MPI_SUCCESS) {
       C10D_THROW(NetworkError, "{} #{}: MPI_Testall failed: {}", a.work->op_name(),
