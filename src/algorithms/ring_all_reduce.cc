@@ -26,10 +26,6 @@ std::span<std::byte> bytes_at(void* data, std::size_t elem, Block b) {
           static_cast<std::size_t>(b.count) * elem};
 }
 
-}  // namespace
-
-namespace {
-
 // One reduce-scatter step's buffers, as bytes: `send` goes right whole (the block
 // reduce_scatter_send(s) as this rank holds it now); the block reduce_scatter_recv(s) arrives
 // from the left and is combined with this rank's `own` contribution to it into `dst` (`own`

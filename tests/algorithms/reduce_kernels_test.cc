@@ -256,8 +256,11 @@ TEST_P(ReduceIntoTest, ReduceToWritesASeparateOutput) {
             << +expected;
       }
       // Bytes, not values: a NaN operand must be left as it was too.
-      EXPECT_EQ(std::memcmp(a.data(), a_before.data(), a.size() * sizeof(a[0])), 0);
-      EXPECT_EQ(std::memcmp(in.data(), in_before.data(), in.size() * sizeof(in[0])), 0);
+      const auto same_bytes = [](const auto& x, const auto& y) {
+        return x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
+      };
+      EXPECT_TRUE(same_bytes(a, a_before));
+      EXPECT_TRUE(same_bytes(in, in_before));
     }
   });
 }
