@@ -348,74 +348,63 @@ TEST(ProcessGroupTCPTest, AllReduceMovesItsBytesOverIPv6TcpAlone) {
       options);
 }
 
-// A file:// rendezvous has no store host: C10D_HOST names the address each rank publishes.
-TEST(ProcessGroupTCPTest, C10DHostIsTheAddressRanksPublish) {
-  if (gloo_like::local_address_towards("::1") != "::1") GTEST_SKIP() << "no IPv6 loopback";
+// Runs `n` ranks on threads that meet through init_process_group over a fresh file:// store,
+// each all-reducing ten ones, then calls after(rank, store path) on each; rethrows the first
+// rank's error.
+void run_file_init(int n, const std::string& name,
+                   const std::function<void(int, const std::string&)>& after = {}) {
   const std::string path =
-      ::testing::TempDir() + "/c10d_host_" + std::to_string(::getpid()) + "_store";
+      ::testing::TempDir() + "/c10d_" + name + "_" + std::to_string(::getpid()) + "_store";
   std::remove(path.c_str());
-  ::setenv("C10D_HOST", "::1", 1);
   std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(2);
-  std::vector<std::string> published(2);
-  for (int r = 0; r < 2; ++r) {
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
         InitOptions o;
         o.init_method = "file://" + path;
         o.rank = r;
-        o.world_size = 2;
+        o.world_size = n;
         o.timeout = 20s;
         auto pg = init_process_group(o);
         auto t = filled(10, 1.0f);
         pg->all_reduce({t})->wait(20s);
-        if (t.data<float>()[9] != 2.0f) throw Error("wrong all_reduce result");
-        published[static_cast<std::size_t>(r)] =
-            FileStore(path, 20s).get_string("default/addr/" + std::to_string(r));
+        if (t.data<float>()[9] != static_cast<float>(n)) throw Error("wrong all_reduce result");
+        if (after) after(r, path);
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
       }
     });
   }
   for (auto& t : threads) t.join();
-  ::unsetenv("C10D_HOST");
   std::remove(path.c_str());
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
+}
+
+// A file:// rendezvous has no store host: C10D_HOST names the address each rank publishes.
+TEST(ProcessGroupTCPTest, C10DHostIsTheAddressRanksPublish) {
+  if (gloo_like::local_address_towards("::1") != "::1") GTEST_SKIP() << "no IPv6 loopback";
+  ::setenv("C10D_HOST", "::1", 1);
+  std::vector<std::string> published(2);
+  try {
+    run_file_init(2, "host", [&](int r, const std::string& path) {
+      published[static_cast<std::size_t>(r)] =
+          FileStore(path, 20s).get_string("default/addr/" + std::to_string(r));
+    });
+  } catch (...) {
+    ::unsetenv("C10D_HOST");
+    throw;
+  }
+  ::unsetenv("C10D_HOST");
   for (const auto& addr : published) {
     EXPECT_EQ(addr.substr(0, addr.rfind(':')), "::1") << addr;
   }
 }
 
 TEST(ProcessGroupTCPTest, InitProcessGroupOverAFileUrlAndUnknownBackendsRejected) {
-  const std::string path =
-      ::testing::TempDir() + "/c10d_init_" + std::to_string(::getpid()) + "_store";
-  std::remove(path.c_str());
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(3);
-  for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        InitOptions o;
-        o.init_method = "file://" + path;
-        o.rank = r;
-        o.world_size = 3;
-        o.timeout = 20s;
-        auto pg = init_process_group(o);
-        auto t = filled(10, 1.0f);
-        pg->all_reduce({t})->wait(20s);
-        if (t.data<float>()[9] != 3.0f) throw Error("wrong all_reduce result");
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-  std::remove(path.c_str());
+  run_file_init(3, "init");
   InitOptions bad;
   bad.backend = "carrier-pigeon";
   EXPECT_THROW(init_process_group(bad), InvalidArgument);

@@ -298,27 +298,76 @@ TEST(TCPTransportTest, HandshakeMismatchNamesBothSides) {
   EXPECT_EQ(back.world_size, 4u);
 }
 
-TEST(TCPTransportTest, AStrangerWithTheWrongMagicIsRefusedAndTheRankStillWorks) {
-  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
-  std::exception_ptr errors[2];
-  std::vector<std::byte> got(100);
-  std::thread rank0([&] {
-    try {
-      TCPTransport t(store, 0, 2, "stranger", {"127.0.0.1", 20s});
-      t.irecv(1, 3, got)->wait(soon());
-    } catch (...) {
-      errors[0] = std::current_exception();
+// Two ranks of `group` that meet after strangers have tried rank 0: rank 0 starts at once and
+// waits for a 100-byte message from rank 1; meet() starts rank 1, which sends it, joins both
+// and checks it arrived.
+class TwoRanks {
+ public:
+  TwoRanks(std::shared_ptr<HashStore> store, std::string group, Milliseconds setup)
+      : store_(std::move(store)), group_(std::move(group)), setup_(setup) {
+    rank0_ = std::thread([this] {
+      try {
+        TCPTransport t(store_, 0, 2, group_, {"127.0.0.1", setup_});
+        t.irecv(1, 3, got_)->wait(soon());
+      } catch (...) {
+        errors_[0] = std::current_exception();
+      }
+    });
+  }
+  ~TwoRanks() {
+    if (rank0_.joinable()) rank0_.join();
+  }
+
+  // Where rank 0 listens, once it has published it.
+  sockaddr_in rank0_address() const {
+    const std::string addr = store_->get_string(group_ + "/addr/0");
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<std::uint16_t>(std::stoi(addr.substr(addr.rfind(':') + 1))));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return sa;
+  }
+
+  void meet() {
+    std::thread rank1([this] {
+      try {
+        TCPTransport t(store_, 1, 2, group_, {"127.0.0.1", setup_});
+        t.isend(0, 3, pattern(100, 4))->wait(soon());
+      } catch (...) {
+        errors_[1] = std::current_exception();
+      }
+    });
+    rank0_.join();
+    rank1.join();
+    for (auto& e : errors_) {
+      if (e) std::rethrow_exception(e);
     }
-  });
-  const std::string addr = store->get_string("stranger/addr/0");
-  const int port = std::stoi(addr.substr(addr.rfind(':') + 1));
+    EXPECT_EQ(got_, pattern(100, 4));
+  }
+
+ private:
+  std::shared_ptr<HashStore> store_;
+  std::string group_;
+  Milliseconds setup_;
+  std::vector<std::byte> got_ = std::vector<std::byte>(100);
+  std::exception_ptr errors_[2];
+  std::thread rank0_;
+};
+
+// A connection to `at` from this process.
+int connect_to(const sockaddr_in& at) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<const sockaddr*>(&at), sizeof at) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(TCPTransportTest, AStrangerWithTheWrongMagicIsRefusedAndTheRankStillWorks) {
+  TwoRanks ranks(std::make_shared<HashStore>(20s), "stranger", 20s);
+  const int fd = connect_to(ranks.rank0_address());
   ASSERT_GE(fd, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<std::uint16_t>(port));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
   Handshake bad{0x12345678, Handshake::kVersion, 2, 1, "stranger"};
   const auto frame = encode_handshake(bad);
   ASSERT_EQ(::write(fd, frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
@@ -329,37 +378,14 @@ TEST(TCPTransportTest, AStrangerWithTheWrongMagicIsRefusedAndTheRankStillWorks) 
   ::close(fd);
   ASSERT_GE(total, 4u);
   EXPECT_EQ(std::memcmp(reply, "C10T", 4), 0);
-
-  std::thread rank1([&] {
-    try {
-      TCPTransport t(store, 1, 2, "stranger", {"127.0.0.1", 20s});
-      t.isend(0, 3, pattern(100, 4))->wait(soon());
-    } catch (...) {
-      errors[1] = std::current_exception();
-    }
-  });
-  rank0.join();
-  rank1.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-  EXPECT_EQ(got, pattern(100, 4));
+  ranks.meet();
 }
 
 // A rank of another group that finds this rank's address connects, and each side refuses the
 // other with the two group names; the accepting rank goes on to meet its real peer.
 TEST(TCPTransportTest, ARankOfAnotherGroupIsRefusedOnBothSidesNamingBothGroups) {
-  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
-  std::exception_ptr errors[2];
-  std::vector<std::byte> got(100);
-  std::thread rank0([&] {
-    try {
-      TCPTransport t(store, 0, 2, "blue", {"127.0.0.1", 20s});
-      t.irecv(1, 3, got)->wait(soon());
-    } catch (...) {
-      errors[0] = std::current_exception();
-    }
-  });
+  auto store = std::make_shared<HashStore>(20s);
+  TwoRanks ranks(store, "blue", 20s);
   store->set("green/addr/0", store->get_string("blue/addr/0"));
   try {
     TCPTransport stray(store, 1, 2, "green", {"127.0.0.1", 5s});
@@ -369,69 +395,26 @@ TEST(TCPTransportTest, ARankOfAnotherGroupIsRefusedOnBothSidesNamingBothGroups) 
     EXPECT_NE(what.find("peer is in group \"blue\""), std::string::npos) << what;
     EXPECT_NE(what.find("this rank is in group \"green\""), std::string::npos) << what;
   }
-  std::thread rank1([&] {
-    try {
-      TCPTransport t(store, 1, 2, "blue", {"127.0.0.1", 20s});
-      t.isend(0, 3, pattern(100, 4))->wait(soon());
-    } catch (...) {
-      errors[1] = std::current_exception();
-    }
-  });
-  rank0.join();
-  rank1.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-  EXPECT_EQ(got, pattern(100, 4));
+  ranks.meet();
 }
 
 // Connections that send nothing, or half a handshake, and stay open must not hold up the real
 // peer that connects after them: its handshake is read as it arrives.
 TEST(TCPTransportTest, SilentStrangersDoNotHoldUpARealPeer) {
-  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
-  std::exception_ptr errors[2];
-  std::vector<std::byte> got(100);
-  std::thread rank0([&] {
-    try {
-      TCPTransport t(store, 0, 2, "silent", {"127.0.0.1", 10s});
-      t.irecv(1, 3, got)->wait(soon());
-    } catch (...) {
-      errors[0] = std::current_exception();
-    }
-  });
-  const std::string addr = store->get_string("silent/addr/0");
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<std::uint16_t>(std::stoi(addr.substr(addr.rfind(':') + 1))));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int strangers[2];
-  for (int& fd : strangers) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  }
+  TwoRanks ranks(std::make_shared<HashStore>(20s), "silent", 10s);
+  const sockaddr_in at = ranks.rank0_address();
+  const int silent = connect_to(at);
+  const int half_said = connect_to(at);
+  ASSERT_GE(silent, 0);
+  ASSERT_GE(half_said, 0);
   const auto half = encode_handshake({Handshake::kMagic, Handshake::kVersion, 2, 1, "silent"});
-  ASSERT_EQ(::write(strangers[1], half.data(), half.size() / 2),
+  ASSERT_EQ(::write(half_said, half.data(), half.size() / 2),
             static_cast<ssize_t>(half.size() / 2));
-
   const auto start = Clock::now();
-  std::thread rank1([&] {
-    try {
-      TCPTransport t(store, 1, 2, "silent", {"127.0.0.1", 10s});
-      t.isend(0, 3, pattern(100, 4))->wait(soon());
-    } catch (...) {
-      errors[1] = std::current_exception();
-    }
-  });
-  rank0.join();
-  rank1.join();
-  const auto took = Clock::now() - start;
-  for (int fd : strangers) ::close(fd);
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-  EXPECT_EQ(got, pattern(100, 4));
-  EXPECT_LT(took, 5s) << "the real peer waited behind the strangers";
+  ranks.meet();
+  EXPECT_LT(Clock::now() - start, 5s) << "the real peer waited behind the strangers";
+  ::close(silent);
+  ::close(half_said);
 }
 
 TEST(TCPTransportTest, APeerDestroyedMidWaitFailsThePendingReceiveNamingIt) {
