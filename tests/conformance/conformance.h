@@ -5,9 +5,12 @@
 //   for (const auto& f : s.failures) std::cerr << f << "\n";
 //
 // Every rank of the group calls run_conformance with the same Config; the cases then issue the
-// same ops in the same order on every rank. Runs so far: every rank a thread over the
-// in-process transport (threads_conformance_test.cc) and one rank per process over TCP under
-// c10drun (conformance_main.cc).
+// same ops in the same order on every rank. Runs (tests/CMakeLists.txt): every rank a thread
+// over the in-process transport, world sizes 1 to 8 (threads_conformance_test.cc); one rank per
+// process (conformance_main.cc) over the TCP backend under c10drun, the whole sweep with count
+// 1 << 20 at world sizes 1 to 8, over loopback TCP alone and over shared memory; under mpirun
+// over the MPI backend (2 and 4 ranks, blocking, nonblocking and MPI_THREAD_SERIALIZED) and the
+// TCP backend; over the ICI backend's simulated torus.
 //
 // What is covered (the case names in brackets; `only` selects by these names):
 //  - [all_reduce reduce reduce_scatter reduce_scatter_tensor] every dtype x every reduce op x
