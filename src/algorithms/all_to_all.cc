@@ -62,13 +62,19 @@ void all_to_allv(const Context& ctx, std::span<const std::byte> input,
   if (!own_in.empty()) std::memcpy(own_out.data(), own_in.data(), own_in.size());
 
   auto& t = ctx.transport;
+  // Every receive is posted before the first send, so a block that comes before its step goes
+  // straight into place instead of waiting in its sender's socket for a receive (4 ranks, 64
+  // MiB over loopback TCP: 38.6 against 41.1 ms, docs/benchmarks.md).
+  std::vector<std::unique_ptr<transport::Request>> recvs;
+  recvs.reserve(static_cast<std::size_t>(n));
+  for (int k = 1; k < n; ++k) {
+    const int from = (rank - k + n) % n;
+    recvs.push_back(t.irecv(from, ctx.tag, recv_block(from)));
+  }
   for (int k = 1; k < n; ++k) {
     const int to = (rank + k) % n;
-    const int from = (rank - k + n) % n;
-    // The receive goes first: a send completes only once its peer's receive matched it.
-    const auto recv = t.irecv(from, ctx.tag, recv_block(from));
     const auto send = t.isend(to, ctx.tag, send_block(to));
-    recv->wait(ctx.deadline);
+    recvs[static_cast<std::size_t>(k - 1)]->wait(ctx.deadline);
     send->wait(ctx.deadline);
   }
 }

@@ -7,8 +7,9 @@
 //    into n equal blocks in rank order.
 //  - step: the exchange runs steps k = 1..n-1. At step k a rank sends its block to
 //    peer (rank + k) mod n and receives a block from peer (rank - k) mod n; so every pair of
-//    ranks meets exactly once, and at every step each rank has one send and one receive on the
-//    wire. Its own block (k = 0) is copied locally, without a message.
+//    ranks meets exactly once, and at every step each rank has one send on the wire. Every
+//    receive is posted before the first send, so a block that arrives ahead of its step lands
+//    in place. Its own block (k = 0) is copied locally, without a message.
 //  - peer: the rank on the other end of a step's send or receive.
 //
 // Every step exchanges a message, even one of zero bytes: the protocol then does not depend on
