@@ -64,7 +64,7 @@ void all_to_allv(const Context& ctx, std::span<const std::byte> input,
   auto& t = ctx.transport;
   // Every receive is posted before the first send, so a block that comes before its step goes
   // straight into place instead of waiting in its sender's socket for a receive (4 ranks, 64
-  // MiB over loopback TCP: 38.6 against 41.1 ms, docs/benchmarks.md).
+  // MiB over loopback TCP: 39.4 against 42.5 ms, docs/benchmarks.md).
   std::vector<std::unique_ptr<transport::Request>> recvs;
   recvs.reserve(static_cast<std::size_t>(n));
   for (int k = 1; k < n; ++k) {

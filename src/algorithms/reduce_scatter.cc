@@ -67,15 +67,21 @@ void reduce_scatter_blocks(const Context& ctx, DType dtype, const Reduction& red
   if (reduction.op == ReduceOp::kAvg) finish_average(dtype, output, count, n);
 }
 
-void reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction, const void* input,
-                    void* output, std::int64_t count, const RingOptions& options) {
-  C10D_CHECK(count >= 0, "reduce_scatter on rank {}: count {} is negative", ctx.rank(), count);
-  const std::size_t block_bytes = static_cast<std::size_t>(count) * element_size(dtype);
-  std::vector<const void*> blocks(static_cast<std::size_t>(ctx.size()));
+std::vector<const void*> block_pointers(const void* input, int n, std::size_t block_bytes) {
+  std::vector<const void*> blocks(static_cast<std::size_t>(n));
   for (std::size_t r = 0; r < blocks.size(); ++r) {
     blocks[r] = static_cast<const std::byte*>(input) + r * block_bytes;
   }
-  reduce_scatter_blocks(ctx, dtype, reduction, blocks, output, count, options);
+  return blocks;
+}
+
+void reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction, const void* input,
+                    void* output, std::int64_t count, const RingOptions& options) {
+  C10D_CHECK(count >= 0, "reduce_scatter on rank {}: count {} is negative", ctx.rank(), count);
+  reduce_scatter_blocks(
+      ctx, dtype, reduction,
+      block_pointers(input, ctx.size(), static_cast<std::size_t>(count) * element_size(dtype)),
+      output, count, options);
 }
 
 }  // namespace c10d::algorithms

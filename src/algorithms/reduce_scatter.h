@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "algorithms/context.h"
 #include "algorithms/ring_all_reduce.h"
@@ -35,5 +36,8 @@ void reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction,
 void reduce_scatter_blocks(const Context& ctx, DType dtype, const Reduction& reduction,
                            std::span<const void* const> inputs, void* output, std::int64_t count,
                            const RingOptions& options = {});
+
+// The n block pointers of a contiguous input of n blocks of `block_bytes`, in rank order.
+std::vector<const void*> block_pointers(const void* input, int n, std::size_t block_bytes);
 
 }  // namespace c10d::algorithms

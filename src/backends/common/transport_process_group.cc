@@ -286,25 +286,14 @@ class TransportProcessGroup final : public ProcessGroup,
     checks_.count(kOp, "inputs", inputs.size());
     for (const auto& t : inputs) checks_.like(t, output, kOp, "an input");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
-    return enqueue(
-        kOp, Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()), opts.timeout,
-        [this, output, inputs, r = opts.reduce](const Context& ctx) {
-          if (!hooks_) {  // the ring reads each input where it is
-            std::vector<const void*> blocks;
-            for (const auto& t : inputs) blocks.push_back(t.raw_data());
-            algorithms::reduce_scatter_blocks(ctx, output.dtype(), r, blocks, output.raw_data(),
-                                              output.numel(), ring_);
-            return std::vector<Tensor>{output};
-          }
-          // A backend's own reduce_scatter (hooks) takes one contiguous input.
-          const std::size_t block = output.nbytes();
-          const algorithms::Scratch all(algorithms::ScratchSlot::kStaging, block * inputs.size());
-          for (std::size_t q = 0; q < inputs.size(); ++q) {
-            if (block > 0) std::memcpy(all.data() + q * block, inputs[q].raw_data(), block);
-          }
-          scatter_reduced(ctx, output.dtype(), r, all.data(), output.raw_data(), output.numel());
-          return std::vector<Tensor>{output};
-        });
+    return enqueue(kOp, Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()),
+                   opts.timeout, [this, output, inputs, r = opts.reduce](const Context& ctx) {
+                     std::vector<const void*> blocks;  // each input where it is
+                     for (const auto& t : inputs) blocks.push_back(t.raw_data());
+                     scatter_reduced(ctx, output.dtype(), r, blocks, output.raw_data(),
+                                     output.numel());
+                     return std::vector<Tensor>{output};
+                   });
   }
 
   std::shared_ptr<Work> reduce_scatter_tensor(Tensor output, Tensor input,
@@ -314,8 +303,10 @@ class TransportProcessGroup final : public ProcessGroup,
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
     return enqueue(kOp, Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()),
                    opts.timeout, [this, output, input, r = opts.reduce](const Context& ctx) {
-                     scatter_reduced(ctx, output.dtype(), r, input.raw_data(), output.raw_data(),
-                                     output.numel());
+                     scatter_reduced(
+                         ctx, output.dtype(), r,
+                         algorithms::block_pointers(input.raw_data(), size(), output.nbytes()),
+                         output.raw_data(), output.numel());
                      return std::vector<Tensor>{output};
                    });
   }
@@ -665,10 +656,10 @@ class TransportProcessGroup final : public ProcessGroup,
     if (!(hooks_ && hooks_->all_gather(ctx, in, out))) algorithms::all_gather(ctx, in, out, ring_);
   }
 
-  void scatter_reduced(const Context& ctx, DType dtype, const Reduction& r, const void* in,
-                       void* out, std::int64_t count) const {
-    if (!(hooks_ && hooks_->reduce_scatter(ctx, dtype, r, in, out, count))) {
-      algorithms::reduce_scatter(ctx, dtype, r, in, out, count, ring_);
+  void scatter_reduced(const Context& ctx, DType dtype, const Reduction& r,
+                       std::span<const void* const> blocks, void* out, std::int64_t count) const {
+    if (!(hooks_ && hooks_->reduce_scatter(ctx, dtype, r, blocks, out, count))) {
+      algorithms::reduce_scatter_blocks(ctx, dtype, r, blocks, out, count, ring_);
     }
   }
 

@@ -83,9 +83,9 @@ class BackendHooks {
                           std::span<std::byte>) {
     return false;
   }
-  // As algorithms::reduce_scatter.
-  virtual bool reduce_scatter(const algorithms::Context&, DType, const Reduction&, const void*,
-                              void*, std::int64_t) {
+  // As algorithms::reduce_scatter_blocks: inputs[r] holds this rank's block for rank r.
+  virtual bool reduce_scatter(const algorithms::Context&, DType, const Reduction&,
+                              std::span<const void* const>, void*, std::int64_t) {
     return false;
   }
   // As algorithms::all_to_allv.

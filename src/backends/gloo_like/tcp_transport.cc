@@ -114,60 +114,57 @@ void io_exact(tcp::socket& s, std::span<std::byte> buf, bool reading, Clock::tim
   }
 }
 
+// Reads what `s` (nonblocking) holds of a handshake into `bytes`, up to the handshake's end (no
+// further: the peer's first frames stay in the socket). Returns the handshake once it is whole
+// (after the fixed part alone when the magic is wrong: the caller refuses it), nullopt while
+// more is to come. Throws NetworkError when the connection closes or fails first,
+// InvalidArgument for a group name over its limit.
+std::optional<Handshake> read_handshake_some(tcp::socket& s, std::vector<std::byte>& bytes,
+                                             const std::string& what) {
+  for (;;) {
+    std::size_t need = Handshake::kFixedBytes;
+    Handshake h;
+    if (bytes.size() >= Handshake::kFixedBytes) {
+      const std::uint32_t name_len = decode_handshake_fixed(
+          std::span<const std::byte, Handshake::kFixedBytes>(bytes.data(), Handshake::kFixedBytes),
+          h);
+      if (h.magic != Handshake::kMagic) return h;
+      C10D_CHECK(name_len <= Handshake::kMaxNameBytes, "{}: group name of {} bytes exceeds {}",
+                 what, name_len, Handshake::kMaxNameBytes);
+      need += name_len;
+      if (bytes.size() == need) {
+        h.group.assign(reinterpret_cast<const char*>(bytes.data() + Handshake::kFixedBytes),
+                       name_len);
+        return h;
+      }
+    }
+    const std::size_t had = bytes.size();
+    bytes.resize(need);
+    error_code ec;
+    const std::size_t n = s.read_some(asio::buffer(bytes.data() + had, need - had), ec);
+    bytes.resize(had + n);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) return std::nullopt;
+    if (ec) C10D_THROW(NetworkError, "{}: {}", what, ec.message());
+  }
+}
+
+// The whole handshake from `s`, waiting for it until the deadline (TimeoutError).
 Handshake read_handshake(tcp::socket& s, Clock::time_point deadline, const std::string& what) {
-  std::array<std::byte, Handshake::kFixedBytes> fixed{};
-  io_exact(s, fixed, true, deadline, what);
-  Handshake h;
-  const std::uint32_t name_len = decode_handshake_fixed(fixed, h);
-  if (h.magic != Handshake::kMagic) return h;  // the caller reports it; read nothing more
-  C10D_CHECK(name_len <= Handshake::kMaxNameBytes, "{}: group name of {} bytes exceeds {}", what,
-             name_len, Handshake::kMaxNameBytes);
-  std::vector<std::byte> name(name_len);
-  io_exact(s, name, true, deadline, what);
-  h.group.assign(reinterpret_cast<const char*>(name.data()), name.size());
-  return h;
+  s.non_blocking(true);
+  std::vector<std::byte> bytes;
+  for (;;) {
+    if (auto h = read_handshake_some(s, bytes, what)) return *std::move(h);
+    if (Clock::now() >= deadline) C10D_THROW(TimeoutError, "{}: timed out", what);
+    poll_until(s.native_handle(), POLLIN, deadline);
+  }
 }
 
 // An accepted connection whose handshake has not all arrived. Setup reads every pending
-// connection as its bytes come, so one that sends nothing, or dribbles, never holds up a real
-// peer's handshake behind it.
+// connection as its bytes come (read_handshake_some), so one that sends nothing, or dribbles,
+// never holds up a real peer's handshake behind it.
 struct PendingHandshake {
   tcp::socket socket;
   std::vector<std::byte> bytes;  // what has arrived so far
-
-  // Reads what the socket holds, up to the end of the handshake (no further: the peer's first
-  // frames stay in the socket). Returns the handshake once it is whole (after the fixed part
-  // alone when the magic is wrong: the caller refuses it), nullopt while more is to come.
-  // Throws NetworkError when the connection closes or fails first, InvalidArgument for a group
-  // name over its limit.
-  std::optional<Handshake> advance(const std::string& what) {
-    for (;;) {
-      std::size_t need = Handshake::kFixedBytes;
-      Handshake h;
-      if (bytes.size() >= Handshake::kFixedBytes) {
-        const std::uint32_t name_len =
-            decode_handshake_fixed(std::span<const std::byte, Handshake::kFixedBytes>(
-                                       bytes.data(), Handshake::kFixedBytes),
-                                   h);
-        if (h.magic != Handshake::kMagic) return h;
-        C10D_CHECK(name_len <= Handshake::kMaxNameBytes, "{}: group name of {} bytes exceeds {}",
-                   what, name_len, Handshake::kMaxNameBytes);
-        need += name_len;
-        if (bytes.size() == need) {
-          h.group.assign(reinterpret_cast<const char*>(bytes.data() + Handshake::kFixedBytes),
-                         name_len);
-          return h;
-        }
-      }
-      const std::size_t had = bytes.size();
-      bytes.resize(need);
-      error_code ec;
-      const std::size_t n = socket.read_some(asio::buffer(bytes.data() + had, need - had), ec);
-      bytes.resize(had + n);
-      if (ec == asio::error::would_block || ec == asio::error::try_again) return std::nullopt;
-      if (ec) C10D_THROW(NetworkError, "{}: {}", what, ec.message());
-    }
-  }
 };
 
 // At most this many accepted connections wait for their handshakes at once; past it the oldest
@@ -1287,7 +1284,7 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
     for (auto it = pending.begin(); it != pending.end();) {
       std::optional<std::string> bad;
       try {
-        const std::optional<Handshake> theirs = it->advance(what);
+        const std::optional<Handshake> theirs = read_handshake_some(it->socket, it->bytes, what);
         if (!theirs) {
           ++it;
           continue;

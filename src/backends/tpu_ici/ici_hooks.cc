@@ -82,8 +82,8 @@ bool IciHooks::all_gather(const algorithms::Context& ctx, std::span<const std::b
 }
 
 bool IciHooks::reduce_scatter(const algorithms::Context& ctx, DType dtype,
-                              const Reduction& reduction, const void* input, void* output,
-                              std::int64_t count) {
+                              const Reduction& reduction, std::span<const void* const> inputs,
+                              void* output, std::int64_t count) {
   if (!torus_algorithms_) return false;
   C10D_CHECK(count >= 0, "reduce_scatter on rank {}: count {} is negative", ctx.rank(), count);
   algorithms::validate_reduction(dtype, reduction.op);
@@ -93,7 +93,10 @@ bool IciHooks::reduce_scatter(const algorithms::Context& ctx, DType dtype,
   // The plan reduces in place and leaves partial sums elsewhere: it runs on a copy.
   const algorithms::Scratch copy(algorithms::ScratchSlot::kInputCopy,
                                  block * static_cast<std::size_t>(n));
-  if (block > 0) std::memcpy(copy.data(), input, copy.span().size());
+  for (int r = 0; r < n && block > 0; ++r) {
+    std::memcpy(copy.data() + static_cast<std::size_t>(r) * block,
+                inputs[static_cast<std::size_t>(r)], block);
+  }
   if (reduction.op == ReduceOp::kPremulSum) {
     algorithms::premul_in_place(dtype, reduction.premul_factor, copy.data(), count * n);
   }

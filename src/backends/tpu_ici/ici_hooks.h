@@ -42,7 +42,8 @@ class IciHooks final : public backends::BackendHooks {
   bool all_gather(const algorithms::Context& ctx, std::span<const std::byte> input,
                   std::span<std::byte> output) override;
   bool reduce_scatter(const algorithms::Context& ctx, DType dtype, const Reduction& reduction,
-                      const void* input, void* output, std::int64_t count) override;
+                      std::span<const void* const> inputs, void* output,
+                      std::int64_t count) override;
   bool all_to_allv(const algorithms::Context& ctx, std::span<const std::byte> input,
                    std::span<const std::int64_t> send_counts,
                    std::span<const std::int64_t> send_offsets, std::span<std::byte> output,
