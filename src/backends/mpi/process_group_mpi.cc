@@ -54,8 +54,9 @@
 // MPI lifetime: the first group initializes MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE, or
 // MPI_THREAD_SERIALIZED under C10D_MPI_THREAD_LEVEL=serialized) unless the program already did;
 // MPI_Finalize then runs at exit (atexit), only if we initialized it. With MPI_THREAD_SERIALIZED
-// every MPI call of every group takes one process-wide mutex; below SERIALIZED the backend refuses
-// (Unsupported).
+// every MPI call of every group, the worker's and an inline waiter's alike, takes one
+// process-wide mutex (MpiLock), which is all that level asks: calls from several threads, never
+// two at once. Below SERIALIZED the backend refuses (Unsupported).
 //
 // Threads: the caller's threads check, queue, (new_group only) split communicators, and run
 // the collectives they wait for (above); one worker per group runs every other MPI call; with
@@ -115,12 +116,16 @@ class NbcAllreduceChoice {
  public:
   static constexpr std::size_t kRingBytes = std::size_t{64} << 10;
 
-  // After MPI_Init.
-  void init() {
+  // After MPI_Init; `mpi_level` is the thread level MPI runs at. MPI_T is initialized at that
+  // level: Open MPI 4.1's MPI_T_init_thread makes the level it is asked for the process's own
+  // (MPI_Query_thread then reports it, and Open MPI's thread-multiple flag follows), so asking
+  // for MPI_THREAD_MULTIPLE turned a process running at MPI_THREAD_SERIALIZED into one that
+  // claims MULTIPLE.
+  void init(int mpi_level) {
     constexpr const char* kName = "coll_libnbc_iallreduce_algorithm";
     if (std::getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm") != nullptr) return;
     int provided = 0, index = 0, count = 0, value = -1;
-    if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return;
+    if (MPI_T_init_thread(mpi_level, &provided) != MPI_SUCCESS) return;
     if (MPI_T_cvar_get_index(kName, &index) != MPI_SUCCESS ||
         MPI_T_cvar_handle_alloc(index, nullptr, &handle_, &count) != MPI_SUCCESS) {
       MPI_T_finalize();
@@ -291,7 +296,7 @@ void ensure_runtime() {
     C10D_LOG_INFO("MPI backend: MPI provides {}{}",
                   rt.serialized ? "MPI_THREAD_SERIALIZED" : "MPI_THREAD_MULTIPLE",
                   rt.serialized ? ": every MPI call takes one process-wide mutex" : "");
-    rt.allreduce_algorithm.init();
+    rt.allreduce_algorithm.init(provided);
     int* tag_ub = nullptr;
     int found = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
@@ -984,8 +989,8 @@ class ProcessGroupMPI final : public ProcessGroup,
 
   // ---- Collectives driven by their waiter ----
 
-  // Work::wait's hook for collectives (MPI_THREAD_MULTIPLE, not under DETAIL, C10D_INLINE not
-  // 0). When `w` is the next op to start, its waiter starts it and tests it in a tight loop
+  // Work::wait's hook for collectives (not under DETAIL, C10D_INLINE not 0; under
+  // MPI_THREAD_SERIALIZED too, each MPI call under MpiLock). When `w` is the next op to start, its waiter starts it and tests it in a tight loop
   // on its own thread, as a program calling MPI itself would: no other thread has to wake, which
   // on these machines costs more than a small collective. Otherwise the worker starts it now.
   // The op keeps its deadline (TimeoutError, and the group fails, as on the worker); when the
@@ -1032,7 +1037,10 @@ class ProcessGroupMPI final : public ProcessGroup,
     }
     if (wake_watchdog) watchdog_->wake();
     try {
-      a.started = a.work->start(comms_, call);
+      {
+        MpiLock lock;
+        a.started = a.work->start(comms_, call);
+      }
       // The clock is read every kClockEvery tests: on these guests a read costs about as much
       // as an MPI_Testall (perf: clock_gettime took 15% of an 8-byte all_reduce loop).
       for (unsigned polls = 1; !test(a); ++polls) {
@@ -1408,8 +1416,7 @@ class ProcessGroupMPI final : public ProcessGroup,
   std::exception_ptr stop_reason_;   // GUARDED_BY(mu_)
   bool stopping_ = false;            // GUARDED_BY(mu_)
   // Inline collectives (run_inline) and the worker's part in them; GUARDED_BY(mu_).
-  backends::InlineSchedule schedule_{!runtime().serialized && !detail_ &&
-                                     backends::inline_from_env()};
+  backends::InlineSchedule schedule_{!detail_ && backends::inline_from_env()};
   // A collective is in flight, the worker's or inline; set under mu_, cleared without it.
   std::atomic<bool> coll_running_{false};
   std::optional<Active> adopted_;  // started by a waiter that stopped waiting
