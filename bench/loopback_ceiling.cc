@@ -7,10 +7,18 @@
 // and the child receives (a 2-rank broadcast). A 1-byte round trip ends every iteration, so the
 // next starts together.
 //
-//   c10d-loopback-bench [--sizes 8M,16M,32M] [--write 256K] [--buffer 0] [--iters 20]
-//                       [--one-way]
+// With --ranks N, N processes form a ring, each connected to the next: per iteration each sends
+// 2(N-1)/N of SIZE to its right and receives as much from its left at once. Those are the bytes
+// a ring all_reduce of SIZE moves per rank, and no bandwidth-optimal all_reduce moves fewer (for
+// N = 2, SIZE each way, the least any all_reduce can move). When the processes outnumber the
+// cores they wait in poll(2) instead of spinning, which would keep the cores from the processes
+// with bytes to move. A 1-byte token around the ring ends every iteration.
 //
-// Prints, per size: the median time of an iteration and the bytes per second in each direction.
+//   c10d-loopback-bench [--sizes 8M,16M,32M] [--write 256K] [--buffer 0] [--iters 20]
+//                       [--one-way | --ranks N]
+//
+// Prints, per size: the median time of an iteration and the bytes per second in each direction
+// (per process, with --ranks).
 // --buffer is what the program asks for SO_SNDBUF and SO_RCVBUF (the kernel caps it at
 // net.core.{w,r}mem_max); 0, the default, leaves the kernel's autotuning on, as the TCP backend
 // does.
@@ -42,6 +50,7 @@ struct Options {
   std::size_t buffer = 0;
   int iters = 20;
   bool one_way = false;
+  int ranks = 0;  // > 0: a ring of that many processes
 };
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
@@ -82,11 +91,16 @@ Options parse(int argc, char** argv) {
       o.iters = std::stoi(value());
     } else if (arg == "--one-way") {
       o.one_way = true;
+    } else if (arg == "--ranks") {
+      o.ranks = std::stoi(value());
+      if (o.ranks < 2) throw std::invalid_argument("--ranks must be at least 2");
     } else {
-      throw std::invalid_argument("unknown flag \"" + arg +
-                                  "\" (flags: --sizes, --write, --buffer, --iters, --one-way)");
+      throw std::invalid_argument(
+          "unknown flag \"" + arg +
+          "\" (flags: --sizes, --write, --buffer, --iters, --one-way, --ranks)");
     }
   }
+  if (o.one_way && o.ranks > 0) throw std::invalid_argument("--one-way and --ranks exclude each other");
   if (o.write == 0) throw std::invalid_argument("--write must be positive");
   if (o.iters < 1) throw std::invalid_argument("--iters must be at least 1");
   return o;
@@ -99,18 +113,27 @@ void size_buffers(int fd, std::size_t bytes) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
 }
 
-// Moves `to_send` bytes out and `to_recv` bytes in, whichever the socket is ready for; fails
-// when nothing moves for 10 s.
-void transfer(int fd, const std::byte* out, std::size_t to_send, std::byte* in, std::size_t to_recv,
-              std::size_t write) {
+// Where a process's bytes go out and come in: one connection both ways, or two (a ring).
+struct Link {
+  int out;
+  int in;
+};
+
+// Moves `to_send` bytes out and `to_recv` bytes in, whichever the sockets are ready for; polls
+// without sleeping, as the libraries' progress loops do while bytes are due, unless `block`.
+// Fails when nothing moves for 10 s.
+void transfer(Link link, const std::byte* out, std::size_t to_send, std::byte* in,
+              std::size_t to_recv, std::size_t write, bool block = false) {
   std::size_t sent = 0;
   std::size_t got = 0;
+  const bool one = link.out == link.in;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (sent < to_send || got < to_recv) {
-    pollfd p{fd, static_cast<short>((sent < to_send ? POLLOUT : 0) | (got < to_recv ? POLLIN : 0)),
-             0};
-    // Polls without sleeping, as the libraries' progress loops do while bytes are due.
-    const int ready = ::poll(&p, 1, 0);
+    const short want_out = sent < to_send ? POLLOUT : 0;
+    const short want_in = got < to_recv ? POLLIN : 0;
+    pollfd p[2] = {{link.out, static_cast<short>(want_out | (one ? want_in : 0)), 0},
+                   {link.in, want_in, 0}};
+    const int ready = ::poll(p, one ? 1 : 2, block ? 100 : 0);
     if (ready < 0 && errno != EINTR) fail_errno("poll");
     if (ready <= 0) {
       if (std::chrono::steady_clock::now() > deadline) {
@@ -119,17 +142,19 @@ void transfer(int fd, const std::byte* out, std::size_t to_send, std::byte* in, 
       continue;
     }
     deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    if ((p.revents & (POLLERR | POLLHUP)) != 0) {
+    const short out_events = p[0].revents;
+    const short in_events = one ? p[0].revents : p[1].revents;
+    if (((out_events | in_events) & (POLLERR | POLLHUP)) != 0) {
       fail("the connection failed");
     }
-    if (sent < to_send && (p.revents & POLLOUT) != 0) {
-      const ssize_t n =
-          ::send(fd, out + sent, std::min(write, to_send - sent), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent < to_send && (out_events & POLLOUT) != 0) {
+      const ssize_t n = ::send(link.out, out + sent, std::min(write, to_send - sent),
+                               MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n < 0 && errno != EAGAIN && errno != EINTR) fail_errno("send");
       if (n > 0) sent += static_cast<std::size_t>(n);
     }
-    if (got < to_recv && (p.revents & POLLIN) != 0) {
-      const ssize_t n = ::recv(fd, in + got, to_recv - got, MSG_DONTWAIT);
+    if (got < to_recv && (in_events & POLLIN) != 0) {
+      const ssize_t n = ::recv(link.in, in + got, to_recv - got, MSG_DONTWAIT);
       if (n == 0) {
         fail("the peer closed the connection");
       }
@@ -139,27 +164,51 @@ void transfer(int fd, const std::byte* out, std::size_t to_send, std::byte* in, 
   }
 }
 
-// One process's side. Returns each iteration's time in µs for every size.
-std::vector<std::vector<double>> run_side(int fd, bool parent, const Options& o) {
-  const std::size_t largest = *std::max_element(o.sizes.begin(), o.sizes.end());
+// A 1-byte token once around: `first` sends it and waits for it to come back; every other
+// process passes it on. Over one connection, a round trip.
+void pass_token(Link link, bool first, bool block) {
+  std::byte token{0};
+  if (first) {
+    transfer(link, &token, 1, nullptr, 0, 1, block);
+    transfer(link, nullptr, 0, &token, 1, 1, block);
+  } else {
+    transfer(link, nullptr, 0, &token, 1, 1, block);
+    transfer(link, &token, 1, nullptr, 0, 1, block);
+  }
+}
+
+// What one process moves per iteration for a size.
+struct Bytes {
+  std::size_t out;
+  std::size_t in;
+};
+
+// Process `me` of `n` (0 is the parent): each iteration's time in µs for every size.
+std::vector<std::vector<double>> run_side(Link link, int me, int n, const Options& o) {
+  const auto bytes_for = [&](std::size_t size) -> Bytes {
+    if (o.ranks > 0) {
+      const std::size_t each = size / static_cast<std::size_t>(n) * 2 * static_cast<std::size_t>(n - 1);
+      return {each, each};
+    }
+    if (o.one_way) return {me == 0 ? size : 0, me == 0 ? 0 : size};
+    return {size, size};
+  };
+  std::size_t largest = 0;
+  for (const std::size_t size : o.sizes) {
+    largest = std::max({largest, bytes_for(size).out, bytes_for(size).in});
+  }
   std::vector<std::byte> out(largest, std::byte{1});
   std::vector<std::byte> in(largest, std::byte{0});  // touched: no page faults in the timing
+  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  const bool block = cores > 0 && n > cores;
   std::vector<std::vector<double>> times;
   for (const std::size_t size : o.sizes) {
     times.emplace_back();
-    const bool sends = !o.one_way || parent;
-    const bool receives = !o.one_way || !parent;
+    const Bytes b = bytes_for(size);
     for (int it = 0; it < o.iters + 1; ++it) {  // the first is a warm-up
       const auto start = std::chrono::steady_clock::now();
-      transfer(fd, out.data(), sends ? size : 0, in.data(), receives ? size : 0, o.write);
-      std::byte token{0};
-      if (parent) {
-        transfer(fd, &token, 1, nullptr, 0, 1);
-        transfer(fd, nullptr, 0, &token, 1, 1);
-      } else {
-        transfer(fd, nullptr, 0, &token, 1, 1);
-        transfer(fd, &token, 1, nullptr, 0, 1);
-      }
+      transfer(link, out.data(), b.out, in.data(), b.in, o.write, block);
+      pass_token(link, me == 0, block);
       const std::chrono::duration<double, std::micro> us = std::chrono::steady_clock::now() - start;
       if (it > 0) times.back().push_back(us.count());
     }
@@ -167,55 +216,110 @@ std::vector<std::vector<double>> run_side(int fd, bool parent, const Options& o)
   return times;
 }
 
+// A listening socket on 127.0.0.1, port 0; its address in `addr`.
+int listen_loopback(sockaddr_in& addr, std::size_t buffer) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (listener < 0) fail_errno("socket");
+  addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  size_buffers(listener, buffer);  // accepted sockets inherit the sizes
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(listener, 1) != 0 ||
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    fail_errno("listening on 127.0.0.1");
+  }
+  return listener;
+}
+
+int connect_loopback(const sockaddr_in& addr, std::size_t buffer) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) fail_errno("socket");
+  size_buffers(fd, buffer);  // before connect, so the window scale is negotiated for them
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    fail_errno("connect");
+  }
+  return fd;
+}
+
+void no_delay(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
-    const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (listener < 0) fail_errno("socket");
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    size_buffers(listener, o.buffer);  // accepted sockets inherit the sizes
-    if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::listen(listener, 1) != 0 ||
-        ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      fail_errno("listening on 127.0.0.1");
+    // n processes: a pair over one connection, or a ring where process i listens on
+    // listeners[i] for its left neighbour and connects to listeners[i + 1].
+    const int n = o.ranks > 0 ? o.ranks : 2;
+    std::vector<sockaddr_in> addrs(static_cast<std::size_t>(o.ranks > 0 ? n : 1));
+    std::vector<int> listeners;
+    for (auto& addr : addrs) listeners.push_back(listen_loopback(addr, o.buffer));
+    std::vector<pid_t> children;
+    int me = 0;
+    for (int i = 1; i < n && me == 0; ++i) {
+      const pid_t child = ::fork();
+      if (child < 0) fail_errno("fork");
+      if (child == 0) {
+        me = i;
+      } else {
+        children.push_back(child);
+      }
     }
-    const pid_t child = ::fork();
-    if (child < 0) fail_errno("fork");
-    const bool parent = child != 0;
-    int fd = -1;
-    if (parent) {
-      fd = ::accept(listener, nullptr, nullptr);
+    Link link{-1, -1};
+    if (o.ranks == 0) {
+      const int fd = me == 0 ? ::accept(listeners[0], nullptr, nullptr)
+                             : connect_loopback(addrs[0], o.buffer);
+      if (fd < 0) fail_errno("accept");
+      link = {fd, fd};
     } else {
-      fd = ::socket(AF_INET, SOCK_STREAM, 0);
-      size_buffers(fd, o.buffer);  // before connect, so the window scale is negotiated for them
-      if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) fd = -1;
+      link.out = connect_loopback(addrs[static_cast<std::size_t>((me + 1) % n)], o.buffer);
+      link.in = ::accept(listeners[static_cast<std::size_t>(me)], nullptr, nullptr);
+      if (link.in < 0) fail_errno("accept");
     }
-    if (fd < 0) fail_errno(parent ? "accept" : "connect");
-    ::close(listener);
-    const int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    for (const int l : listeners) ::close(l);
+    no_delay(link.out);
+    no_delay(link.in);
 
-    const auto times = run_side(fd, parent, o);
-    if (!parent) return 0;
-    int status = 0;
-    if (::waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      fail("the child process failed");
+    const auto times = run_side(link, me, n, o);
+    if (me != 0) return 0;
+    for (const pid_t child : children) {
+      int status = 0;
+      if (::waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+          WEXITSTATUS(status) != 0) {
+        fail("a child process failed");
+      }
     }
-    std::printf("# loopback TCP, %s, writes of %zu bytes, buffers %s, %d iterations\n",
-                o.one_way ? "one way" : "both ways at once", o.write,
-                o.buffer == 0 ? "autotuned" : std::to_string(o.buffer).c_str(), o.iters);
-    std::printf("# %12s %14s %20s\n", "size (B)", "time (us)", "GB/s per direction");
+    const std::string buffers = o.buffer == 0 ? "autotuned" : std::to_string(o.buffer);
+    if (o.ranks > 0) {
+      std::printf(
+          "# loopback TCP, a ring of %d processes, each moving 2(n-1)/n of the size to its right "
+          "and as much from its left at once, writes of %zu bytes, buffers %s, %d iterations\n",
+          n, o.write, buffers.c_str(), o.iters);
+      std::printf("# %12s %16s %14s %24s\n", "size (B)", "bytes each way", "time (us)",
+                  "GB/s per process each way");
+    } else {
+      std::printf("# loopback TCP, %s, writes of %zu bytes, buffers %s, %d iterations\n",
+                  o.one_way ? "one way" : "both ways at once", o.write, buffers.c_str(), o.iters);
+      std::printf("# %12s %14s %20s\n", "size (B)", "time (us)", "GB/s per direction");
+    }
     for (std::size_t i = 0; i < o.sizes.size(); ++i) {
       std::vector<double> t = times[i];
       std::sort(t.begin(), t.end());
       const double median = t[t.size() / 2];
-      std::printf("  %12zu %14.1f %20.2f\n", o.sizes[i], median,
-                  static_cast<double>(o.sizes[i]) / median / 1e3);
+      if (o.ranks > 0) {
+        const std::size_t each = o.sizes[i] / static_cast<std::size_t>(n) * 2 *
+                                 static_cast<std::size_t>(n - 1);
+        std::printf("  %12zu %16zu %14.1f %24.2f\n", o.sizes[i], each, median,
+                    static_cast<double>(each) / median / 1e3);
+      } else {
+        std::printf("  %12zu %14.1f %20.2f\n", o.sizes[i], median,
+                    static_cast<double>(o.sizes[i]) / median / 1e3);
+      }
     }
     return 0;
   } catch (const std::exception& e) {
