@@ -100,7 +100,9 @@ Options parse(int argc, char** argv) {
           "\" (flags: --sizes, --write, --buffer, --iters, --one-way, --ranks)");
     }
   }
-  if (o.one_way && o.ranks > 0) throw std::invalid_argument("--one-way and --ranks exclude each other");
+  if (o.one_way && o.ranks > 0) {
+    throw std::invalid_argument("--one-way and --ranks exclude each other");
+  }
   if (o.write == 0) throw std::invalid_argument("--write must be positive");
   if (o.iters < 1) throw std::invalid_argument("--iters must be at least 1");
   return o;
@@ -177,6 +179,11 @@ void pass_token(Link link, bool first, bool block) {
   }
 }
 
+// What each process of a ring of n moves each way for an all_reduce of `size` bytes.
+std::size_t ring_bytes(std::size_t size, int n) {
+  return size / static_cast<std::size_t>(n) * 2 * static_cast<std::size_t>(n - 1);
+}
+
 // What one process moves per iteration for a size.
 struct Bytes {
   std::size_t out;
@@ -186,10 +193,7 @@ struct Bytes {
 // Process `me` of `n` (0 is the parent): each iteration's time in µs for every size.
 std::vector<std::vector<double>> run_side(Link link, int me, int n, const Options& o) {
   const auto bytes_for = [&](std::size_t size) -> Bytes {
-    if (o.ranks > 0) {
-      const std::size_t each = size / static_cast<std::size_t>(n) * 2 * static_cast<std::size_t>(n - 1);
-      return {each, each};
-    }
+    if (o.ranks > 0) return {ring_bytes(size, n), ring_bytes(size, n)};
     if (o.one_way) return {me == 0 ? size : 0, me == 0 ? 0 : size};
     return {size, size};
   };
@@ -272,8 +276,8 @@ int main(int argc, char** argv) {
     }
     Link link{-1, -1};
     if (o.ranks == 0) {
-      const int fd = me == 0 ? ::accept(listeners[0], nullptr, nullptr)
-                             : connect_loopback(addrs[0], o.buffer);
+      const int fd =
+          me == 0 ? ::accept(listeners[0], nullptr, nullptr) : connect_loopback(addrs[0], o.buffer);
       if (fd < 0) fail_errno("accept");
       link = {fd, fd};
     } else {
@@ -289,8 +293,7 @@ int main(int argc, char** argv) {
     if (me != 0) return 0;
     for (const pid_t child : children) {
       int status = 0;
-      if (::waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
-          WEXITSTATUS(status) != 0) {
+      if (::waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         fail("a child process failed");
       }
     }
@@ -312,8 +315,7 @@ int main(int argc, char** argv) {
       std::sort(t.begin(), t.end());
       const double median = t[t.size() / 2];
       if (o.ranks > 0) {
-        const std::size_t each = o.sizes[i] / static_cast<std::size_t>(n) * 2 *
-                                 static_cast<std::size_t>(n - 1);
+        const std::size_t each = ring_bytes(o.sizes[i], n);
         std::printf("  %12zu %16zu %14.1f %24.2f\n", o.sizes[i], each, median,
                     static_cast<double>(each) / median / 1e3);
       } else {

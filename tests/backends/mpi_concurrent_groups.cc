@@ -13,11 +13,13 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "c10d/c10d.h"
 
@@ -67,8 +69,14 @@ int run() {
       }
     });
     std::this_thread::sleep_for(100ms);  // the world op is pending, its waiter polling MPI
-    sub->all_reduce({s})->wait();
+    std::exception_ptr sub_error;
+    try {
+      sub->all_reduce({s})->wait();
+    } catch (...) {
+      sub_error = std::current_exception();
+    }
     waiter.join();
+    if (sub_error) std::rethrow_exception(sub_error);
     if (world_error) std::rethrow_exception(world_error);
   } else {
     sub->all_reduce({s})->wait();

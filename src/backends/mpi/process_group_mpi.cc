@@ -990,9 +990,10 @@ class ProcessGroupMPI final : public ProcessGroup,
   // ---- Collectives driven by their waiter ----
 
   // Work::wait's hook for collectives (not under DETAIL, C10D_INLINE not 0; under
-  // MPI_THREAD_SERIALIZED too, each MPI call under MpiLock). When `w` is the next op to start, its waiter starts it and tests it in a tight loop
-  // on its own thread, as a program calling MPI itself would: no other thread has to wake, which
-  // on these machines costs more than a small collective. Otherwise the worker starts it now.
+  // MPI_THREAD_SERIALIZED too, each MPI call under MpiLock). When `w` is the next op to start,
+  // its waiter starts it and tests it in a tight loop on its own thread, as a program calling
+  // MPI itself would: no other thread has to wake, which on these machines costs more than a
+  // small collective. Otherwise the worker starts it now.
   // The op keeps its deadline (TimeoutError, and the group fails, as on the worker); when the
   // waiter's own deadline comes first, the worker adopts the op and the waiter returns.
   void run_inline(Work& w, Work::WaitClock& clock) {
