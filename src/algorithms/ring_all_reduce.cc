@@ -38,9 +38,10 @@ struct StepBuffers {
   std::byte* dst;
 };
 
-// Runs reduce-scatter steps; `buffers(s)` names step s's buffers. Segments of at most
-// `options.segment_bytes` go out at once; the receiver keeps two in flight, in two slots of
-// scratch, and reduces one while the next arrives.
+// Runs reduce-scatter steps one after the other (ring_reduce_scatter_to: step s+2 writes the
+// partial-sum slot step s sent from, so a step waits for its sends); `buffers(s)` names step
+// s's buffers. Segments of at most `options.segment_bytes` go out at once; the receiver keeps
+// two in flight, in two slots of scratch, and reduces one while the next arrives.
 template <typename BuffersOf>
 void run_reduce_scatter(const Context& ctx, const RingPattern& ring, DType dtype,
                         const Reduction& reduction, std::int64_t count, const RingOptions& options,
@@ -86,18 +87,123 @@ void run_reduce_scatter(const Context& ctx, const RingPattern& ring, DType dtype
   }
 }
 
+// Waits for a receive, looking every kSendCheck whether a send failed: the sends are only waited
+// for at the end, and a right neighbour that died would otherwise leave this rank waiting on its
+// left one until the deadline instead of failing with the dead rank's name.
+constexpr auto kSendCheck = std::chrono::milliseconds(50);
+void wait_watching_sends(transport::Request& recv,
+                         const std::vector<std::unique_ptr<transport::Request>>& sends,
+                         transport::Clock::time_point deadline) {
+  for (;;) {
+    const auto slice = std::min(deadline, transport::Clock::now() + kSendCheck);
+    try {
+      recv.wait(slice);
+      return;
+    } catch (const TimeoutError&) {
+      if (slice >= deadline) throw;
+    }
+    for (const auto& s : sends) s->test();  // rethrows a failed send's error
+  }
+}
+
+// The ring all-reduce as one pipeline of 2(n-1) stages: reduce-scatter steps 0..n-2, then
+// all-gather steps 0..n-2; stages [first, end) of it run here (the reduce-scatter alone is
+// [0, n-1), the all-gather alone [n-1, 2(n-1))). What a stage receives is what the next stage sends
+// (reduce-scatter step s+1 sends the block step s reduced, all-gather step 0 the block the last
+// reduce-scatter step finished, all-gather step s+1 the block step s received), so each segment
+// goes on to the right as soon as it is reduced or has arrived, instead of when its whole step is
+// done: a rank's outgoing bytes form one stream and no step waits for the slowest segment of the
+// one before. Segments from the left arrive in (stage, segment) order, since every rank sends in
+// that order; receives are posted in the same order: the reduce-scatter ones into two slots of
+// scratch (one reduced while the next arrives), then every all-gather one straight into place. A
+// block's all-gather receive lands where the same block's partial sum was sent from: by then the
+// right neighbour has taken that partial sum whole, since the final values are made from it.
+void run_pipelined(const Context& ctx, const RingPattern& ring, DType dtype,
+                   const Reduction& reduction, void* data, const RingOptions& options, int first,
+                   int end) {
+  const int n = ctx.size();
+  const std::size_t elem = element_size(dtype);
+  const std::int64_t seg =
+      std::max<std::int64_t>(1, options.segment_bytes / static_cast<std::int64_t>(elem));
+  const auto recv_block = [&](int t) {
+    return t < n - 1 ? ring.reduce_scatter_recv(t) : ring.all_gather_recv(t - (n - 1));
+  };
+  const auto segments = [&](Block b) { return (b.count + seg - 1) / seg; };
+  // Segment j of block b, as bytes of `data`.
+  const auto piece = [&](Block b, std::int64_t j) {
+    const Block part{b.offset + j * seg, std::min(seg, b.count - j * seg)};
+    return bytes_at(data, elem, part);
+  };
+  std::int64_t slot_elems = 0;
+  for (int t = first; t < std::min(end, n - 1); ++t) {
+    slot_elems = std::max(slot_elems, std::min(seg, recv_block(t).count));
+  }
+  const Scratch scratch(ScratchSlot::kSegments, 2 * static_cast<std::size_t>(slot_elems) * elem);
+  auto& tr = ctx.transport;
+
+  std::vector<std::unique_ptr<transport::Request>> sends;
+  const auto send = [&](std::span<std::byte> bytes) {
+    if (!bytes.empty()) sends.push_back(tr.isend(ring.right(), ctx.tag, bytes));
+  };
+  const Block start = first == 0 ? ring.reduce_scatter_send(0) : ring.all_gather_send(0);
+  for (std::int64_t j = 0; j < segments(start); ++j) send(piece(start, j));
+
+  // Receives in arrival order: (stage, segment). `posted` is the next one to post; reduce-scatter
+  // receives wait for a free slot (at most two in flight), all-gather ones are posted at once.
+  struct Unit {
+    int stage = 0;
+    std::int64_t segment = 0;
+  };
+  const auto next = [&](Unit u) {
+    if (++u.segment < segments(recv_block(u.stage))) return u;
+    return Unit{u.stage + 1, 0};
+  };
+  const auto skip_empty = [&](Unit u) {
+    while (u.stage < end && segments(recv_block(u.stage)) == 0) u = Unit{u.stage + 1, 0};
+    return u;
+  };
+  std::deque<std::unique_ptr<transport::Request>> pending;  // posted, in order
+  std::int64_t rs_posted = 0;                               // reduce-scatter receives posted
+  std::int64_t rs_done = 0;
+  Unit posted = skip_empty(Unit{first, 0});
+  const auto slot_of = [&](std::int64_t k) {
+    return scratch.data() + static_cast<std::size_t>(k % 2 * slot_elems) * elem;
+  };
+  const auto post_more = [&] {
+    while (posted.stage < end) {
+      const std::span<std::byte> into = piece(recv_block(posted.stage), posted.segment);
+      if (posted.stage < n - 1) {
+        if (rs_posted - rs_done >= 2) return;
+        pending.push_back(tr.irecv(ring.left(), ctx.tag, {slot_of(rs_posted), into.size()}));
+        ++rs_posted;
+      } else {
+        pending.push_back(tr.irecv(ring.left(), ctx.tag, into));
+      }
+      posted = skip_empty(next(posted));
+    }
+  };
+  post_more();
+  for (Unit u = skip_empty(Unit{first, 0}); u.stage < end; u = skip_empty(next(u))) {
+    wait_watching_sends(*pending.front(), sends, ctx.deadline);
+    pending.pop_front();
+    const std::span<std::byte> mine = piece(recv_block(u.stage), u.segment);
+    if (u.stage < n - 1) {
+      reduce_to(dtype, reduction, mine.data(), mine.data(), slot_of(rs_done), mine.size() / elem);
+      ++rs_done;
+      post_more();
+    }
+    if (u.stage + 1 < end) send(mine);  // the next stage sends what this one received
+  }
+  transport::wait_all(sends, ctx.deadline);
+}
+
 }  // namespace
 
 void ring_reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction, void* data,
                          std::int64_t count, const RingOptions& options) {
-  if (ctx.size() == 1 || count == 0) return;
-  const RingPattern ring = pattern_for(ctx, count, options);
-  const std::size_t elem = element_size(dtype);
-  auto* const base = static_cast<std::byte*>(data);
-  run_reduce_scatter(ctx, ring, dtype, reduction, count, options, [&](int s) {
-    std::byte* const recv = bytes_at(base, elem, ring.reduce_scatter_recv(s)).data();
-    return StepBuffers{bytes_at(base, elem, ring.reduce_scatter_send(s)).data(), recv, recv};
-  });
+  const int n = ctx.size();
+  if (n == 1 || count == 0) return;
+  run_pipelined(ctx, pattern_for(ctx, count, options), dtype, reduction, data, options, 0, n - 1);
 }
 
 void ring_reduce_scatter_to(const Context& ctx, DType dtype, const Reduction& reduction,
@@ -136,130 +242,9 @@ void ring_all_gather(const Context& ctx, DType dtype, void* data, std::int64_t c
                      const RingOptions& options) {
   const int n = ctx.size();
   if (n == 1 || count == 0) return;
-  const RingPattern ring = pattern_for(ctx, count, options);
-  const std::size_t elem = element_size(dtype);
-  auto& t = ctx.transport;
-  for (int s = 0; s < n - 1; ++s) {
-    const Block send = ring.all_gather_send(s);
-    const Block recv = ring.all_gather_recv(s);
-    std::unique_ptr<transport::Request> r, w;
-    if (recv.count > 0) r = t.irecv(ring.left(), ctx.tag, bytes_at(data, elem, recv));
-    if (send.count > 0) w = t.isend(ring.right(), ctx.tag, bytes_at(data, elem, send));
-    if (r) r->wait(ctx.deadline);
-    if (w) w->wait(ctx.deadline);
-  }
+  run_pipelined(ctx, pattern_for(ctx, count, options), dtype, Reduction{}, data, options, n - 1,
+                2 * (n - 1));
 }
-
-namespace {
-
-// Waits for a receive, looking every kSendCheck whether a send failed: the sends are only waited
-// for at the end, and a right neighbour that died would otherwise leave this rank waiting on its
-// left one until the deadline instead of failing with the dead rank's name.
-constexpr auto kSendCheck = std::chrono::milliseconds(50);
-void wait_watching_sends(transport::Request& recv,
-                         const std::vector<std::unique_ptr<transport::Request>>& sends,
-                         transport::Clock::time_point deadline) {
-  for (;;) {
-    const auto slice = std::min(deadline, transport::Clock::now() + kSendCheck);
-    try {
-      recv.wait(slice);
-      return;
-    } catch (const TimeoutError&) {
-      if (slice >= deadline) throw;
-    }
-    for (const auto& s : sends) s->test();  // rethrows a failed send's error
-  }
-}
-
-// The whole ring all-reduce as one pipeline of 2(n-1) stages: reduce-scatter steps 0..n-2, then
-// all-gather steps 0..n-2. What a stage receives is what the next stage sends (reduce-scatter
-// step s+1 sends the block step s reduced, all-gather step 0 the block the last reduce-scatter
-// step finished, all-gather step s+1 the block step s received), so each segment goes on to the
-// right as soon as it is reduced or has arrived, instead of when its whole step is done: a
-// rank's outgoing bytes form one stream and no step waits for the slowest segment of the one
-// before. Segments from the left arrive in (stage, segment) order, since every rank sends in that
-// order; receives are posted in the same order: the reduce-scatter ones into two slots of scratch
-// (one reduced while the next arrives), then every all-gather one straight into place. A block's
-// all-gather receive lands where the same block's partial sum was sent from: by then the right
-// neighbour has taken that partial sum whole, since the final values are made from it.
-void run_pipelined(const Context& ctx, const RingPattern& ring, DType dtype,
-                   const Reduction& reduction, void* data, const RingOptions& options) {
-  const int n = ctx.size();
-  const int stages = 2 * (n - 1);
-  const std::size_t elem = element_size(dtype);
-  const std::int64_t seg =
-      std::max<std::int64_t>(1, options.segment_bytes / static_cast<std::int64_t>(elem));
-  const auto recv_block = [&](int t) {
-    return t < n - 1 ? ring.reduce_scatter_recv(t) : ring.all_gather_recv(t - (n - 1));
-  };
-  const auto segments = [&](Block b) { return (b.count + seg - 1) / seg; };
-  // Segment j of block b, as bytes of `data`.
-  const auto piece = [&](Block b, std::int64_t j) {
-    const Block part{b.offset + j * seg, std::min(seg, b.count - j * seg)};
-    return bytes_at(data, elem, part);
-  };
-  std::int64_t slot_elems = 0;
-  for (int t = 0; t < n - 1; ++t) slot_elems = std::max(slot_elems, std::min(seg, recv_block(t).count));
-  const Scratch scratch(ScratchSlot::kSegments, 2 * static_cast<std::size_t>(slot_elems) * elem);
-  auto& tr = ctx.transport;
-
-  std::vector<std::unique_ptr<transport::Request>> sends;
-  const auto send = [&](std::span<std::byte> bytes) {
-    if (!bytes.empty()) sends.push_back(tr.isend(ring.right(), ctx.tag, bytes));
-  };
-  const Block first = ring.reduce_scatter_send(0);
-  for (std::int64_t j = 0; j < segments(first); ++j) send(piece(first, j));
-
-  // Receives in arrival order: (stage, segment). `posted` is the next one to post; reduce-scatter
-  // receives wait for a free slot (at most two in flight), all-gather ones are posted at once.
-  struct Unit {
-    int stage = 0;
-    std::int64_t segment = 0;
-  };
-  const auto next = [&](Unit u) {
-    if (++u.segment < segments(recv_block(u.stage))) return u;
-    return Unit{u.stage + 1, 0};
-  };
-  const auto skip_empty = [&](Unit u) {
-    while (u.stage < stages && segments(recv_block(u.stage)) == 0) u = Unit{u.stage + 1, 0};
-    return u;
-  };
-  std::deque<std::unique_ptr<transport::Request>> pending;  // posted, in order
-  std::int64_t rs_posted = 0;                                 // reduce-scatter receives posted
-  std::int64_t rs_done = 0;
-  Unit posted = skip_empty(Unit{});
-  const auto slot_of = [&](std::int64_t k) {
-    return scratch.data() + static_cast<std::size_t>(k % 2) * static_cast<std::size_t>(slot_elems) * elem;
-  };
-  const auto post_more = [&] {
-    while (posted.stage < stages) {
-      const std::span<std::byte> into = piece(recv_block(posted.stage), posted.segment);
-      if (posted.stage < n - 1) {
-        if (rs_posted - rs_done >= 2) return;
-        pending.push_back(tr.irecv(ring.left(), ctx.tag, {slot_of(rs_posted), into.size()}));
-        ++rs_posted;
-      } else {
-        pending.push_back(tr.irecv(ring.left(), ctx.tag, into));
-      }
-      posted = skip_empty(next(posted));
-    }
-  };
-  post_more();
-  for (Unit u = skip_empty(Unit{}); u.stage < stages; u = skip_empty(next(u))) {
-    wait_watching_sends(*pending.front(), sends, ctx.deadline);
-    pending.pop_front();
-    const std::span<std::byte> mine = piece(recv_block(u.stage), u.segment);
-    if (u.stage < n - 1) {
-      reduce_to(dtype, reduction, mine.data(), mine.data(), slot_of(rs_done), mine.size() / elem);
-      ++rs_done;
-      post_more();
-    }
-    if (u.stage + 1 < stages) send(mine);  // the next stage sends what this one received
-  }
-  transport::wait_all(sends, ctx.deadline);
-}
-
-}  // namespace
 
 void ring_all_reduce(const Context& ctx, DType dtype, const Reduction& reduction, void* data,
                      std::int64_t count, const RingOptions& options) {
@@ -274,7 +259,8 @@ void ring_all_reduce(const Context& ctx, DType dtype, const Reduction& reduction
     accumulate.op = ReduceOp::kSum;
   }
   if (ctx.size() > 1 && count > 0) {
-    run_pipelined(ctx, pattern_for(ctx, count, options), dtype, accumulate, data, options);
+    run_pipelined(ctx, pattern_for(ctx, count, options), dtype, accumulate, data, options, 0,
+                  2 * (ctx.size() - 1));
   }
   if (reduction.op == ReduceOp::kAvg) finish_average(dtype, data, count, ctx.size());
 }

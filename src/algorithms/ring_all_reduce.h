@@ -3,10 +3,12 @@
 //
 // Segment: a block goes out in segments of at most `segment_bytes`; the receiver keeps two
 // segments in flight and reduces one while the next is on the wire. The all-gather receives
-// straight into the output (no reduction, no scratch). In ring_all_reduce the two halves run as
-// one pipeline: each segment goes on to the next step as soon as it is reduced or has arrived,
-// not when its whole step is done (4 ranks on loopback TCP, 16 MiB: 19.2 against 22.3 ms,
-// medians of 8 alternating rounds; docs/benchmarks.md).
+// straight into the output (no reduction, no scratch). The steps run as one pipeline (in
+// ring_all_reduce both halves' steps): each segment goes on to the next step as soon as it is
+// reduced or has arrived, not when its whole step is done (4 ranks on loopback TCP, a 16 MiB
+// all_reduce: 19.2 against 22.3 ms, medians of 8 alternating rounds; docs/benchmarks.md).
+// ring_reduce_scatter_to, whose partial sums travel through two scratch blocks, runs step by
+// step.
 #pragma once
 
 #include <cstdint>
