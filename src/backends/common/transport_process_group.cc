@@ -57,6 +57,11 @@ using transport::Clock;
 // Below this many bytes all_reduce takes halving-doubling (2 log2 n message latencies), above
 // it the ring (bandwidth-optimal, 2(n-1) latencies).
 constexpr std::int64_t kHalvingDoublingMaxBytes = 256 << 10;
+// Over two ranks both exchange the same two halves, and the ring's segments only add messages
+// (DDP's 0.5 and 1.6 MB buckets: 5-9% off the step) until its pipeline pays: from this size it
+// streams each reduced segment straight back (loopback TCP, 16 MiB: 4.5-4.9 against 5.6-6.3
+// ms; docs/benchmarks.md). At 4 MiB halving-doubling is still ahead, at 8 MiB they are even.
+constexpr std::int64_t kTwoRankRingMinBytes = 8 << 20;
 
 // ---- Algorithm choice ----
 
@@ -639,11 +644,10 @@ class TransportProcessGroup final : public ProcessGroup,
         hooks_->all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel())) {
       return;
     }
-    // Over two ranks both algorithms exchange the same two halves; the ring's segments only
-    // add messages (DDP's 0.5 and 1.6 MB buckets: 5-9% off the step, docs/benchmarks.md).
+    const auto bytes = static_cast<std::int64_t>(t.nbytes());
     const bool ring = algo_.all_reduce == AlgoChoice::AllReduce::kRing ||
-                      (algo_.all_reduce == AlgoChoice::AllReduce::kAuto && size() > 2 &&
-                       static_cast<std::int64_t>(t.nbytes()) >= kHalvingDoublingMaxBytes);
+                      (algo_.all_reduce == AlgoChoice::AllReduce::kAuto &&
+                       bytes >= (size() > 2 ? kHalvingDoublingMaxBytes : kTwoRankRingMinBytes));
     if (ring) {
       algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(), ring_);
     } else {

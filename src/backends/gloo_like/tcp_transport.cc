@@ -9,6 +9,7 @@
 
 #include <netdb.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -171,6 +172,35 @@ struct PendingHandshake {
 // is dropped, so strangers cannot hold open sockets without bound during setup.
 constexpr std::size_t kMaxPendingHandshakes = 64;
 
+// A rank of a group of `world_size` keeps 2(world_size - 1) sockets open. Raises the soft limit
+// on open files (RLIMIT_NOFILE) toward the hard one when they and some headroom for the program
+// would not fit; fails naming both limits when even the hard one is too low, instead of a bare
+// "Too many open files" midway through the setup.
+void ensure_descriptors(int rank, int world_size) {
+  const auto sockets = 2 * static_cast<rlim_t>(world_size - 1);
+  constexpr rlim_t kHeadroom = 256;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < sockets + kHeadroom) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max == RLIM_INFINITY
+                          ? sockets + kHeadroom
+                          : std::min(limit.rlim_max, sockets + kHeadroom);
+    if (raised.rlim_cur > limit.rlim_cur && ::setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      limit = raised;
+    }
+  }
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < sockets + kHeadroom / 4) {
+    C10D_THROW(NetworkError,
+               "rank {}: a TCP group of {} ranks needs {} sockets per rank (two per peer), but "
+               "this process may open only {} files (RLIMIT_NOFILE soft limit; hard limit {}); "
+               "raise it (ulimit -n)",
+               rank, world_size, sockets, limit.rlim_cur,
+               limit.rlim_max == RLIM_INFINITY ? std::string("unlimited")
+                                               : std::to_string(limit.rlim_max));
+  }
+}
+
 }  // namespace
 
 std::string local_address_towards(const std::string& host) {
@@ -236,23 +266,33 @@ struct Unexpected {
 };
 
 struct Connection {
-  // Takes the socket out of the io_context's epoll (see `reactor`).
-  explicit Connection(tcp::socket s) : fd(s.release()) {}
+  // Takes the sockets out of the io_context's epoll (see `reactor`).
+  Connection(tcp::socket in, tcp::socket out) : fd(in.release()), wfd(out.release()) {}
   ~Connection() {
     if (reactor) reactor->release();
+    if (wreactor) wreactor->release();
     ::close(fd);
+    ::close(wfd);
   }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
-  // The socket, read and written with system calls by whoever owns that side (read_owner,
-  // `writing`). Shut down, never closed, before the transport goes (kill_locked).
+  // Two sockets per peer, one per direction: `fd` is the one the peer connected and writes to,
+  // read by whoever owns the read side (read_owner); `wfd` the one this rank connected, written
+  // by whoever owns the write side (`writing`). One socket carrying both directions moved a
+  // 16 MiB exchange about 20% slower on loopback (c10d-loopback-bench): both directions then
+  // take the same socket's lock, and acknowledgements interleave with the data; with the
+  // pipelined ring a 2-rank 16 MiB all_reduce took 4.5-5.1 ms against 5.6-6.9
+  // (docs/benchmarks.md).
+  // Shut down, never closed, before the transport goes (kill_locked).
   const int fd;
-  // Io thread only: `fd` registered with the io thread's epoll, only while the io thread waits
-  // on it (`watched`, `write_waiting`; Impl::reactor and settle). Asio registers a socket for
+  const int wfd;
+  // Io thread only: `fd` (`wfd`) registered with the io thread's epoll, only while the io thread
+  // waits on it (`watched`; `write_waiting`; Impl::reactor and settle). Asio registers a socket for
   // input edge-triggered whether or not anything waits, so a registered socket wakes the io
   // thread at every message, and on a core the waiter was polling on: a context switch per
   // message (an 8-byte all_reduce of 2 ranks over loopback took 13.9 µs against 7.4 without).
   std::optional<asio::posix::stream_descriptor> reactor;
+  std::optional<asio::posix::stream_descriptor> wreactor;
   bool write_waiting = false;  // io thread only: waits in epoll to write the op in front
   // GUARDED_BY(Impl::mu_):
   std::deque<std::shared_ptr<Op>> sends;  // not yet written
@@ -377,6 +417,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     // Shut down, never closed before the transport goes: another thread may be reading the fd,
     // and a closed fd number can be reused.
     ::shutdown(c.fd, SHUT_RDWR);
+    ::shutdown(c.wfd, SHUT_RDWR);
     if (!c.dead) {
       c.dead = why ? std::move(why)
                    : C10D_ERROR(NetworkError, "rank {}: connection to peer rank {} lost: {}", rank,
@@ -394,7 +435,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   void defer_write_failure_locked(int peer, std::shared_ptr<Op> op, const error_code& ec) {
     Connection& c = *conns[static_cast<std::size_t>(peer)];
     c.failed_write = std::move(op);
-    ::shutdown(c.fd, SHUT_WR);
+    ::shutdown(c.wfd, SHUT_WR);
     auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::seconds(1));
     timer->async_wait([self = shared_from_this(), timer, peer, ec](error_code) {
       std::lock_guard lock(self->mu_);
@@ -474,7 +515,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         if (!c || c->writing || c->dead) continue;
         // One attempt: a frame the socket does not take whole arrives cut, as a loss.
         [[maybe_unused]] const ssize_t n =
-            ::send(c->fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+            ::send(c->wfd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
       }
       close_all();  // under mu_: a thread writing directly (submit) never sees a closed fd
     }
@@ -487,28 +528,36 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
 
   void close_all() {  // under mu_; see kill_locked for why nothing is closed
     for (auto& c : conns) {
-      if (c) ::shutdown(c->fd, SHUT_RDWR);
+      if (!c) continue;
+      ::shutdown(c->fd, SHUT_RDWR);
+      ::shutdown(c->wfd, SHUT_RDWR);
     }
   }
 
   // Io thread: `c`'s socket registered with the io thread's epoll (see Connection::reactor).
-  asio::posix::stream_descriptor* reactor(Connection& c, error_code& ec) {
-    if (!c.reactor) {
-      c.reactor.emplace(io);
-      c.reactor->assign(c.fd, ec);
+  asio::posix::stream_descriptor* reactor(Connection& c, error_code& ec, bool write = false) {
+    auto& r = write ? c.wreactor : c.reactor;
+    if (!r) {
+      r.emplace(io);
+      r->assign(write ? c.wfd : c.fd, ec);
       if (ec) {
-        c.reactor.reset();  // not open: does not close fd
+        r.reset();  // not open: does not close the fd
         return nullptr;
       }
     }
-    return &*c.reactor;
+    return &*r;
   }
 
   // Io thread: takes `c`'s socket out of epoll once the io thread waits on it for nothing.
   static void settle(Connection& c) {
-    if (!c.reactor || c.watched || c.write_waiting) return;
-    c.reactor->release();
-    c.reactor.reset();
+    if (c.reactor && !c.watched) {
+      c.reactor->release();
+      c.reactor.reset();
+    }
+    if (c.wreactor && !c.write_waiting) {
+      c.wreactor->release();
+      c.wreactor.reset();
+    }
   }
 
   void write_next(int peer) {  // io thread
@@ -535,7 +584,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     error_code ec;
     if (!write_some(c, *op, std::numeric_limits<std::size_t>::max(), &err) && err == 0) {
       if (hand_back(c, op)) return;
-      if (auto* r = reactor(c, ec)) {
+      if (auto* r = reactor(c, ec, /*write=*/true)) {
         c.write_waiting = true;
         r->async_wait(asio::posix::descriptor_base::wait_write,
                       [self = shared_from_this(), peer, op](error_code wait_ec) {
@@ -997,7 +1046,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<std::size_t>(n_iov);
-    const ssize_t n = ::sendmsg(c.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    const ssize_t n = ::sendmsg(c.wfd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) op.written += static_cast<std::size_t>(n);
     if (n < 0 && error != nullptr && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       *error = errno;
@@ -1063,10 +1112,10 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         for (std::size_t p = 0; p < conns.size() && !aborted; ++p) {
           Connection* c = conns[p].get();
           if (c == nullptr || c->dead) continue;
-          short events = 0;
-          if (!op.is_send && static_cast<int>(p) == op.peer && !c->parked) events |= POLLIN;
-          if (!c->writing && !c->sends.empty()) events |= POLLOUT;
-          if (events != 0) fds.push_back({c->fd, events, 0});
+          if (!op.is_send && static_cast<int>(p) == op.peer && !c->parked) {
+            fds.push_back({c->fd, POLLIN, 0});
+          }
+          if (!c->writing && !c->sends.empty()) fds.push_back({c->wfd, POLLOUT, 0});
         }
       }
       const bool hot = hot_drive && now - last_ready < kDriveSpin;
@@ -1239,7 +1288,16 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   if (rank == 0) store->delete_key(impl_->failure_key);
   store->set(impl_->own_key, fmt::format("{}:{}", options.host, acceptor.local_endpoint().port()));
 
-  for (int peer = 0; peer < rank; ++peer) {
+  // Two connections per pair of ranks, one per direction: each rank connects to every peer and
+  // writes only there, and reads on the connection the peer made (Connection). It connects to
+  // the lower ranks, accepts every peer, then connects to the higher ranks: a rank answers
+  // handshakes only while it accepts, and in this order no two ranks wait for each other's
+  // answer (rank 0 accepts first; rank r accepts once ranks below it accept, and finishes once
+  // they have connected to it after their own accepting).
+  ensure_descriptors(rank, world_size);
+  std::vector<std::optional<tcp::socket>> outs(static_cast<std::size_t>(world_size));
+  std::vector<std::optional<tcp::socket>> ins(static_cast<std::size_t>(world_size));
+  const auto connect_to = [&](int peer) {
     const std::string addr = store->get_string(fmt::format("{}/addr/{}", group_name, peer));
     const auto colon = addr.rfind(':');
     C10D_CHECK(colon != std::string::npos, "rank {}: bad address \"{}\" for rank {}", rank, addr,
@@ -1258,15 +1316,16 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
       C10D_THROW(NetworkError, "{}: the peer says it is rank {}", what, theirs.rank);
     }
     s.non_blocking(false);
-    impl_->conns[static_cast<std::size_t>(peer)] = std::make_unique<Connection>(std::move(s));
-  }
-  // Higher ranks connect here. Every accepted connection is read as its bytes arrive, so a
+    outs[static_cast<std::size_t>(peer)].emplace(std::move(s));
+  };
+  for (int peer = 0; peer < rank; ++peer) connect_to(peer);
+  // Every peer connects here. Every accepted connection is read as its bytes arrive, so a
   // stranger that sends nothing holds up no one; the answer goes out however the handshake
   // compares, so a refused peer can say why.
   const std::string what = fmt::format("rank {}: handshake from a connection", rank);
   std::vector<PendingHandshake> pending;
   std::vector<pollfd> fds;
-  for (int accepted = 0; accepted < world_size - rank - 1;) {
+  for (int accepted = 0; accepted < world_size - 1;) {
     for (;;) {  // take every connection waiting in the backlog
       error_code ec;
       tcp::socket s(io);
@@ -1293,14 +1352,14 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
         io_exact(it->socket, out, false, deadline, what);
         bad = handshake_mismatch(mine, *theirs);
         const auto peer = static_cast<std::size_t>(theirs->rank);
-        if (!bad && (theirs->rank <= static_cast<std::uint32_t>(rank) ||
-                     peer >= impl_->conns.size() || impl_->conns[peer])) {
+        if (!bad &&
+            (theirs->rank == static_cast<std::uint32_t>(rank) || peer >= ins.size() || ins[peer])) {
           bad = fmt::format("unexpected or duplicate peer rank {}", theirs->rank);
         }
         if (!bad) {
           it->socket.set_option(tcp::no_delay(true));
           it->socket.non_blocking(false);
-          impl_->conns[peer] = std::make_unique<Connection>(std::move(it->socket));
+          ins[peer].emplace(std::move(it->socket));
           ++accepted;
         }
       } catch (const NetworkError& e) {
@@ -1311,18 +1370,24 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
       if (bad) C10D_LOG_WARN("{}: refused: {}", what, *bad);
       it = pending.erase(it);
     }
-    if (accepted == world_size - rank - 1) break;
+    if (accepted == world_size - 1) break;
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) {
-      C10D_THROW(TimeoutError, "rank {}: only {} of {} higher ranks connected in {} ms", rank,
-                 accepted, world_size - rank - 1, options.timeout.count());
+      C10D_THROW(TimeoutError, "rank {}: only {} of {} peers connected in {} ms", rank, accepted,
+                 world_size - 1, options.timeout.count());
     }
     fds.assign(1, pollfd{acceptor.native_handle(), POLLIN, 0});
     for (auto& p : pending) fds.push_back(pollfd{p.socket.native_handle(), POLLIN, 0});
     ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1000)));
   }
   acceptor.close();
+  for (int peer = rank + 1; peer < world_size; ++peer) connect_to(peer);
+  for (int peer = 0; peer < world_size; ++peer) {
+    if (peer == rank) continue;
+    const auto p = static_cast<std::size_t>(peer);
+    impl_->conns[p] = std::make_unique<Connection>(std::move(*ins[p]), std::move(*outs[p]));
+  }
 
   for (int peer = 0; peer < world_size; ++peer) {
     if (peer == rank) continue;

@@ -1,10 +1,17 @@
-// TCPTransport: the Transport of transport.h over a full mesh of TCP connections, one per pair
-// of ranks. Bytes move by system calls on the sockets (sendmsg, recv) made by whichever thread
-// waits, or by the io thread; Boost.Asio supplies only the io thread's epoll waits and timers.
+// TCPTransport: the Transport of transport.h over a full mesh of TCP connections, two per pair
+// of ranks, one per direction: a rank writes to a peer on the connection it made to that peer and
+// reads on the one the peer made (one connection carrying both directions moved a 16 MiB
+// exchange about 20% slower on loopback; docs/benchmarks.md). Bytes move by system
+// calls on the sockets (sendmsg, recv) made by whichever thread waits, or by the io thread;
+// Boost.Asio supplies only the io thread's epoll waits and timers.
 //
 // Setup (in the constructor, bounded by options.timeout): listen on host:0, publish
-// "<group_name>/addr/<rank>" = "host:port" in the store, connect to every lower rank and accept
-// from every higher one. Each connection opens with a handshake in both directions (the
+// "<group_name>/addr/<rank>" = "host:port" in the store, connect to every lower rank, accept
+// every peer's connection, then connect to every higher rank (a rank answers handshakes only
+// while it accepts; in this order no two ranks wait for each other's answer). A rank keeps
+// 2(n-1) sockets: when the soft limit on open files (RLIMIT_NOFILE) leaves too little room it
+// is raised toward the hard limit, and setup fails naming both when that is too low. Each
+// connection opens with a handshake in both directions (the
 // connecting side first; the accepting side always answers with its own, then drops a connection
 // it refused). A handshake whose magic, version, world size or group differs is refused with an
 // error naming both sides' values; a refused stranger does not stop the accepting rank. The

@@ -4,9 +4,11 @@
 // Handshake frame (little-endian):
 //   +-------------+-------------+----------------+----------+---------------+-------------+
 //   | magic u32   | version u16 | world_size u32 | rank u32 | name_len u32  | name bytes  |
-//   | "C10T"      | 1           |                |          | <= 1024       | group name  |
+//   | "C10T"      | 2           |                |          | <= 1024       | group name  |
 //   +-------------+-------------+----------------+----------+---------------+-------------+
-// Message frame, after the handshake, in either direction:
+// Version 2: two connections per pair of ranks, one per direction (the rank that connected
+// writes, the one that accepted reads); version 1 had one connection carrying both.
+// Message frame, after the handshake, from the connecting rank to the accepting one:
 //   +----------+-------------+-----------------+
 //   | tag u64  | length u64  | length bytes    |
 //   +----------+-------------+-----------------+
@@ -45,7 +47,7 @@ AbortNotice decode_abort_notice(std::span<const std::byte> payload);
 // The handshake frame above.
 struct Handshake {
   static constexpr std::uint32_t kMagic = 0x54303143;  // "C10T" as little-endian bytes
-  static constexpr std::uint16_t kVersion = 1;
+  static constexpr std::uint16_t kVersion = 2;
   static constexpr std::size_t kFixedBytes = 18;  // up to and including name_len
   static constexpr std::uint32_t kMaxNameBytes = 1024;
 
