@@ -22,15 +22,13 @@
 #include <vector>
 
 #include "c10d/c10d.h"
+#include "mpirun_program.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-bool check(bool ok, const std::string& what) {
-  if (!ok) fmt::print(stderr, "FAIL {}\n", what);
-  return ok;
-}
+using c10d::testing::check;
 
 c10d::Tensor filled(float value) {
   auto t = c10d::Tensor::empty({1000}, c10d::DType::kFloat32);
@@ -93,11 +91,4 @@ int run() {
 
 }  // namespace
 
-int main() {
-  try {
-    return run();
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "FAIL {}\n", e.what());
-    return 1;
-  }
-}
+int main() { return c10d::testing::run_program(run); }

@@ -11,15 +11,13 @@
 #include <exception>
 
 #include "c10d/c10d.h"
+#include "mpirun_program.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-bool check(bool ok, const std::string& what) {
-  if (!ok) fmt::print(stderr, "FAIL {}\n", what);
-  return ok;
-}
+using c10d::testing::check;
 
 int run() {
   c10d::InitOptions tcp_options;
@@ -75,11 +73,4 @@ int run() {
 
 }  // namespace
 
-int main() {
-  try {
-    return run();
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "FAIL {}\n", e.what());
-    return 1;
-  }
-}
+int main() { return c10d::testing::run_program(run); }
