@@ -59,8 +59,9 @@ using transport::Clock;
 constexpr std::int64_t kHalvingDoublingMaxBytes = 256 << 10;
 // Over two ranks both exchange the same two halves, and the ring's segments only add messages
 // (DDP's 0.5 and 1.6 MB buckets: 5-9% off the step) until its pipeline pays: from this size it
-// streams each reduced segment straight back (loopback TCP, 16 MiB: 4.5-4.9 against 5.6-6.3
-// ms; docs/benchmarks.md). At 4 MiB halving-doubling is still ahead, at 8 MiB they are even.
+// streams each reduced segment straight back (loopback TCP, 16 MiB: 4.5-5.1 against 5.6-6.9
+// ms for halving-doubling, 6 alternating rounds; docs/benchmarks.md). At 4 MiB halving-doubling is
+// still ahead, at 8 MiB they are even.
 constexpr std::int64_t kTwoRankRingMinBytes = 8 << 20;
 
 // ---- Algorithm choice ----

@@ -96,19 +96,17 @@ bool poll_until(int fd, short events, Clock::time_point deadline) {
   return ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000))) >= 0;
 }
 
-void io_exact(tcp::socket& s, std::span<std::byte> buf, bool reading, Clock::time_point deadline,
-              const std::string& what) {
+// Writes all of `buf` to `s` (made nonblocking), waiting for room until the deadline.
+void write_exact(tcp::socket& s, std::span<const std::byte> buf, Clock::time_point deadline,
+                 const std::string& what) {
   s.non_blocking(true);
   std::size_t done = 0;
   while (done < buf.size()) {
     error_code ec;
-    const std::size_t n =
-        reading ? s.read_some(asio::buffer(buf.data() + done, buf.size() - done), ec)
-                : s.write_some(asio::buffer(buf.data() + done, buf.size() - done), ec);
-    done += n;
+    done += s.write_some(asio::buffer(buf.data() + done, buf.size() - done), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
       if (Clock::now() >= deadline) C10D_THROW(TimeoutError, "{}: timed out", what);
-      poll_until(s.native_handle(), reading ? POLLIN : POLLOUT, deadline);
+      poll_until(s.native_handle(), POLLOUT, deadline);
     } else if (ec) {
       C10D_THROW(NetworkError, "{}: {}", what, ec.message());
     }
@@ -1273,6 +1271,9 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   const auto hello = encode_handshake(mine);
   auto& io = impl_->io;
 
+  // Before anything is published: a rank that cannot hold its sockets fails at once, and its
+  // peers time out as for any rank that never came.
+  ensure_descriptors(rank, world_size);
   const tcp::endpoint listen_at(asio::ip::make_address(options.host), 0);
   // Socket buffers are left to the kernel's autotuning (net.ipv4.tcp_wmem and tcp_rmem), which
   // grows each connection's buffers to what its path needs. A fixed 8 MiB (SO_SNDBUF and
@@ -1290,11 +1291,10 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
 
   // Two connections per pair of ranks, one per direction: each rank connects to every peer and
   // writes only there, and reads on the connection the peer made (Connection). It connects to
-  // the lower ranks, accepts every peer, then connects to the higher ranks: a rank answers
+  // the lower ranks, accepts every peer, then connects to the higher ranks. A rank answers
   // handshakes only while it accepts, and in this order no two ranks wait for each other's
-  // answer (rank 0 accepts first; rank r accepts once ranks below it accept, and finishes once
-  // they have connected to it after their own accepting).
-  ensure_descriptors(rank, world_size);
+  // answer: rank 0 accepts at once, every rank reaches its accepting once the lower ones do, and
+  // leaves it once the lower ones, done accepting, have connected to it.
   std::vector<std::optional<tcp::socket>> outs(static_cast<std::size_t>(world_size));
   std::vector<std::optional<tcp::socket>> ins(static_cast<std::size_t>(world_size));
   const auto connect_to = [&](int peer) {
@@ -1308,8 +1308,7 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
     tcp::socket s(io, to.protocol());
     s.connect(to);
     s.set_option(tcp::no_delay(true));
-    auto out = hello;
-    io_exact(s, out, false, deadline, what);
+    write_exact(s, hello, deadline, what);
     const Handshake theirs = read_handshake(s, deadline, what);
     if (auto bad = handshake_mismatch(mine, theirs)) C10D_THROW(NetworkError, "{}: {}", what, *bad);
     if (theirs.rank != static_cast<std::uint32_t>(peer)) {
@@ -1348,8 +1347,7 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
           ++it;
           continue;
         }
-        auto out = hello;
-        io_exact(it->socket, out, false, deadline, what);
+        write_exact(it->socket, hello, deadline, what);
         bad = handshake_mismatch(mine, *theirs);
         const auto peer = static_cast<std::size_t>(theirs->rank);
         if (!bad &&
@@ -1387,10 +1385,6 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
     if (peer == rank) continue;
     const auto p = static_cast<std::size_t>(peer);
     impl_->conns[p] = std::make_unique<Connection>(std::move(*ins[p]), std::move(*outs[p]));
-  }
-
-  for (int peer = 0; peer < world_size; ++peer) {
-    if (peer == rank) continue;
     impl_->watch(peer);
   }
   // Bytes that arrived during setup raised their readiness edge before anyone waited for it.
