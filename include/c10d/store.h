@@ -73,6 +73,10 @@ struct StoreLimits {
   std::size_t max_keys_per_op = 128 * 1024;
   // Bytes one connection may have buffered for one request frame.
   std::size_t max_frame_bytes = (64u << 20) + (1u << 20);
+  // Bytes of one answer's body (TCPStore). A small request can name a large value many times
+  // (a MULTI_GET of one 1 MiB key 256 times), so the server sums an answer before building it
+  // and refuses one over this; the client refuses to read one over its own.
+  std::size_t max_response_bytes = (64u << 20) + (1u << 20);
 };
 
 // In-process store: a map under a mutex. For threads-as-ranks tests and single-process use.
@@ -186,6 +190,11 @@ class TCPStoreServer;
 // by the next call, whose error names it (that call itself did not run). Code that must know a
 // set has landed before telling another process by some other channel can follow it with any
 // call, e.g. check().
+//
+// The server bounds what a client may cost it (docs/store.md, "Exhaustion"): a multi_get whose
+// answer would exceed StoreLimits::max_response_bytes, or a large answer the server has no room
+// for while other clients leave theirs unread, fails with StoreError and the connection serves
+// on.
 class TCPStore : public Store {
  public:
   explicit TCPStore(TCPStoreOptions options);

@@ -53,6 +53,10 @@ constexpr Milliseconds kServerGrace{5000};
 constexpr std::chrono::microseconds kHotSpin{5};
 constexpr std::chrono::microseconds kSpin{50};
 
+// After a call, a request or answer buffer larger than this is given back: one large get or set
+// must not pin its size for the store's life.
+constexpr std::size_t kKeepBufferBytes = 64 * 1024;
+
 // "[a, b, c]"; long lists are cut after a few keys so messages stay readable.
 std::string keys_text(std::span<const std::string> keys) {
   constexpr std::size_t kShown = 8;
@@ -412,7 +416,9 @@ struct TCPStore::Impl {
     std::span<const std::uint8_t> value;
     reader.value(value);
     if (!reader.finish().ok()) malformed(kind);
-    return Bytes(value.begin(), value.end());
+    Bytes result(value.begin(), value.end());
+    trim_input();
+    return result;
   }
   std::int64_t int_of(const Response& r, std::string_view kind) {
     store::wire::Reader reader(r.payload, options.limits);
@@ -420,6 +426,15 @@ struct TCPStore::Impl {
     reader.i64(v);
     if (!reader.finish().ok()) malformed(kind);
     return v;
+  }
+
+  // Give back the buffer a large request or answer grew: the request's once it is sent, the
+  // answer's once its values are copied out (a Response points into it until then).
+  void trim_output() {
+    if (out.capacity() > kKeepBufferBytes) Bytes().swap(out);
+  }
+  void trim_input() {
+    if (in.size() > kKeepBufferBytes && in_begin == in_end) Bytes().swap(in);
   }
 
   // Forgets the connection: the next call connects again.
@@ -446,6 +461,10 @@ struct TCPStore::Impl {
       case Status::kLimitExceeded:
         drop();  // the server may have closed the connection (it does for a broken frame limit)
         C10D_THROW(InvalidArgument, "store {}: {} refused: {}", address, context, message);
+      case Status::kResponseTooLarge:
+      case Status::kBusy:
+        // The server answered and serves on: the connection stays.
+        C10D_THROW(StoreError, "store {}: {} refused: {}", address, context, message);
       case Status::kVersionMismatch:
         drop();
         C10D_THROW(StoreError,
@@ -474,6 +493,7 @@ struct TCPStore::Impl {
     const auto deadline = deadline_after(timeout);
     build_frame(kind, build, std::min(deadline, deadline_after(connect_within)));
     send_out(start, deadline, context);
+    trim_output();
     return read_answer(kind, start, deadline, context);
   }
 
@@ -485,6 +505,7 @@ struct TCPStore::Impl {
     const auto deadline = deadline_after(timeout);
     build_frame(kind, build, deadline);
     send_out(start, deadline, context);
+    trim_output();
   }
 
   template <typename Build>
@@ -666,6 +687,15 @@ void TCPStore::append(std::string_view key, std::span<const std::uint8_t> value)
 std::vector<Bytes> TCPStore::multi_get(std::span<const std::string> keys) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->check_keys(keys);
+  // Even empty values take 4 bytes each in the answer: a list too long for the answer limit is
+  // refused here, with the error the server would give (StoreError either way).
+  const std::uint64_t least = store::wire::multi_get_answer_bytes(keys.size(), 0);
+  if (least > impl_->options.limits.max_response_bytes) {
+    C10D_THROW(StoreError,
+               "store {}: MULTI_GET of {} keys would answer at least {} bytes, over the limit "
+               "of {} bytes per answer (max_response_bytes)",
+               impl_->address, keys.size(), least, impl_->options.limits.max_response_bytes);
+  }
   const Milliseconds t = timeout();
   auto r = impl_->call(
       Kind::kMultiGet, plus_grace(t),
@@ -685,6 +715,7 @@ std::vector<Bytes> TCPStore::multi_get(std::span<const std::string> keys) {
     values.emplace_back(v.begin(), v.end());
   }
   if (!reader.finish().ok() || values.size() != keys.size()) impl_->malformed("MULTI_GET");
+  impl_->trim_input();
   return values;
 }
 

@@ -6,11 +6,19 @@
 // which only post to it or read atomics.
 #include "store/tcp_store_server.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <future>
+#include <list>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -36,12 +44,61 @@ using boost::system::error_code;
 using store::wire::Kind;
 using store::wire::Status;
 
-// Responses are flushed once this many bytes are pending, so pipelined GETs of large values
-// cannot grow a connection's output without bound.
+using Clock = std::chrono::steady_clock;
+
+// Small answers are flushed once this many bytes are pending, so pipelined requests cannot grow
+// a connection's output without bound.
 constexpr std::size_t kFlushBytes = 256 * 1024;
 constexpr std::size_t kInitialReadBuffer = 4096;
+// Answers at least this large are written on their own and count against the server's limit on
+// unread answers (ServerOptions::max_pending_output_bytes); a connection's smaller ones are
+// bounded by kFlushBytes.
+constexpr std::size_t kLargeAnswerBytes = 64 * 1024;
+// Once its frame is done, a buffer larger than this is given back (the input one shrinks to
+// kInitialReadBuffer): one large GET or SET must not pin its size for the connection's life.
+constexpr std::size_t kKeepBufferBytes = 64 * 1024;
 // The largest HELLO or AUTH body (AUTH: a 32-byte MAC), with room to spare.
 constexpr std::uint64_t kMaxHandshakeBody = 64;
+// A derived connection cap (ServerOptions::max_connections = 0) when there is no file limit.
+constexpr std::size_t kUnlimitedConnections = std::size_t{1} << 20;
+
+// Log lines about connections are rate-limited per kind: the first kLogBurst of a kind in each
+// kLogWindow, then one line per kind saying how many more there were. An attack therefore
+// costs a few lines every 10 s, not one per connection.
+constexpr std::uint32_t kLogBurst = 5;
+constexpr auto kLogWindow = std::chrono::seconds(10);
+
+enum class Event : std::uint8_t {
+  kBadInput,
+  kHandshake,
+  kEvicted,
+  kRefused,
+  kStalled,
+  kBusy,
+  kAcceptFailed,
+};
+constexpr std::size_t kEventKinds = 7;
+
+// For the summary line: "N more <this> in the last 10 s".
+std::string_view event_summary(Event e) {
+  switch (e) {
+    case Event::kBadInput:
+      return "connections closed for bad input, a broken limit or a wrong token";
+    case Event::kHandshake:
+      return "connections closed for no handshake within the deadline";
+    case Event::kEvicted:
+      return "connections closed in their handshake to make room";
+    case Event::kRefused:
+      return "connections refused over the connection cap";
+    case Event::kStalled:
+      return "connections closed for not reading their answers";
+    case Event::kBusy:
+      return "answers refused at the limit on unread answers";
+    case Event::kAcceptFailed:
+      return "failed accepts";
+  }
+  return "events";
+}
 
 struct StringHash {
   using is_transparent = void;
@@ -76,32 +133,75 @@ struct TCPStoreServer::Impl {
 
   struct Connection {
     Connection(Socket s, std::string p, asio::io_context& io)
-        : socket(std::move(s)), peer(std::move(p)), handshake_timer(io) {}
+        : socket(std::move(s)), peer(std::move(p)), handshake_timer(io), write_timer(io) {}
     ~Connection() { *alive = false; }
     Socket socket;
     std::string peer;
+    Clock::time_point accepted_at = Clock::now();
     // Closes the connection unless the handshake is done in time, so silent or half-open
     // connections cannot pile up. Destroyed (so cancelled) with the connection.
     asio::steady_timer handshake_timer;
-    // Read by the timer's handler, which may already be queued when the connection ends.
+    // Closes the connection when a write is not taken in time (see flush()).
+    asio::steady_timer write_timer;
+    // Read by the timers' handlers, which may already be queued when the connection ends.
     std::shared_ptr<bool> alive = std::make_shared<bool>(true);
     Phase phase = Phase::kHello;
-    Waiter* waiter = nullptr;  // the wait this connection is parked in, if any
+    // Closed by the server (see close_connection()); its coroutine is finishing.
+    bool closed = false;
+    // Its place in `handshaking` while `in_handshake`.
+    bool in_handshake = false;
+    std::list<Connection*>::iterator handshake_at;
+    Waiter* waiter = nullptr;                  // the wait this connection is parked in, if any
+    asio::steady_timer* room_timer = nullptr;  // set while it waits for room for an answer
+    std::uint64_t write_seq = 0;               // tells the write timer which write it watches
+    bool writing = false;
+    // Frames read (unread bytes are in[begin, end)) and answers not yet written.
+    Bytes in;
+    std::size_t begin = 0, end = 0;
+    Bytes out;
+    // What this connection adds to the server's pending_output and buffer_bytes counters.
+    std::size_t out_counted = 0;
+    std::size_t buffers_counted = 0;
+  };
+
+  struct LogGate {
+    std::uint32_t logged = 0;
+    std::uint64_t suppressed = 0;
   };
 
   explicit Impl(store::ServerOptions opts) : options(std::move(opts)) {}
+  ~Impl() {
+    if (spare_fd >= 0) ::close(spare_fd);
+  }
 
   // ---- state owned by the io thread (declared before io, so it outlives every coroutine
   // frame that io's destructor may still destroy) ----
   StringMap<Bytes> data;
   StringMap<std::vector<Waiter*>> waiters;
+  // Connections being served: what max_connections counts. Those closed by the server leave at
+  // once, the others when their coroutine ends.
   std::unordered_set<Connection*> connections;
+  // The connections still in their handshake, oldest first: the first to go under pressure.
+  std::list<Connection*> handshaking;
+  // Timers of connections waiting for room for a large answer; cancelled when answers drain.
+  std::vector<asio::steady_timer*> room_waiters;
   bool stopping = false;
+  std::array<LogGate, kEventKinds> log_gates{};
+  Clock::time_point log_window_start = Clock::now();
+  bool log_timer_armed = false;
+  // Kept open so that, out of descriptors, the server can still accept a waiting connection to
+  // close it at once rather than leave it hanging in the backlog.
+  int spare_fd = -1;
 
   store::ServerOptions options;
+  std::size_t output_limit = 0;  // max_pending_output_bytes, resolved
   std::uint16_t port = 0;
   std::atomic<std::uint64_t> local_accepted{0};
   std::atomic<std::uint64_t> accepted{0}, open{0}, rejected{0}, requests{0}, held{0}, keys{0};
+  std::atomic<std::uint64_t> refused{0}, evicted{0}, stalled{0};
+  // Bytes of answers built and not yet written, and the capacity of every connection's
+  // buffers. Written on the io thread only; atomic so that stats() may read them.
+  std::atomic<std::uint64_t> pending_output{0}, buffer_bytes{0};
   std::once_flag stop_once;
 
   asio::io_context io{1};
@@ -111,7 +211,215 @@ struct TCPStoreServer::Impl {
   // announced in the HELLO answer; it exists only in this network namespace.
   asio::local::stream_protocol::acceptor local_acceptor{io};
   std::string local_name;  // without the leading NUL; empty when there is none
+  asio::steady_timer log_timer{io};
   std::thread thread;
+
+  // ---- rate-limited logging ----
+
+  void log_event(Event e, std::string_view line) {
+    if (core::LogLevel::kWarn < core::log_level()) return;
+    roll_log_window();
+    LogGate& gate = log_gates[static_cast<std::size_t>(e)];
+    if (gate.logged < kLogBurst) {
+      ++gate.logged;
+      C10D_LOG_WARN("store server :{}: {}", port, line);
+      return;
+    }
+    ++gate.suppressed;
+    if (!log_timer_armed && !stopping) {
+      log_timer_armed = true;
+      log_timer.expires_at(log_window_start + kLogWindow);
+      log_timer.async_wait([this](error_code ec) {
+        log_timer_armed = false;
+        if (!ec) roll_log_window();
+      });
+    }
+  }
+
+  // Past the window (or when `force`d, at stop): one line per kind that had lines left out, and
+  // a fresh window.
+  void roll_log_window(bool force = false) {
+    const auto now = Clock::now();
+    if (!force && now - log_window_start < kLogWindow) return;
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(now - log_window_start);
+    for (std::size_t i = 0; i < kEventKinds; ++i) {
+      if (log_gates[i].suppressed > 0) {
+        C10D_LOG_WARN(
+            "store server :{}: {} more {} in the last {} s (the first {} of each kind are "
+            "logged every {} s)",
+            port, log_gates[i].suppressed, event_summary(static_cast<Event>(i)), seconds.count(),
+            kLogBurst, kLogWindow.count());
+      }
+      log_gates[i] = {};
+    }
+    log_window_start = now;
+  }
+
+  // ---- connections: the cap, eviction, accounting ----
+
+  std::size_t connection_cap() const {
+    if (options.max_connections > 0) return options.max_connections;
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) {
+      return kUnlimitedConnections;
+    }
+    const std::size_t soft = static_cast<std::size_t>(lim.rlim_cur);
+    const std::size_t reserve = std::max<std::size_t>(32, soft / 8);
+    return std::min(kUnlimitedConnections, soft > reserve ? soft - reserve : std::size_t{1});
+  }
+
+  // Counts a closing by the server and logs it (rate-limited).
+  void note_rejected(const Connection& c, Event e, std::string_view why) {
+    rejected.fetch_add(1, std::memory_order_relaxed);
+    log_event(e, fmt::format("closing connection from {}: {}", c.peer, why));
+  }
+
+  void leave_handshaking(Connection& c) {
+    if (!c.in_handshake) return;
+    handshaking.erase(c.handshake_at);
+    c.in_handshake = false;
+  }
+
+  // Closes `c` now, from outside its coroutine (a timer, or the accept loop making room): its
+  // descriptor is free at once and it no longer counts against the cap; its coroutine sees the
+  // socket closed and ends.
+  // `reset`: drop unsent answers with a reset rather than leave the kernel trying to deliver
+  // them to a client that does not read.
+  void close_connection(Connection& c, Event e, std::string_view why, bool reset = false) {
+    if (c.closed) return;
+    c.closed = true;
+    note_rejected(c, e, why);
+    leave_handshaking(c);
+    connections.erase(&c);
+    error_code ignored;
+    if (reset) c.socket.set_option(socket_base::linger(true, 0), ignored);
+    c.socket.close(ignored);
+  }
+
+  // Before serving a new connection. Near the cap (3/4 of it), connections still in their
+  // handshake after busy_handshake_timeout are closed; at the cap, the oldest one still in its
+  // handshake is. A client shakes hands within a round trip of connecting, so what this closes
+  // is idle or hostile. False when the server is at its cap and every connection has shaken
+  // hands: the new one is refused.
+  bool make_room() {
+    const std::size_t cap = connection_cap();
+    if (connections.size() + 1 > cap - cap / 4) {
+      const auto too_old = Clock::now() - options.busy_handshake_timeout;
+      while (!handshaking.empty() && handshaking.front()->accepted_at <= too_old) {
+        evicted.fetch_add(1, std::memory_order_relaxed);
+        close_connection(*handshaking.front(), Event::kEvicted,
+                         fmt::format("no handshake within {} ms while the server is near its cap "
+                                     "of {} connections",
+                                     options.busy_handshake_timeout.count(), cap));
+      }
+    }
+    if (connections.size() < cap) return true;
+    if (handshaking.empty()) return false;
+    evicted.fetch_add(1, std::memory_order_relaxed);
+    close_connection(*handshaking.front(), Event::kEvicted,
+                     fmt::format("the server is at its cap of {} connections and this is the "
+                                 "oldest one still in its handshake",
+                                 cap));
+    return true;
+  }
+
+  // Out of descriptors with nothing to evict: accepts one waiting connection on the spare
+  // descriptor and closes it, so its client learns at once instead of waiting in the backlog.
+  void refuse_waiting(int listen_fd) {
+    if (spare_fd < 0) return;
+    ::close(spare_fd);
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      ::close(fd);
+      refused.fetch_add(1, std::memory_order_relaxed);
+      rejected.fetch_add(1, std::memory_order_relaxed);
+      log_event(Event::kRefused, "out of file descriptors: closed a new connection at once");
+    }
+    spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
+
+  // Brings the server-wide counters up to date with `c`'s buffers.
+  void account(Connection& c) {
+    const std::size_t out_now = c.out.size();
+    if (out_now >= c.out_counted) {
+      pending_output.fetch_add(out_now - c.out_counted, std::memory_order_relaxed);
+    } else {
+      pending_output.fetch_sub(c.out_counted - out_now, std::memory_order_relaxed);
+      for (asio::steady_timer* t : room_waiters) t->cancel();  // room for a waiting answer
+    }
+    c.out_counted = out_now;
+    const std::size_t buffers_now = c.in.capacity() + c.out.capacity();
+    if (buffers_now >= c.buffers_counted) {
+      buffer_bytes.fetch_add(buffers_now - c.buffers_counted, std::memory_order_relaxed);
+    } else {
+      buffer_bytes.fetch_sub(c.buffers_counted - buffers_now, std::memory_order_relaxed);
+    }
+    c.buffers_counted = buffers_now;
+  }
+
+  // After a frame: an input buffer grown for a large one goes back to a few KiB.
+  void shrink_input(Connection& c) {
+    const std::size_t unread = c.end - c.begin;
+    if (c.in.size() <= kKeepBufferBytes || unread > kInitialReadBuffer) return;
+    Bytes fresh(kInitialReadBuffer);
+    std::memcpy(fresh.data(), c.in.data() + c.begin, unread);
+    c.in.swap(fresh);
+    c.begin = 0;
+    c.end = unread;
+    account(c);
+  }
+
+  // After a write: the output buffer is emptied, and given back when it grew large.
+  void release_output(Connection& c) {
+    if (c.out.capacity() > kKeepBufferBytes) {
+      Bytes().swap(c.out);
+    } else {
+      c.out.clear();
+    }
+    account(c);
+  }
+
+  // Whether an answer whose body is `bytes` may be built on `c` now: a large one only alone
+  // (nothing else pending on `c`) and within the server's limit on unread answers.
+  bool answer_fits(const Connection& c, std::uint64_t bytes) const {
+    if (bytes < kLargeAnswerBytes) return true;
+    if (!c.out.empty()) return false;
+    const std::uint64_t pending = pending_output.load(std::memory_order_relaxed);
+    return pending == 0 || pending + bytes <= output_limit;
+  }
+
+  // Makes room for a large answer that does not fit yet: writes what `c` has pending, then
+  // waits (up to write_timeout) for other connections' answers to be written. False when there
+  // is still no room. The caller looks its keys up again afterwards: they may have changed.
+  awaitable<bool> wait_for_room(Connection& c, std::uint64_t bytes) {
+    if (!c.out.empty()) co_await flush(c);
+    const auto deadline = Clock::now() + options.write_timeout;
+    while (!answer_fits(c, bytes)) {
+      if (stopping || Clock::now() >= deadline) co_return false;
+      asio::steady_timer t(io);
+      t.expires_at(deadline);
+      room_waiters.push_back(&t);
+      c.room_timer = &t;
+      error_code ec;
+      co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
+      c.room_timer = nullptr;
+      std::erase(room_waiters, &t);
+    }
+    co_return true;
+  }
+
+  void answer_busy(Connection& c, Kind kind, std::uint64_t bytes) {
+    const std::string why = fmt::format(
+        "the server holds {} bytes of answers its clients have not read yet; this {}-byte "
+        "answer found no room under its limit of {} bytes (ServerOptions::"
+        "max_pending_output_bytes) within {} ms",
+        pending_output.load(std::memory_order_relaxed), bytes, output_limit,
+        options.write_timeout.count());
+    store::wire::encode_error(c.out, kind, Status::kBusy, why);
+    if (stopping) return;
+    log_event(Event::kBusy,
+              fmt::format("{} from {} refused: {}", store::wire::kind_name(kind), c.peer, why));
+  }
 
   // ---- keys and waiters ----
 
@@ -190,28 +498,48 @@ struct TCPStoreServer::Impl {
     store::wire::put_u64(out, static_cast<std::uint64_t>(v));
   }
 
-  // Serves one decoded request (after the handshake), appending its response to `out`.
+  // Serves one decoded request (after the handshake), appending its response to conn.out.
   // Returns false when the connection must be closed after the response is flushed.
-  awaitable<bool> serve_request(Connection& conn, const store::wire::Request& req, Bytes& out) {
+  //
+  // A request that answers with values (GET, COMPARE_SET, MULTI_GET) sizes its answer first:
+  // over max_response_bytes it is refused, and a large one waits for room (wait_for_room()),
+  // then looks again, since the keys may have changed while it waited.
+  awaitable<bool> serve_request(Connection& conn, const store::wire::Request& req) {
     using store::wire::encode_error;
     using store::wire::put_bytes;
+    Bytes& out = conn.out;
     switch (req.kind) {
       case Kind::kSet:  // no answer when it succeeds (wire.h)
         put(req.keys[0], req.values[0]);
         break;
       case Kind::kGet: {
-        if (!data.contains(req.keys[0])) {
-          if (!out.empty()) co_await flush(conn, out);
-          if (!co_await wait_for(conn, req.keys, req.timeout_ms)) {
-            encode_error(
-                out, req.kind, Status::kTimeout,
-                fmt::format("key '{}' was not set within {} ms", req.keys[0], req.timeout_ms));
-            break;
+        for (;;) {
+          auto it = data.find(req.keys[0]);
+          if (it == data.end()) {
+            if (!out.empty()) co_await flush(conn);
+            if (!co_await wait_for(conn, req.keys, req.timeout_ms)) {
+              encode_error(
+                  out, req.kind, Status::kTimeout,
+                  fmt::format("key '{}' was not set within {} ms", req.keys[0], req.timeout_ms));
+              break;
+            }
+            continue;
           }
+          // Within max_response_bytes: the constructor checks that a largest value fits.
+          const std::uint64_t bytes = store::wire::value_answer_bytes(it->second.size());
+          if (!answer_fits(conn, bytes)) {
+            if (!co_await wait_for_room(conn, bytes)) {
+              answer_busy(conn, req.kind, bytes);
+              break;
+            }
+            continue;
+          }
+          out.reserve(out.size() + store::wire::kHeaderBytes + bytes);
+          std::size_t start = begin_ok(out, req.kind);
+          put_bytes(out, it->second);
+          store::wire::end_frame(out, start);
+          break;
         }
-        std::size_t start = begin_ok(out, req.kind);
-        put_bytes(out, data.find(req.keys[0])->second);
-        store::wire::end_frame(out, start);
         break;
       }
       case Kind::kAdd: {
@@ -242,23 +570,36 @@ struct TCPStoreServer::Impl {
       case Kind::kCompareSet: {
         const auto& expected = req.values[0];
         const auto& desired = req.values[1];
-        auto it = data.find(req.keys[0]);
-        std::span<const std::uint8_t> result;
-        Bytes current;
-        if ((it == data.end() && expected.empty()) ||
-            (it != data.end() &&
-             std::equal(it->second.begin(), it->second.end(), expected.begin(), expected.end()))) {
-          put(req.keys[0], desired);
-          result = desired;
-        } else if (it == data.end()) {
-          result = expected;
-        } else {
-          current = it->second;
-          result = current;
+        for (;;) {
+          auto it = data.find(req.keys[0]);
+          // The answer is one of the three values; room is made for the largest.
+          const std::uint64_t bytes = store::wire::value_answer_bytes(
+              std::max({it == data.end() ? std::size_t{0} : it->second.size(), expected.size(),
+                        desired.size()}));
+          if (!answer_fits(conn, bytes)) {
+            if (!co_await wait_for_room(conn, bytes)) {
+              answer_busy(conn, req.kind, bytes);
+              break;
+            }
+            continue;
+          }
+          std::span<const std::uint8_t> result;
+          if ((it == data.end() && expected.empty()) ||
+              (it != data.end() && std::equal(it->second.begin(), it->second.end(),
+                                              expected.begin(), expected.end()))) {
+            put(req.keys[0], desired);
+            result = desired;
+          } else if (it == data.end()) {
+            result = expected;
+          } else {
+            result = it->second;
+          }
+          out.reserve(out.size() + store::wire::kHeaderBytes + bytes);
+          std::size_t start = begin_ok(out, req.kind);
+          put_bytes(out, result);
+          store::wire::end_frame(out, start);
+          break;
         }
-        std::size_t start = begin_ok(out, req.kind);
-        put_bytes(out, result);
-        store::wire::end_frame(out, start);
         break;
       }
       case Kind::kCheck: {
@@ -271,23 +612,57 @@ struct TCPStoreServer::Impl {
       }
       case Kind::kWait:
       case Kind::kMultiGet: {
-        if (!out.empty()) co_await flush(conn, out);
-        if (!co_await wait_for(conn, req.keys, req.timeout_ms)) {
-          std::vector<std::string_view> missing;
-          for (auto k : req.keys) {
-            if (!data.contains(k)) missing.push_back(k);
+        for (;;) {
+          if (!out.empty()) co_await flush(conn);
+          if (!co_await wait_for(conn, req.keys, req.timeout_ms)) {
+            // A few keys by name: the message stays readable, and small however long the list
+            // (an answer, too, must fit max_response_bytes).
+            constexpr std::size_t kNamed = 8;
+            std::vector<std::string_view> missing;
+            std::size_t count = 0;
+            for (auto k : req.keys) {
+              if (data.contains(k)) continue;
+              if (++count <= kNamed) missing.push_back(k);
+            }
+            encode_error(
+                out, req.kind, Status::kTimeout,
+                fmt::format("keys [{}{}] were not set within {} ms", fmt::join(missing, ", "),
+                            count > kNamed ? fmt::format(", ... {} keys missing in all", count)
+                                           : std::string(),
+                            req.timeout_ms));
+            break;
           }
-          encode_error(out, req.kind, Status::kTimeout,
-                       fmt::format("keys [{}] were not set within {} ms", fmt::join(missing, ", "),
-                                   req.timeout_ms));
-          break;
-        }
-        std::size_t start = begin_ok(out, req.kind);
-        if (req.kind == Kind::kMultiGet) {
+          if (req.kind == Kind::kWait) {
+            store::wire::end_frame(out, begin_ok(out, req.kind));
+            break;
+          }
+          // A small request may name one large value many times: the answer is sized before
+          // it is built.
+          std::uint64_t value_bytes = 0;
+          for (auto k : req.keys) value_bytes += data.find(k)->second.size();
+          const std::uint64_t bytes =
+              store::wire::multi_get_answer_bytes(req.keys.size(), value_bytes);
+          if (bytes > options.limits.max_response_bytes) {
+            encode_error(out, req.kind, Status::kResponseTooLarge,
+                         fmt::format("MULTI_GET of {} keys would answer {} bytes, over the limit "
+                                     "of {} bytes per answer (max_response_bytes)",
+                                     req.keys.size(), bytes, options.limits.max_response_bytes));
+            break;
+          }
+          if (!answer_fits(conn, bytes)) {
+            if (!co_await wait_for_room(conn, bytes)) {
+              answer_busy(conn, req.kind, bytes);
+              break;
+            }
+            continue;
+          }
+          out.reserve(out.size() + store::wire::kHeaderBytes + bytes);
+          std::size_t start = begin_ok(out, req.kind);
           store::wire::put_u32(out, static_cast<std::uint32_t>(req.keys.size()));
           for (auto k : req.keys) put_bytes(out, data.find(k)->second);
+          store::wire::end_frame(out, start);
+          break;
         }
-        store::wire::end_frame(out, start);
         break;
       }
       case Kind::kDelete: {
@@ -340,53 +715,76 @@ struct TCPStoreServer::Impl {
     co_return true;
   }
 
-  awaitable<void> flush(Connection& conn, Bytes& out) {
+  // Writes conn.out, then empties it (and gives back a large buffer). Most answers fit in the
+  // socket's buffer and go at once; a write that must wait for the client to read is watched
+  // by write_timer, which closes the connection when its client does not take the answer
+  // within write_timeout. Throws when the write fails.
+  awaitable<void> flush(Connection& c) {
+    account(c);
     error_code ec;
-    co_await asio::async_write(conn.socket, asio::buffer(out),
-                               asio::redirect_error(use_awaitable, ec));
-    out.clear();
+    std::size_t written = c.out.empty() ? 0 : c.socket.write_some(asio::buffer(c.out), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) ec = {};
+    if (!ec && written < c.out.size()) {
+      const std::uint64_t seq = ++c.write_seq;
+      c.writing = true;
+      c.write_timer.expires_after(options.write_timeout);
+      c.write_timer.async_wait([this, &c, seq, alive = c.alive](error_code timer_ec) {
+        if (timer_ec || !*alive || !c.writing || c.write_seq != seq) return;
+        stalled.fetch_add(1, std::memory_order_relaxed);
+        close_connection(c, Event::kStalled,
+                         fmt::format("{} bytes of answers not taken within {} ms: its client "
+                                     "does not read them",
+                                     c.out.size(), options.write_timeout.count()),
+                         /*reset=*/true);
+      });
+      co_await asio::async_write(c.socket,
+                                 asio::buffer(c.out.data() + written, c.out.size() - written),
+                                 asio::redirect_error(use_awaitable, ec));
+      c.writing = false;
+      c.write_timer.cancel();
+    }
+    release_output(c);
     if (ec) throw boost::system::system_error(ec);
   }
 
-  void reject(Connection& conn, const std::string& why) {
-    rejected.fetch_add(1, std::memory_order_relaxed);
-    C10D_LOG_WARN("store server :{}: closing connection from {}: {}", port, conn.peer, why);
-  }
-
-  // One connection: read frames into `in`, serve them in order, write responses.
-  awaitable<void> serve(Socket socket, std::string peer) {
-    // co_spawn runs this body later: a connection accepted just before stop() must not join
-    // `connections` after shutdown() swept it.
-    if (stopping) co_return;
-    Connection conn(std::move(socket), std::move(peer), io);
-    error_code ec;
-    conn.socket.non_blocking(true, ec);
-    conn.handshake_timer.expires_after(options.handshake_timeout);
-    conn.handshake_timer.async_wait([this, &conn, alive = conn.alive](error_code timer_ec) {
-      if (timer_ec || !*alive || conn.phase == Phase::kReady) return;
-      reject(conn, "no handshake within the deadline");
-      error_code ignored;
-      conn.socket.close(ignored);
-    });
-    connections.insert(&conn);
-    open.fetch_add(1, std::memory_order_relaxed);
-    try {
-      co_await serve_frames(conn);
-    } catch (const boost::system::system_error&) {
-      // The peer went away, or stop() closed the socket: nothing to answer.
-    } catch (const std::exception& e) {
-      reject(conn, e.what());
+  // One connection: read frames into conn.in, serve them in order, write responses.
+  awaitable<void> serve(std::unique_ptr<Connection> owned) {
+    Connection& conn = *owned;
+    // co_spawn runs this body later: the server may have stopped, or closed the connection to
+    // make room, meanwhile.
+    if (!stopping && !conn.closed) {
+      error_code ec;
+      conn.socket.non_blocking(true, ec);
+      conn.handshake_timer.expires_after(options.handshake_timeout);
+      conn.handshake_timer.async_wait([this, &conn, alive = conn.alive](error_code timer_ec) {
+        if (timer_ec || !*alive || conn.phase == Phase::kReady) return;
+        close_connection(conn, Event::kHandshake, "no handshake within the deadline");
+      });
+      try {
+        co_await serve_frames(conn);
+      } catch (const boost::system::system_error&) {
+        // The peer went away, or the server closed the socket: nothing to answer.
+      } catch (const std::exception& e) {
+        note_rejected(conn, Event::kBadInput, e.what());
+      }
     }
+    leave_handshaking(conn);
     connections.erase(&conn);
     open.fetch_sub(1, std::memory_order_relaxed);
+    Bytes().swap(conn.in);
+    Bytes().swap(conn.out);
+    account(conn);
   }
 
   awaitable<void> serve_frames(Connection& conn) {
     const auto& limits = options.limits;
     store::wire::Nonce nonce{};
-    Bytes in(kInitialReadBuffer);
-    std::size_t begin = 0, end = 0;  // unread bytes are in[begin, end)
-    Bytes out;
+    Bytes& in = conn.in;
+    Bytes& out = conn.out;
+    std::size_t& begin = conn.begin;  // unread bytes are in[begin, end)
+    std::size_t& end = conn.end;
+    in.resize(kInitialReadBuffer);
+    account(conn);
     store::wire::Request req;
 
     // Reads more bytes so that at least `need` unread bytes are buffered.
@@ -398,12 +796,15 @@ struct TCPStoreServer::Impl {
       }
       // Before waiting for input, send what is already answered: a pipelining client may be
       // waiting for it before it sends the rest.
-      if (!out.empty()) co_await flush(conn, out);
+      if (!out.empty()) co_await flush(conn);
       while (end - begin < need) {
         // The buffer grows with the bytes that actually arrive (at most doubling), never to a
         // size a header merely claims: a client that announces 64 MiB and sends nothing costs
         // a few KiB.
-        if (end == in.size()) in.resize(std::min(need, 2 * in.size()));
+        if (end == in.size()) {
+          in.resize(std::min(need, 2 * in.size()));
+          account(conn);
+        }
         end += co_await conn.socket.async_read_some(asio::buffer(in.data() + end, in.size() - end),
                                                     use_awaitable);
       }
@@ -424,14 +825,15 @@ struct TCPStoreServer::Impl {
         } else if (hs.code == store::wire::DecodeCode::kFrameTooLarge) {
           store::wire::encode_error(out, Kind::kHello, Status::kLimitExceeded, why);
         }
-        reject(conn, why);
+        note_rejected(conn, Event::kBadInput, why);
         break;
       }
       // HELLO and AUTH bodies are a few bytes: before the handshake nothing larger is read.
       if (conn.phase != Phase::kReady && h.body_bytes > kMaxHandshakeBody) {
         store::wire::encode_error(out, static_cast<Kind>(h.kind), Status::kBadRequest,
                                   "a frame before the handshake is done must be HELLO or AUTH");
-        reject(conn, fmt::format("{}-byte frame before the handshake", h.body_bytes));
+        note_rejected(conn, Event::kBadInput,
+                      fmt::format("{}-byte frame before the handshake", h.body_bytes));
         break;
       }
       const std::size_t frame = store::wire::kHeaderBytes + static_cast<std::size_t>(h.body_bytes);
@@ -442,14 +844,16 @@ struct TCPStoreServer::Impl {
       if (conn.phase == Phase::kHello && kind != Kind::kHello) {
         store::wire::encode_error(out, kind, Status::kBadRequest,
                                   "the first request on a connection must be HELLO");
-        reject(conn, fmt::format("{} before HELLO", store::wire::kind_name(kind)));
+        note_rejected(conn, Event::kBadInput,
+                      fmt::format("{} before HELLO", store::wire::kind_name(kind)));
         break;
       }
       if (conn.phase == Phase::kAuth && kind != Kind::kAuth) {
         store::wire::encode_error(out, kind, Status::kAuthRequired,
                                   "this store requires authentication: set C10D_STORE_TOKEN "
                                   "(or the token option) to the store's shared secret");
-        reject(conn, fmt::format("{} without authentication", store::wire::kind_name(kind)));
+        note_rejected(conn, Event::kBadInput,
+                      fmt::format("{} without authentication", store::wire::kind_name(kind)));
         break;
       }
       auto ds = store::wire::decode_request(
@@ -463,7 +867,7 @@ struct TCPStoreServer::Impl {
                                             store::wire::describe(ds, limits));
         store::wire::encode_error(out, kind, limit ? Status::kLimitExceeded : Status::kBadRequest,
                                   why);
-        reject(conn, why);
+        note_rejected(conn, Event::kBadInput, why);
         break;
       }
       bool keep = true;
@@ -485,24 +889,28 @@ struct TCPStoreServer::Impl {
           store::wire::encode_error(out, kind, Status::kAuthFailed,
                                     "authentication failed: the client's token does not match "
                                     "the store's");
-          reject(conn, "wrong token");
+          note_rejected(conn, Event::kBadInput, "wrong token");
           break;
         }
         store::wire::end_frame(out, begin_ok(out, kind));
         conn.phase = Phase::kReady;
       } else {
-        keep = co_await serve_request(conn, req, out);
+        keep = co_await serve_request(conn, req);
       }
+      if (conn.phase == Phase::kReady) leave_handshaking(conn);
       begin += frame;
       if (begin == end) begin = end = 0;
+      shrink_input(conn);
+      account(conn);
       if (!keep) break;
-      if (out.size() >= kFlushBytes) co_await flush(conn, out);
+      if (out.size() >= kFlushBytes) co_await flush(conn);
     }
     // Closing: send what was answered (an error frame, usually), best effort.
     if (!out.empty()) {
-      error_code ec;
-      co_await asio::async_write(conn.socket, asio::buffer(out),
-                                 asio::redirect_error(use_awaitable, ec));
+      try {
+        co_await flush(conn);
+      } catch (const boost::system::system_error&) {
+      }
     }
     error_code ignored;
     conn.socket.shutdown(socket_base::shutdown_both, ignored);
@@ -519,8 +927,22 @@ struct TCPStoreServer::Impl {
       auto socket = co_await acceptor_ref.async_accept(asio::redirect_error(use_awaitable, ec));
       if (stopping || ec == asio::error::operation_aborted) co_return;
       if (ec) {
-        // Out of descriptors, or a connection reset before accept: back off briefly, go on.
-        C10D_LOG_WARN("store server :{}: accept failed: {}", port, ec.message());
+        if (ec == asio::error::no_descriptors ||
+            ec == error_code(ENFILE, boost::system::system_category())) {
+          // Out of descriptors (the cap is above what the process has left): free one by
+          // closing the oldest connection still in its handshake and accept again, or failing
+          // that turn the waiting connection away at once.
+          if (!handshaking.empty()) {
+            evicted.fetch_add(1, std::memory_order_relaxed);
+            close_connection(*handshaking.front(), Event::kEvicted,
+                             "out of file descriptors and this is the oldest connection still "
+                             "in its handshake");
+            continue;
+          }
+          refuse_waiting(acceptor_ref.native_handle());
+        }
+        // Or a connection reset before accept: back off briefly, go on.
+        log_event(Event::kAcceptFailed, fmt::format("accept failed: {}", ec.message()));
         asio::steady_timer pause(io, std::chrono::milliseconds(10));
         co_await pause.async_wait(asio::redirect_error(use_awaitable, ec));
         continue;
@@ -534,7 +956,32 @@ struct TCPStoreServer::Impl {
         local_accepted.fetch_add(1, std::memory_order_relaxed);
       }
       accepted.fetch_add(1, std::memory_order_relaxed);
-      asio::co_spawn(io, serve(Socket(std::move(socket)), std::move(peer)), asio::detached);
+      if (!make_room()) {
+        refused.fetch_add(1, std::memory_order_relaxed);
+        rejected.fetch_add(1, std::memory_order_relaxed);
+        const std::string why = fmt::format(
+            "the server serves its cap of {} connections (max_connections, by default from the "
+            "open-file limit), every one past its handshake",
+            connections.size());
+        log_event(Event::kRefused,
+                  fmt::format("closing connection from {} at once: {}", peer, why));
+        // Best effort, without waiting: the client reads why instead of a bare close.
+        Bytes answer;
+        store::wire::encode_error(answer, Kind::kHello, Status::kBusy, why);
+        socket.non_blocking(true, ec);
+        socket.write_some(asio::buffer(answer), ec);
+        socket.shutdown(socket_base::shutdown_send, ec);
+        socket.close(ec);
+        continue;
+      }
+      // Counted from here, not when its coroutine starts, so a burst of accepts cannot pass
+      // the cap.
+      auto conn = std::make_unique<Connection>(Socket(std::move(socket)), std::move(peer), io);
+      connections.insert(conn.get());
+      conn->handshake_at = handshaking.insert(handshaking.end(), conn.get());
+      conn->in_handshake = true;
+      open.fetch_add(1, std::memory_order_relaxed);
+      asio::co_spawn(io, serve(std::move(conn)), asio::detached);
     }
   }
 
@@ -581,10 +1028,13 @@ struct TCPStoreServer::Impl {
     error_code ec;
     acceptor.close(ec);
     local_acceptor.close(ec);
+    log_timer.cancel();
+    roll_log_window(/*force=*/true);
     for (Connection* c : connections) {
       c->socket.shutdown(socket_base::shutdown_both, ec);
       c->socket.close(ec);
       if (c->waiter != nullptr) c->waiter->timer.cancel();
+      if (c->room_timer != nullptr) c->room_timer->cancel();
     }
   }
 };
@@ -603,6 +1053,17 @@ TCPStoreServer::TCPStoreServer(store::ServerOptions options)
              "store limits: a request of at most {} bytes cannot carry a {}-byte key and a "
              "{}-byte value",
              l.max_frame_bytes, l.max_key_bytes, l.max_value_bytes);
+  C10D_CHECK(l.max_response_bytes >= store::wire::value_answer_bytes(l.max_value_bytes),
+             "store limits: an answer of at most {} bytes (max_response_bytes) cannot carry a "
+             "{}-byte value",
+             l.max_response_bytes, l.max_value_bytes);
+  s.output_limit = s.options.max_pending_output_bytes == 0 ? 4 * l.max_response_bytes
+                                                           : s.options.max_pending_output_bytes;
+  C10D_CHECK(s.output_limit >= l.max_response_bytes,
+             "store server: max_pending_output_bytes {} cannot hold one answer of "
+             "max_response_bytes {}",
+             s.output_limit, l.max_response_bytes);
+  s.spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const std::string& host = s.options.host;
   error_code ec;
   tcp::endpoint endpoint;
@@ -677,9 +1138,14 @@ store::ServerStats TCPStoreServer::stats() const {
   st.local_connections_accepted = s.local_accepted.load();
   st.connections_open = s.open.load();
   st.connections_rejected = s.rejected.load();
+  st.connections_refused = s.refused.load();
+  st.connections_evicted = s.evicted.load();
+  st.connections_stalled = s.stalled.load();
   st.requests = s.requests.load();
   st.waits_held = s.held.load();
   st.keys = s.keys.load();
+  st.pending_output_bytes = s.pending_output.load();
+  st.buffer_bytes = s.buffer_bytes.load();
   return st;
 }
 

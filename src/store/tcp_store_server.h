@@ -12,6 +12,16 @@
 // before the handshake no frame over 64 bytes is read. A connection that has not finished its
 // handshake within ServerOptions::handshake_timeout is closed.
 //
+// Exhaustion: no answer is larger than StoreLimits::max_response_bytes (a MULTI_GET is summed
+// before it is built and refused with kResponseTooLarge); answers not yet written to their
+// clients hold at most max_pending_output_bytes in all (a large answer waits for room, then is
+// refused with kBusy); an answer its client does not read within write_timeout closes that
+// connection; a connection's buffers shrink back to a few KiB after a large frame. At most
+// max_connections are served: near the cap, connections still in their handshake are closed
+// oldest first, so clients that shake hands at once keep being served; past it, a new connection
+// is closed at once. Log lines about closed connections are rate-limited per kind (a few, then
+// one summary line per kind every 10 s).
+//
 // The process hosting a server for thousands of ranks needs as many open files: `c10d-store
 // serve` raises its soft RLIMIT_NOFILE to the hard limit; a program hosting one should too.
 //
@@ -40,16 +50,39 @@ struct ServerOptions {
   bool local_socket = true;
   // A connection that has not finished HELLO (and AUTH) by then is closed.
   Milliseconds handshake_timeout{10000};
+  // Connections served at once. Past it, the oldest connection still in its handshake is closed
+  // to make room, or, when every connection has shaken hands, the new one is closed at once.
+  // 0: the soft RLIMIT_NOFILE (read at each accept, so a raised limit counts) less an eighth of
+  // it, at least 32, for the rest of the process.
+  std::size_t max_connections = 0;
+  // From 3/4 of max_connections on, a connection still in its handshake after this is closed
+  // (when the next connection arrives), instead of after handshake_timeout.
+  Milliseconds busy_handshake_timeout{1000};
+  // Bytes of answers built but not yet taken by their clients, over all connections. An answer
+  // of 64 KiB or more that does not fit waits (up to write_timeout) for others to be written,
+  // then is refused with kBusy. 0: four answers of limits.max_response_bytes; otherwise at least
+  // one.
+  std::size_t max_pending_output_bytes = 0;
+  // A write its client does not take within this (it does not read its answers) closes the
+  // connection.
+  Milliseconds write_timeout{30000};
 };
 
 struct ServerStats {
   std::uint64_t connections_accepted = 0;        // TCP and local
   std::uint64_t local_connections_accepted = 0;  // through the Unix socket
   std::uint64_t connections_open = 0;
-  std::uint64_t connections_rejected = 0;  // closed for bad input, limits or auth
+  // Closed by the server for any reason but stop(): bad input, limits, auth, a handshake not
+  // done in time, and the three below.
+  std::uint64_t connections_rejected = 0;
+  std::uint64_t connections_refused = 0;  // closed at once: over max_connections
+  std::uint64_t connections_evicted = 0;  // in their handshake, closed to make room
+  std::uint64_t connections_stalled = 0;  // an answer not taken within write_timeout
   std::uint64_t requests = 0;
   std::uint64_t waits_held = 0;  // right now
   std::uint64_t keys = 0;
+  std::uint64_t pending_output_bytes = 0;  // right now: answers built, not yet written
+  std::uint64_t buffer_bytes = 0;          // right now: capacity of every connection's buffers
 };
 
 // Raises this process's soft limit on open files to the hard limit (best effort).

@@ -65,6 +65,10 @@ std::string_view status_name(Status status) {
       return "value is not an integer";
     case Status::kOutOfRange:
       return "out of range";
+    case Status::kResponseTooLarge:
+      return "answer too large";
+    case Status::kBusy:
+      return "server busy";
   }
   return "unknown status";
 }
@@ -98,6 +102,9 @@ std::string describe(DecodeStatus s, const StoreLimits& limits) {
       return fmt::format("{} unexpected bytes after the request", s.value);
     case DecodeCode::kBadStatus:
       return fmt::format("unknown status {}", s.value);
+    case DecodeCode::kAnswerTooLarge:
+      return fmt::format("answer body of {} bytes exceeds the limit of {} (max_response_bytes)",
+                         s.value, limits.max_response_bytes);
   }
   return "unknown decode error";
 }
@@ -234,17 +241,12 @@ DecodeStatus decode_header(std::span<const std::uint8_t> in, bool response,
   if (is_response != response || base == 0 || base > kMaxKind) {
     return {DecodeCode::kBadKind, out.kind};
   }
-  // The limit bounds requests; responses may carry a multi_get of many large values.
-  std::uint64_t multi_get_bound = 0;
-  if (__builtin_mul_overflow(static_cast<std::uint64_t>(limits.max_keys_per_op),
-                             static_cast<std::uint64_t>(limits.max_value_bytes) + 4,
-                             &multi_get_bound)) {
-    multi_get_bound = UINT64_MAX;
+  if (response && out.body_bytes > limits.max_response_bytes) {
+    return {DecodeCode::kAnswerTooLarge, out.body_bytes};
   }
-  const std::uint64_t limit = response
-                                  ? std::max<std::uint64_t>(limits.max_frame_bytes, multi_get_bound)
-                                  : limits.max_frame_bytes;
-  if (out.body_bytes > limit) return {DecodeCode::kFrameTooLarge, out.body_bytes};
+  if (!response && out.body_bytes > limits.max_frame_bytes) {
+    return {DecodeCode::kFrameTooLarge, out.body_bytes};
+  }
   return {};
 }
 

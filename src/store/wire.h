@@ -40,8 +40,10 @@
 // Any status other than kOk is followed by a string saying what went wrong. A request that
 // breaks the protocol or a limit of the frame (bad kind, bad lengths, too large, before the
 // handshake) is the last the server reads: it answers and closes the connection, so nothing
-// sent after it runs. A timeout, a non-integer or out-of-range ADD, or an APPEND that would make
-// a value too large is answered and the connection goes on.
+// sent after it runs. A timeout, a non-integer or out-of-range ADD, an APPEND that would make
+// a value too large, an answer that would exceed max_response_bytes (kResponseTooLarge) or one
+// that found the server's buffer for unread answers full for too long (kBusy) is answered and
+// the connection goes on.
 //
 // Decoders are pure functions over byte spans: they never throw, and report short or bad input
 // through a DecodeStatus. Every length is checked against what remains and against the limits
@@ -95,6 +97,10 @@ enum class Status : std::uint8_t {
   kVersionMismatch = 6,
   kNotInteger = 7,
   kOutOfRange = 8,  // an ADD whose sum would overflow int64
+  // The answer would exceed StoreLimits::max_response_bytes; the message names both sizes.
+  kResponseTooLarge = 9,
+  // The server holds as many unread answers as it may; the request was not served.
+  kBusy = 10,
 };
 
 std::string_view kind_name(Kind kind);  // "SET", "GET", ...
@@ -112,15 +118,16 @@ enum class DecodeCode : std::uint8_t {
   kOk,
   kShort,  // not enough bytes yet
   kBadMagic,
-  kBadVersion,     // value = the peer's version
-  kBadKind,        // value = the kind byte
-  kFrameTooLarge,  // value = the claimed body length
-  kKeyTooLarge,    // value = the claimed key length
-  kValueTooLarge,  // value = the claimed value length
-  kTooManyKeys,    // value = the claimed count
-  kTruncated,      // a length runs past the end of the body
-  kTrailingBytes,  // value = bytes left over
-  kBadStatus,      // value = the status byte
+  kBadVersion,      // value = the peer's version
+  kBadKind,         // value = the kind byte
+  kFrameTooLarge,   // value = the claimed body length
+  kKeyTooLarge,     // value = the claimed key length
+  kValueTooLarge,   // value = the claimed value length
+  kTooManyKeys,     // value = the claimed count
+  kTruncated,       // a length runs past the end of the body
+  kTrailingBytes,   // value = bytes left over
+  kBadStatus,       // value = the status byte
+  kAnswerTooLarge,  // value = the claimed body length of an answer (max_response_bytes)
 };
 
 struct DecodeStatus {
@@ -173,7 +180,7 @@ class Reader {
 
 // Decodes a header from the first kHeaderBytes of `in`. kShort when fewer bytes are present;
 // checks magic, version, kind (request kinds, or response kinds when `response`), and that the
-// body fits in limits.max_frame_bytes.
+// body fits in limits.max_frame_bytes (a request) or limits.max_response_bytes (an answer).
 DecodeStatus decode_header(std::span<const std::uint8_t> in, bool response,
                            const StoreLimits& limits, Header& out);
 
@@ -185,6 +192,14 @@ void put_bytes(std::vector<std::uint8_t>& out, std::span<const std::uint8_t> byt
 void put_string(std::vector<std::uint8_t>& out, std::string_view s);
 // A list of keys: u32 count, then each key (what Reader::count and Reader::key read back).
 void put_key_list(std::vector<std::uint8_t>& out, std::span<const std::string> keys);
+
+// Body bytes of a MULTI_GET answer (status, count, each value with its length) for `count`
+// values of `value_bytes` in all; of a GET or COMPARE_SET answer with count 1 minus the count.
+// The server checks these against max_response_bytes before it builds an answer.
+inline std::uint64_t multi_get_answer_bytes(std::uint64_t count, std::uint64_t value_bytes) {
+  return 1 + 4 + 4 * count + value_bytes;
+}
+inline std::uint64_t value_answer_bytes(std::uint64_t value_bytes) { return 1 + 4 + value_bytes; }
 
 // A decoded request. Views point into the frame's body, which must outlive it.
 struct Request {

@@ -21,8 +21,14 @@ namespace c10d::testing {
 
 class RawClient {
  public:
-  explicit RawClient(std::uint16_t port) {
+  // `receive_buffer` > 0 shrinks the socket's receive buffer (set before connecting, so the
+  // window is small too): a client that does not read then holds the server's answer in the
+  // server, not in the kernel.
+  explicit RawClient(std::uint16_t port, int receive_buffer = 0) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (receive_buffer > 0) {
+      ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
@@ -100,6 +106,17 @@ class RawClient {
       if (r <= 0) return true;
     }
     return false;
+  }
+
+  // True when the server has already closed the connection (checked without waiting); unread
+  // answers are discarded.
+  bool closed_now() {
+    std::uint8_t sink[4096];
+    for (;;) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 0) <= 0 || p.revents == 0) return false;
+      if (::recv(fd_, sink, sizeof(sink), MSG_DONTWAIT) <= 0) return true;
+    }
   }
 
   static std::vector<std::uint8_t> hello(std::uint16_t version = store::wire::kVersion) {

@@ -114,6 +114,15 @@ TEST_F(TCPStoreTest, WaitTimeoutNamesAddressKeysAndDuration) {
   EXPECT_NE(msg.find("150 ms"), std::string::npos) << msg;
   // The connection is still good after a server-side timeout.
   EXPECT_EQ(store.get_string("present"), "1");
+  // A long list is named by its first few keys: the answer stays small however many are missing.
+  std::vector<std::string> many;
+  for (int i = 0; i < 2000; ++i)
+    many.push_back("missing/" + std::string(100, 'k') + std::to_string(i));
+  msg = message_of<TimeoutError>([&] { store.wait(many, 50ms); });
+  EXPECT_NE(msg.find(", ... 2000 keys missing in all] were not set within 50 ms"),
+            std::string::npos)
+      << msg;
+  EXPECT_LT(msg.size(), 4096u);
 }
 
 TEST_F(TCPStoreTest, WaitIsReleasedBySetFromAnotherClient) {
@@ -280,11 +289,64 @@ TEST_F(TCPStoreTest, ClientLearnsTheServersLimitsAndRefusesBeforeSending) {
   EXPECT_EQ(server->stats().connections_rejected, 0u);
 }
 
+TEST_F(TCPStoreTest, ClientRefusesAMultiGetWhoseAnswerCannotFitItsLimit) {
+  auto server = serve();
+  TCPStoreOptions c = client_options(server->port());
+  c.limits.max_response_bytes = 1024;
+  TCPStore store(c);
+  const auto requests = server->stats().requests;
+  // 300 values take at least 1205 bytes, however short.
+  std::vector<std::string> keys(300, "k");
+  std::string msg = message_of<StoreError>([&] { store.multi_get(keys); });
+  EXPECT_NE(msg.find("at least 1205 bytes, over the limit of 1024 bytes per answer "
+                     "(max_response_bytes)"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(server->stats().requests, requests);  // nothing was sent
+  // An answer over the client's own limit is refused as it arrives, naming the limit.
+  store.set("v", std::string(2000, 'x'));
+  msg = message_of<StoreError>([&] { store.get("v"); });
+  EXPECT_NE(msg.find("answer body of 2005 bytes exceeds the limit of 1024 (max_response_bytes)"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(store.add("n", 1), 1);  // it reconnects and serves on
+}
+
+TEST_F(TCPStoreTest, AnswerOverTheServersLimitIsAStoreErrorAndTheConnectionServesOn) {
+  StoreLimits small;
+  small.max_key_bytes = 64;
+  small.max_value_bytes = 1000;
+  small.max_frame_bytes = 4096;
+  small.max_response_bytes = 4096;
+  auto server = serve({}, small);
+  TCPStore store(client_options(server->port()));
+  store.set("v", std::string(1000, 'x'));
+  const auto accepted = server->stats().connections_accepted;
+  std::vector<std::string> keys(5, "v");
+  std::string msg = message_of<StoreError>([&] { store.multi_get(keys); });
+  EXPECT_NE(msg.find("MULTI_GET of 5 keys would answer 5025 bytes, over the limit of 4096 bytes "
+                     "per answer (max_response_bytes)"),
+            std::string::npos)
+      << msg;
+  keys.resize(3);
+  EXPECT_EQ(store.multi_get(keys).size(), 3u);
+  EXPECT_EQ(server->stats().connections_accepted, accepted);  // the same connection
+  EXPECT_EQ(server->stats().connections_rejected, 0u);
+}
+
 TEST_F(TCPStoreTest, InconsistentServerLimitsAreRefused) {
   StoreLimits bad;
   bad.max_frame_bytes = 1024;  // cannot carry an 8 KiB key
   std::string msg = message_of<InvalidArgument>([&] { serve({}, bad); });
   EXPECT_NE(msg.find("cannot carry"), std::string::npos) << msg;
+  bad = StoreLimits{};
+  bad.max_response_bytes = bad.max_value_bytes;  // no room for the value's framing
+  msg = message_of<InvalidArgument>([&] { serve({}, bad); });
+  EXPECT_NE(msg.find("max_response_bytes"), std::string::npos) << msg;
+  store::ServerOptions o;
+  o.max_pending_output_bytes = 1u << 20;  // less than one answer
+  msg = message_of<InvalidArgument>([&] { TCPStoreServer server(o); });
+  EXPECT_NE(msg.find("max_pending_output_bytes"), std::string::npos) << msg;
   bad = StoreLimits{};
   bad.max_value_bytes = 1ull << 33;  // does not fit the wire's u32 lengths
   bad.max_frame_bytes = 1ull << 34;

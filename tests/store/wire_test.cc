@@ -168,6 +168,45 @@ TEST(WireTest, ErrorFrameCarriesStatusMessageAndVersion) {
   EXPECT_EQ(std::string(out.end() - 8, out.end()), "speaks 2");
 }
 
+TEST(WireTest, AnswersAreBoundedByMaxResponseBytes) {
+  StoreLimits limits;
+  limits.max_response_bytes = 100;
+  Header h;
+  Bytes answer = frame(static_cast<Kind>(static_cast<std::uint8_t>(Kind::kGet) | kResponseBit),
+                       [](Bytes& out) {
+                         out.push_back(static_cast<std::uint8_t>(Status::kOk));
+                         put_string(out, std::string(95, 'v'));  // body: 1 + 4 + 95 = 100
+                       });
+  EXPECT_TRUE(decode_header(answer, true, limits, h).ok());
+  EXPECT_EQ(h.body_bytes, value_answer_bytes(95));
+  limits.max_response_bytes = 99;
+  auto s = decode_header(answer, true, limits, h);
+  EXPECT_EQ(s.code, DecodeCode::kAnswerTooLarge);
+  EXPECT_EQ(describe(s, limits),
+            "answer body of 100 bytes exceeds the limit of 99 (max_response_bytes)");
+  // The request limit does not apply to answers, nor the answer limit to requests.
+  limits.max_frame_bytes = 10;
+  limits.max_response_bytes = 100;
+  EXPECT_TRUE(decode_header(answer, true, limits, h).ok());
+
+  // multi_get_answer_bytes is the body the server builds: status, count, each length and value.
+  Bytes multi;
+  put_u32(multi, 3);
+  for (std::size_t n : {0u, 7u, 20u}) put_string(multi, std::string(n, 'x'));
+  EXPECT_EQ(multi_get_answer_bytes(3, 27), 1 + multi.size());
+}
+
+TEST(WireTest, NewStatusesHaveNames) {
+  EXPECT_EQ(status_name(Status::kResponseTooLarge), "answer too large");
+  EXPECT_EQ(status_name(Status::kBusy), "server busy");
+  Bytes out;
+  encode_error(out, Kind::kMultiGet, Status::kResponseTooLarge, "over the limit");
+  StoreLimits limits;
+  Header h;
+  ASSERT_TRUE(decode_header(out, true, limits, h).ok());
+  EXPECT_EQ(out[kHeaderBytes], static_cast<std::uint8_t>(Status::kResponseTooLarge));
+}
+
 TEST(WireTest, AuthMacDependsOnTokenAndNonce) {
   Nonce a = random_nonce(), b = random_nonce();
   EXPECT_NE(a, b);
@@ -281,6 +320,101 @@ TEST(WireFuzzTest, MutatedAndRandomFramesNeverCrashOrEscapeTheBody) {
   // Both paths were exercised.
   EXPECT_GT(accepted, 1000);
   EXPECT_GT(rejected, 10000);
+}
+
+// The client's side, seeded the same way: answers of every shape (values, value lists,
+// integers, error frames of every status, the new ones included), mutated and as noise. An
+// answer accepted by decode_header never exceeds max_response_bytes, and reading its body as
+// the client does (a list of values, or a status and message) never leaves it.
+TEST(WireFuzzTest, MutatedAnswersStayWithinTheAnswerLimit) {
+  std::mt19937_64 rng(20261124);
+  StoreLimits limits;
+  limits.max_value_bytes = 256;
+  limits.max_keys_per_op = 16;
+  limits.max_response_bytes = 1024;
+  auto answer = [](Kind kind, const std::function<void(Bytes&)>& body) {
+    return frame(static_cast<Kind>(static_cast<std::uint8_t>(kind) | kResponseBit), body);
+  };
+  std::vector<Bytes> seeds;
+  seeds.push_back(answer(Kind::kGet, [](Bytes& out) {
+    out.push_back(0);
+    put_string(out, std::string(100, 'v'));
+  }));
+  seeds.push_back(answer(Kind::kMultiGet, [](Bytes& out) {
+    out.push_back(0);
+    put_u32(out, 4);
+    for (int i = 0; i < 4; ++i) put_string(out, std::string(50 * i, 'w'));
+  }));
+  seeds.push_back(answer(Kind::kNumKeys, [](Bytes& out) {
+    out.push_back(0);
+    put_u64(out, 42);
+  }));
+  for (std::uint8_t st = 1; st <= static_cast<std::uint8_t>(Status::kBusy); ++st) {
+    Bytes e;
+    encode_error(e, Kind::kMultiGet, static_cast<Status>(st), "what went wrong");
+    seeds.push_back(e);
+  }
+  int accepted = 0, rejected = 0;
+  for (int iter = 0; iter < 100000; ++iter) {
+    Bytes f = seeds[rng() % seeds.size()];
+    if (iter % 10 == 0) {
+      f.resize(rng() % 64);
+      for (auto& b : f) b = static_cast<std::uint8_t>(rng());
+    } else {
+      for (int m = 1 + static_cast<int>(rng() % 3); m > 0 && !f.empty(); --m) {
+        const std::size_t at = rng() % f.size();
+        switch (rng() % 4) {
+          case 0:
+            f[at] = static_cast<std::uint8_t>(rng());
+            break;
+          case 1:
+            for (std::size_t i = at; i < std::min(f.size(), at + 4); ++i) f[i] = 0xff;
+            break;
+          case 2:
+            f.resize(at);
+            break;
+          default:
+            f.insert(f.begin() + static_cast<std::ptrdiff_t>(at), rng() % 600, 0x41);
+            if (rng() % 2 == 0) end_frame(f, 0);  // an honest length, possibly over the limit
+            break;
+        }
+      }
+    }
+    Header h;
+    auto hs = decode_header(f, true, limits, h);
+    if (!hs.ok() || f.size() - kHeaderBytes < h.body_bytes || h.body_bytes == 0) {
+      if (!hs.ok()) {
+        EXPECT_FALSE(describe(hs, limits).empty());
+      }
+      ++rejected;
+      continue;
+    }
+    ASSERT_LE(h.body_bytes, limits.max_response_bytes);
+    ++accepted;
+    std::span<const std::uint8_t> body(f.data() + kHeaderBytes, h.body_bytes);
+    const auto* lo = body.data();
+    const auto* hi = body.data() + body.size();
+    Reader r(body.subspan(1), limits);
+    if (body[0] == static_cast<std::uint8_t>(Status::kOk)) {
+      std::uint32_t n = 0;
+      if (r.count(n)) {
+        for (std::uint32_t i = 0; i < n; ++i) {
+          std::span<const std::uint8_t> v;
+          if (!r.value(v)) break;
+          ASSERT_TRUE(v.empty() || (v.data() >= lo && v.data() + v.size() <= hi));
+        }
+      }
+    } else {
+      std::string_view message;
+      if (r.key(message)) {
+        const auto* p = reinterpret_cast<const std::uint8_t*>(message.data());
+        ASSERT_TRUE(message.empty() || (p >= lo && p + message.size() <= hi));
+      }
+    }
+    r.finish();
+  }
+  EXPECT_GT(accepted, 1000);
+  EXPECT_GT(rejected, 1000);
 }
 
 }  // namespace

@@ -43,10 +43,12 @@ constexpr long long kDefaultClientTimeoutMs = 30'000;
 constexpr std::string_view kUsage = R"(usage:
   c10d-store serve --port P [--host H] [--port-file F] [--token T]
                    [--max-key-bytes N] [--max-value-bytes N] [--max-keys-per-op N]
-                   [--max-frame-bytes N] [--log-level L]
+                   [--max-frame-bytes N] [--max-response-bytes N] [--max-connections N]
+                   [--log-level L]
       Serve a TCP store on H:P (H defaults to 127.0.0.1; P 0 picks a free port) until
       SIGINT or SIGTERM. --port-file F receives the bound port (written atomically).
-      The token defaults to $C10D_STORE_TOKEN.
+      The token defaults to $C10D_STORE_TOKEN. --max-connections defaults to the open-file
+      limit less an eighth.
   c10d-store get    --addr HOST:PORT [common flags] KEY          print the value
   c10d-store set    --addr HOST:PORT [common flags] KEY VALUE
   c10d-store add    --addr HOST:PORT [common flags] KEY DELTA    print the new value
@@ -97,6 +99,8 @@ const std::set<std::string>& flags_of(const std::string& command) {
                                                "max-value-bytes",
                                                "max-keys-per-op",
                                                "max-frame-bytes",
+                                               "max-response-bytes",
+                                               "max-connections",
                                                "log-level"};
   static const std::set<std::string> kClient = {"addr", "timeout-ms", "token", "log-level"};
   return command == "serve" ? kServe : kClient;
@@ -271,6 +275,9 @@ int serve(const Args& args) {
       parse_size(args, "max-keys-per-op", options.limits.max_keys_per_op);
   options.limits.max_frame_bytes =
       parse_size(args, "max-frame-bytes", options.limits.max_frame_bytes);
+  options.limits.max_response_bytes =
+      parse_size(args, "max-response-bytes", options.limits.max_response_bytes);
+  options.max_connections = parse_size(args, "max-connections", options.max_connections);
   const std::string* port_file = args.flag("port-file");
   if (port_file != nullptr && port_file->empty()) throw UsageError("--port-file is empty");
 
