@@ -59,6 +59,10 @@ struct ProcessGroupTCPOptions {
   // TCP connections stay, for the other hosts and to notice a rank that dies). C10D_SHM=0 turns
   // it off for the whole job; every rank must agree.
   bool shared_memory = true;
+  // The secret the ranks prove they know when they connect to each other (HMAC-SHA256 over
+  // nonces; never sent). Empty: C10D_STORE_TOKEN, else a random secret kept in the store, which
+  // every rank and group on that store shares. Every rank of the job must use the same.
+  std::string token;
 };
 
 // A ProcessGroup of `world_size` ranks over TCP, meeting through `store`. Blocks until every

@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "c10d/store.h"
+#include "core/auth.h"
 #include "core/check.h"
 #include "core/logging.h"
 #include "store/store_util.h"
@@ -471,6 +472,13 @@ struct TCPStore::Impl {
                    "store {}: protocol version mismatch: this client speaks version {}, the "
                    "server speaks version {} ({})",
                    address, store::wire::kVersion, h.version, message);
+      case Status::kAuthFailed:  // in this client's words alone: the server's say the same
+        drop();
+        C10D_THROW(StoreError,
+                   "store {}: authentication failed: this client's token does not match the "
+                   "store's (C10D_STORE_TOKEN or TCPStoreOptions::token must be the store's "
+                   "secret)",
+                   address);
       case Status::kOk:
         drop();
         C10D_THROW(StoreError, "store {}: answer to {} does not match the request (kind {:#x})",
@@ -533,10 +541,10 @@ struct TCPStore::Impl {
 
 namespace {
 
+// The option, else C10D_STORE_TOKEN (refused when set but empty), else none.
 std::string resolve_token(const TCPStoreOptions& options) {
   if (!options.token.empty()) return options.token;
-  const char* env = std::getenv("C10D_STORE_TOKEN");
-  return env ? std::string(env) : std::string();
+  return core::token_from_env().value_or(std::string());
 }
 
 std::string format_address(const std::string& host, std::uint16_t port) {

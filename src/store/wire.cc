@@ -2,14 +2,11 @@
 #include "store/wire.h"
 
 #include <fmt/format.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
 
 #include <cstring>
 
 #include "c10d/errors.h"
+#include "core/auth.h"
 
 namespace c10d::store::wire {
 
@@ -375,28 +372,17 @@ void encode_error(std::vector<std::uint8_t>& out, Kind kind, Status status,
 
 Nonce random_nonce() {
   Nonce nonce;
-  if (RAND_bytes(nonce.data(), static_cast<int>(nonce.size())) != 1) {
-    throw StoreError("could not draw a random nonce from OpenSSL's RAND_bytes");
-  }
+  core::random_bytes(nonce);
   return nonce;
 }
 
 Mac auth_mac(std::string_view token, const Nonce& nonce) {
   static constexpr std::string_view kContext = "c10d-store-auth";
-  std::vector<std::uint8_t> message(nonce.begin(), nonce.end());
-  message.insert(message.end(), kContext.begin(), kContext.end());
-  Mac mac{};
-  unsigned int len = 0;
-  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()), message.data(),
-           message.size(), mac.data(), &len) == nullptr ||
-      len != mac.size()) {
-    throw StoreError("HMAC-SHA256 failed in OpenSSL");
-  }
-  return mac;
+  return core::hmac_sha256(core::as_bytes(token), {nonce, core::as_bytes(kContext)});
 }
 
 bool mac_equal(std::span<const std::uint8_t> a, std::span<const std::uint8_t> b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  return core::mac_equal(a, b);
 }
 
 }  // namespace c10d::store::wire

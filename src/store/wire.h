@@ -221,7 +221,7 @@ DecodeStatus decode_request(Kind kind, std::span<const std::uint8_t> body,
 void encode_error(std::vector<std::uint8_t>& out, Kind kind, Status status,
                   std::string_view message, std::uint16_t version = kVersion);
 
-// ---- authentication ----
+// ---- authentication (on core/auth.h, which the TCP transport's handshake uses too) ----
 
 using Nonce = std::array<std::uint8_t, kNonceBytes>;
 using Mac = std::array<std::uint8_t, kMacBytes>;

@@ -1,7 +1,8 @@
 // c10drun driven as a user would: real launcher processes starting real children
 // (launcher_child), checked by what the launcher prints and how it exits. Covers the rank
-// variables, the line prefixes, rendezvous through the launcher's store, the stop on the first
-// failure (SIGTERM, then SIGKILL after the grace period), signal forwarding and usage errors.
+// variables, the line prefixes, rendezvous through the launcher's store (closed by a token of
+// its own unless one is given), the stop on the first failure (SIGTERM, then SIGKILL after the
+// grace period), signal forwarding and usage errors.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -9,6 +10,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -72,6 +74,21 @@ std::optional<RankLine> parse_rank_line(const std::string& line) {
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+// The value of "C10D_STORE_TOKEN=" in the first "env" line of `out`.
+std::string token_in(const std::string& out) {
+  const std::string key = "C10D_STORE_TOKEN=";
+  const std::size_t at = out.find(key);
+  if (at == std::string::npos) return {};
+  const std::size_t from = at + key.size();
+  return out.substr(from, out.find('\n', from) - from);
+}
+
+// The port in the first "MASTER_PORT=" of `out`.
+std::uint16_t port_in(const std::string& out) {
+  const std::string key = "MASTER_PORT=";
+  return static_cast<std::uint16_t>(std::stoi(out.substr(out.find(key) + key.size())));
 }
 
 // The pid in "c10drun: rank R (pid P) <verb>", or -1.
@@ -188,12 +205,16 @@ TEST_F(C10drunTest, SetsRankVariablesForEveryLocalProcess) {
   const std::size_t port_at = result.out.find(port_key) + port_key.size();
   const std::string port = result.out.substr(port_at, result.out.find(' ', port_at) - port_at);
   EXPECT_GT(std::stoi(port), 0) << "the store's real port, not 0";
+  // No token given: the launcher made one up for its store (32 random bytes in hex).
+  const std::string token = token_in(result.out);
+  EXPECT_EQ(token.size(), 64u) << result.out;
+  EXPECT_EQ(token.find_first_not_of("0123456789abcdef"), std::string::npos) << token;
   for (int rank = 0; rank < 3; ++rank) {
     const std::string expected = fmt::format(
         "[rank {0}]: env RANK={0} LOCAL_RANK={0} WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 "
         "GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT={1} C10D_STORE_EXTERNAL=1 "
-        "C10D_STORE_TOKEN=-",
-        rank, port);
+        "C10D_STORE_TOKEN={2}",
+        rank, port, token);
     EXPECT_EQ(occurrences(result.out, expected + "\n"), 1u) << expected << "\n"
                                                             << result.description;
   }
@@ -227,6 +248,11 @@ TEST_F(C10drunTest, SecondNodeGetsGlobalRanksAndJoinsTheMastersStore) {
     EXPECT_TRUE(contains(result.out, passed)) << passed << result.description;
   }
   EXPECT_EQ(node0.get_string("launcher_child/open"), "1");
+  // No token on several nodes: the job is open, and the launcher says so, once.
+  EXPECT_EQ(occurrences(result.err, "c10drun: warning: C10D_STORE_TOKEN is not set"), 1u)
+      << result.err;
+  EXPECT_TRUE(contains(result.err, "set C10D_STORE_TOKEN to the same secret on every node"))
+      << result.err;
 }
 
 TEST_F(C10drunTest, EveryRankMeetsTheOthersInTheLaunchersStore) {
@@ -290,6 +316,38 @@ TEST_F(C10drunTest, StoreTokenPassesThroughAndGuardsTheHostedStore) {
   with_token.set("test/go", std::string_view("1"));  // lets the ranks finish
   const LaunchResult result = finish(*launched);
   expect_exit(result, 0);
+}
+
+// With one node and no token, the launcher's store is still closed: its processes get the
+// token it made up, and a client without it is refused.
+TEST_F(C10drunTest, HandsItsProcessesATokenOfItsOwnByDefault) {
+  auto launched = start({"--nproc-per-node", "2"}, {"env", "barrier", "ready", "wait-key=test/go"});
+  ASSERT_NO_FATAL_FAILURE(wait_for_lines(*launched, "ready", 2));
+  const std::string out = launched->out();
+  const std::string token = token_in(out);
+  ASSERT_EQ(token.size(), 64u) << out;
+  TCPStoreOptions options;
+  options.port = port_in(out);
+  options.timeout = Milliseconds(5000);
+  EXPECT_THROW(TCPStore{options}.num_keys(), StoreError) << "a client without the token";
+  options.token = token;
+  TCPStore with_token(options);
+  with_token.set("test/go", std::string_view("1"));  // lets the ranks finish
+  const LaunchResult result = finish(*launched);
+  expect_exit(result, 0);
+  EXPECT_FALSE(contains(result.err, "warning")) << result.err;
+}
+
+// An empty token would turn authentication off: refused, before anything starts.
+TEST_F(C10drunTest, AnEmptyTokenIsRefused) {
+  const LaunchResult result = run({"--nproc-per-node", "2"}, {"env"}, {{"C10D_STORE_TOKEN", ""}});
+  expect_exit(result, 1);
+  EXPECT_EQ(result.err.rfind("c10drun: C10D_STORE_TOKEN is empty: an empty token would turn "
+                             "authentication off",
+                             0),
+            0u)
+      << result.err;
+  EXPECT_EQ(result.out, "");
 }
 
 TEST_F(C10drunTest, FirstFailureStopsTheOthersAndIsReportedAsTheCause) {

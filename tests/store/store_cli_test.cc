@@ -150,11 +150,25 @@ TEST_F(StoreCliTest, TokenProtectedServerServesOnlyClientsWithTheToken) {
   expect_ok(client("set", {"k", "v"}, {"--token", "s3cret"}), "");
   CliResult wrong = client("get", {"k"}, {"--token", "guess"});
   EXPECT_TRUE(wrong.exit.exited && wrong.exit.code == 1) << wrong.description;
-  EXPECT_EQ(wrong.err.rfind("c10d-store: ", 0), 0u) << wrong.description;
+  EXPECT_EQ(wrong.err.rfind("c10d-store: store " + addr() + ": authentication failed: ", 0), 0u)
+      << wrong.description;
+  EXPECT_EQ(test::occurrences(wrong.err, "authentication"), 1u) << "said once: " << wrong.err;
   // The token may also come from the environment.
   CliResult from_env =
       run({"get", "--addr", addr(), "--timeout-ms", "5000", "k"}, {{"C10D_STORE_TOKEN", "s3cret"}});
   expect_ok(from_env, "v\n");
+}
+
+// An empty token would turn authentication off without a word: refused, from the flag or the
+// environment, by the server and the clients alike.
+TEST_F(StoreCliTest, AnEmptyTokenIsAUsageError) {
+  expect_usage_error(run({"serve", "--port", "0", "--token", ""}), "--token is empty");
+  expect_usage_error(run({"serve", "--port", "0", "--token="}), "--token is empty");
+  expect_usage_error(run({"get", "--addr", "127.0.0.1:1", "--token", "", "k"}), "--token is empty");
+  expect_usage_error(run({"serve", "--port", "0"}, {{"C10D_STORE_TOKEN", ""}}),
+                     "C10D_STORE_TOKEN is empty");
+  expect_usage_error(run({"keys", "--addr", "127.0.0.1:1"}, {{"C10D_STORE_TOKEN", ""}}),
+                     "C10D_STORE_TOKEN is empty");
 }
 
 TEST_F(StoreCliTest, UsageErrorsExitTwoNamingTheProblem) {

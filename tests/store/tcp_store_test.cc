@@ -1,4 +1,5 @@
 // TCPStore and its server: concurrency, deadlines, authentication, versions, shutdown.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -225,7 +226,14 @@ TEST_F(TCPStoreTest, TokenIsRequiredWhenTheServerHasOne) {
   auto wrong = client_options(server->port());
   wrong.token = "guess";
   msg = message_of<StoreError>([&] { TCPStore store(wrong); });
-  EXPECT_NE(msg.find("authentication failed"), std::string::npos) << msg;
+  EXPECT_EQ(msg.rfind(fmt::format("store 127.0.0.1:{}: authentication failed: this client's "
+                                  "token does not match the store's",
+                                  server->port()),
+                      0),
+            0u)
+      << msg;
+  // Said once, not once per layer.
+  EXPECT_EQ(msg.find("authentication", msg.find("authentication") + 1), std::string::npos) << msg;
 
   // A raw client that skips AUTH is refused before any command is served.
   RawClient raw(server->port());
@@ -252,6 +260,11 @@ TEST_F(TCPStoreTest, TokenIsRequiredWhenTheServerHasOne) {
   ::setenv("C10D_STORE_TOKEN", "s3cret", 1);  // the environment supplies the token too
   TCPStore from_env(client_options(server->port()));
   EXPECT_EQ(from_env.get_string("k"), "v");
+  // An empty one would turn authentication off without a word: refused.
+  ::setenv("C10D_STORE_TOKEN", "", 1);
+  msg =
+      message_of<InvalidArgument>([&] { TCPStore without_token(client_options(server->port())); });
+  EXPECT_EQ(msg.rfind("C10D_STORE_TOKEN is empty", 0), 0u) << msg;
   ::unsetenv("C10D_STORE_TOKEN");
 }
 

@@ -16,11 +16,16 @@
 // PROGRAM is looked up in PATH.
 //
 // The store: node 0 hosts a TCPStoreServer in this process, listening on A:P; other nodes host
-// nothing. It lives until every local process has ended. It uses C10D_STORE_TOKEN when set.
+// nothing. It lives until every local process has ended. Its token (which also keys the ranks'
+// TCP connections, tcp_handshake.h) is C10D_STORE_TOKEN when set; with one node and none set,
+// the launcher makes up a random one and hands it to its processes, so a single-node job is
+// closed to strangers by default. With several nodes and none set it warns once: the store and
+// the connections are then open. An empty C10D_STORE_TOKEN is refused.
 //
 // Environment of local process i (every other variable is inherited, C10D_STORE_TOKEN too):
 //   RANK=R*N+i  LOCAL_RANK=i  WORLD_SIZE=M*N  LOCAL_WORLD_SIZE=N  GROUP_RANK=R
 //   MASTER_ADDR=A  MASTER_PORT=<the store's port>  C10D_STORE_EXTERNAL=1
+//   C10D_STORE_TOKEN=<the token the launcher made up>, when it made one
 // so c10d::rendezvous("env://") connects every rank, rank 0 included, to the launcher's store.
 //
 // Output: each line a process writes is prefixed with "[rank RANK]: " and written whole, its
@@ -53,10 +58,12 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "c10d/errors.h"
+#include "core/auth.h"
 #include "core/logging.h"
 #include "launcher/launch_options.h"
 #include "launcher/spawn.h"
@@ -103,6 +110,19 @@ int launch(const LaunchOptions& options) {
   UniqueFd signals = take_over_signals(inherited.signal_mask);
   ::getrlimit(RLIMIT_NOFILE, &inherited.open_files);
 
+  // The job's secret: the store's token, which the ranks' connections are keyed by too.
+  std::optional<std::string> token = core::token_from_env();
+  const bool made_token = !token && options.nnodes == 1;
+  if (made_token) {
+    // One node: the launcher is the only one who needs to hand it out.
+    token = core::random_hex(32);
+  } else if (!token) {
+    std::cerr << "c10drun: warning: C10D_STORE_TOKEN is not set, so the store and the ranks' "
+                 "connections are open to anyone who can reach them (a token the launcher made "
+                 "up could not reach the other nodes); set C10D_STORE_TOKEN to the same secret "
+                 "on every node, e.g. export C10D_STORE_TOKEN=$(openssl rand -hex 32)\n";
+  }
+
   std::unique_ptr<TCPStoreServer> server;
   std::uint16_t port = options.master_port.value_or(0);
   if (options.hosts_store()) {
@@ -110,7 +130,7 @@ int launch(const LaunchOptions& options) {
     store::ServerOptions server_options;
     server_options.host = options.master_addr;
     server_options.port = port;
-    if (const char* token = std::getenv("C10D_STORE_TOKEN")) server_options.token = token;
+    server_options.token = token.value_or(std::string());
     server = std::make_unique<TCPStoreServer>(server_options);
     port = server->port();
     C10D_LOG_INFO("c10drun: store listening on {}:{}", options.master_addr, port);
@@ -124,6 +144,7 @@ int launch(const LaunchOptions& options) {
       {"MASTER_PORT", std::to_string(port)},
       {"C10D_STORE_EXTERNAL", "1"},
   };
+  if (made_token) env["C10D_STORE_TOKEN"] = *token;
   Supervisor supervisor(options, std::move(env), inherited, signals.get());
   const int status = supervisor.run();
   if (server) server->stop();

@@ -27,10 +27,14 @@ world of M*N, and hosts the rendezvous store they meet in (on node 0).
   --help               this text
 
 Each process gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
-MASTER_PORT and C10D_STORE_EXTERNAL=1, so c10d::rendezvous("env://") finds the store;
-C10D_STORE_TOKEN passes through (and the hosted store requires it). Every line a process
-prints is prefixed with "[rank R]: " (stdout to stdout, stderr to stderr). SIGINT, SIGTERM,
-SIGHUP and SIGQUIT are forwarded to every process. When one fails, the others get SIGTERM.
+MASTER_PORT and C10D_STORE_EXTERNAL=1, so c10d::rendezvous("env://") finds the store.
+C10D_STORE_TOKEN passes through (the hosted store requires it, and the ranks' connections
+are keyed by it). With one node and no token the launcher makes up a random one for its
+store and its processes, so the job is closed to strangers; with --nnodes > 1 set the same
+C10D_STORE_TOKEN on every node (e.g. openssl rand -hex 32), or the job is open. An empty
+one is refused. Every line a process prints is prefixed with "[rank R]: " (stdout to
+stdout, stderr to stderr). SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every
+process. When one fails, the others get SIGTERM.
 
 exit status: 0 every process exited 0; 1 a process failed (or the launcher could not start
 them); 2 usage error; 128+S the launcher was stopped by signal S

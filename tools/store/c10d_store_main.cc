@@ -30,6 +30,7 @@
 
 #include "c10d/errors.h"
 #include "c10d/store.h"
+#include "core/auth.h"
 #include "core/logging.h"
 #include "store/tcp_store_server.h"
 
@@ -232,10 +233,17 @@ void apply_log_level(const Args& args) {
   }
 }
 
+// --token, else C10D_STORE_TOKEN, else none. An empty one is refused: it would turn
+// authentication off without a word.
 std::string token_of(const Args& args) {
-  if (const std::string* token = args.flag("token")) return *token;
+  if (const std::string* token = args.flag("token")) {
+    if (token->empty()) throw UsageError(c10d::core::empty_token_message("--token"));
+    return *token;
+  }
   const char* env = std::getenv("C10D_STORE_TOKEN");
-  return env == nullptr ? std::string() : std::string(env);
+  if (env == nullptr) return {};
+  if (*env == '\0') throw UsageError(c10d::core::empty_token_message("C10D_STORE_TOKEN"));
+  return env;
 }
 
 std::string host_port(const std::string& host, std::uint16_t port) {

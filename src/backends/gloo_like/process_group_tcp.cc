@@ -27,6 +27,7 @@ std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> stor
   }
   if (transport_options.host.empty()) transport_options.host = "127.0.0.1";
   transport_options.timeout = options.timeout;
+  transport_options.token = options.token;
   transport_options.fail_all_on_peer_loss = true;
   std::shared_ptr<gloo_like::ShmTransport> shm;
   if (options.shared_memory && gloo_like::shm_enabled_from_env() && world_size > 1) {

@@ -27,6 +27,7 @@
 #include <optional>
 #include <thread>
 
+#include "backends/gloo_like/tcp_handshake.h"
 #include "core/check.h"
 #include "core/host.h"
 #include "core/logging.h"
@@ -86,89 +87,6 @@ constexpr std::chrono::milliseconds kRewatchInterval{1};
 constexpr std::chrono::milliseconds kRewatchMax{64};
 // How long a failing transport waits for the store to answer (Impl::store_reachable).
 constexpr std::chrono::milliseconds kFailureStoreTimeout{500};
-
-// Waits until `fd` is ready for `events` or the deadline passes; false on timeout.
-bool poll_until(int fd, short events, Clock::time_point deadline) {
-  const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  if (left <= 0) return false;
-  pollfd p{fd, events, 0};
-  return ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000))) >= 0;
-}
-
-// Writes all of `buf` to `s` (made nonblocking), waiting for room until the deadline.
-void write_exact(tcp::socket& s, std::span<const std::byte> buf, Clock::time_point deadline,
-                 const std::string& what) {
-  s.non_blocking(true);
-  std::size_t done = 0;
-  while (done < buf.size()) {
-    error_code ec;
-    done += s.write_some(asio::buffer(buf.data() + done, buf.size() - done), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      if (Clock::now() >= deadline) C10D_THROW(TimeoutError, "{}: timed out", what);
-      poll_until(s.native_handle(), POLLOUT, deadline);
-    } else if (ec) {
-      C10D_THROW(NetworkError, "{}: {}", what, ec.message());
-    }
-  }
-}
-
-// Reads what `s` (nonblocking) holds of a handshake into `bytes`, up to the handshake's end (no
-// further: the peer's first frames stay in the socket). Returns the handshake once it is whole
-// (after the fixed part alone when the magic is wrong: the caller refuses it), nullopt while
-// more is to come. Throws NetworkError when the connection closes or fails first,
-// InvalidArgument for a group name over its limit.
-std::optional<Handshake> read_handshake_some(tcp::socket& s, std::vector<std::byte>& bytes,
-                                             const std::string& what) {
-  for (;;) {
-    std::size_t need = Handshake::kFixedBytes;
-    Handshake h;
-    if (bytes.size() >= Handshake::kFixedBytes) {
-      const std::uint32_t name_len = decode_handshake_fixed(
-          std::span<const std::byte, Handshake::kFixedBytes>(bytes.data(), Handshake::kFixedBytes),
-          h);
-      if (h.magic != Handshake::kMagic) return h;
-      C10D_CHECK(name_len <= Handshake::kMaxNameBytes, "{}: group name of {} bytes exceeds {}",
-                 what, name_len, Handshake::kMaxNameBytes);
-      need += name_len;
-      if (bytes.size() == need) {
-        h.group.assign(reinterpret_cast<const char*>(bytes.data() + Handshake::kFixedBytes),
-                       name_len);
-        return h;
-      }
-    }
-    const std::size_t had = bytes.size();
-    bytes.resize(need);
-    error_code ec;
-    const std::size_t n = s.read_some(asio::buffer(bytes.data() + had, need - had), ec);
-    bytes.resize(had + n);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) return std::nullopt;
-    if (ec) C10D_THROW(NetworkError, "{}: {}", what, ec.message());
-  }
-}
-
-// The whole handshake from `s`, waiting for it until the deadline (TimeoutError).
-Handshake read_handshake(tcp::socket& s, Clock::time_point deadline, const std::string& what) {
-  s.non_blocking(true);
-  std::vector<std::byte> bytes;
-  for (;;) {
-    if (auto h = read_handshake_some(s, bytes, what)) return *std::move(h);
-    if (Clock::now() >= deadline) C10D_THROW(TimeoutError, "{}: timed out", what);
-    poll_until(s.native_handle(), POLLIN, deadline);
-  }
-}
-
-// An accepted connection whose handshake has not all arrived. Setup reads every pending
-// connection as its bytes come (read_handshake_some), so one that sends nothing, or dribbles,
-// never holds up a real peer's handshake behind it.
-struct PendingHandshake {
-  tcp::socket socket;
-  std::vector<std::byte> bytes;  // what has arrived so far
-};
-
-// At most this many accepted connections wait for their handshakes at once; past it the oldest
-// is dropped, so strangers cannot hold open sockets without bound during setup.
-constexpr std::size_t kMaxPendingHandshakes = 64;
 
 // A rank of a group of `world_size` keeps 2(world_size - 1) sockets open. Raises the soft limit
 // on open files (RLIMIT_NOFILE) toward the hard one when they and some headroom for the program
@@ -1265,25 +1183,37 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   impl_->failure_key = fmt::format("{}/failure", group_name);
   impl_->own_key = fmt::format("{}/addr/{}", group_name, rank);
   impl_->conns.resize(static_cast<std::size_t>(world_size));
-  const Handshake mine{Handshake::kMagic, Handshake::kVersion,
-                       static_cast<std::uint32_t>(world_size), static_cast<std::uint32_t>(rank),
-                       group_name};
-  const auto hello = encode_handshake(mine);
   auto& io = impl_->io;
 
   // Before anything is published: a rank that cannot hold its sockets fails at once, and its
   // peers time out as for any rank that never came.
   ensure_descriptors(rank, world_size);
-  const tcp::endpoint listen_at(asio::ip::make_address(options.host), 0);
+  C10D_CHECK(group_name.size() <= kMaxGroupBytes,
+             "TCPTransport rank {}: group name of {} bytes exceeds the limit of {}", rank,
+             group_name.size(), kMaxGroupBytes);
+  const SetupContext setup{Identity{static_cast<std::uint32_t>(world_size),
+                                    static_cast<std::uint32_t>(rank), group_name},
+                           transport_key(*store, options.token, rank), deadline, options.timeout};
+  error_code host_ec;
+  const auto host_address = asio::ip::make_address(options.host, host_ec);
+  C10D_CHECK(!host_ec, "TCPTransport rank {}: cannot listen on \"{}\": not an IP address ({})",
+             rank, options.host, host_ec.message());
+  const tcp::endpoint listen_at(host_address, 0);
   // Socket buffers are left to the kernel's autotuning (net.ipv4.tcp_wmem and tcp_rmem), which
   // grows each connection's buffers to what its path needs. A fixed 8 MiB (SO_SNDBUF and
   // SO_RCVBUF, which turn autotuning off) measured slower on loopback (all_to_all of 64 MiB over
   // 4 ranks: 37.5 against 34.5 ms; docs/benchmarks.md), and on a real network would cap a path
   // whose bandwidth-delay product is larger.
-  tcp::acceptor acceptor(io, listen_at.protocol());
-  acceptor.bind(listen_at);
-  acceptor.listen();
-  acceptor.non_blocking(true);
+  tcp::acceptor acceptor(io);
+  error_code listen_ec;
+  acceptor.open(listen_at.protocol(), listen_ec);
+  if (!listen_ec) acceptor.bind(listen_at, listen_ec);
+  if (!listen_ec) acceptor.listen(asio::socket_base::max_listen_connections, listen_ec);
+  if (!listen_ec) acceptor.non_blocking(true, listen_ec);
+  if (listen_ec) {
+    C10D_THROW(NetworkError, "rank {}: cannot listen on {}: {}", rank, options.host,
+               listen_ec.message());
+  }
   // A cause left by an earlier group of this name must not explain this one's failures. Every
   // other rank connects to rank 0 first, so none can publish before this.
   if (rank == 0) store->delete_key(impl_->failure_key);
@@ -1296,91 +1226,16 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   // answer: rank 0 accepts at once, every rank reaches its accepting once the lower ones do, and
   // leaves it once the lower ones, done accepting, have connected to it.
   std::vector<std::optional<tcp::socket>> outs(static_cast<std::size_t>(world_size));
-  std::vector<std::optional<tcp::socket>> ins(static_cast<std::size_t>(world_size));
-  const auto connect_to = [&](int peer) {
-    const std::string addr = store->get_string(fmt::format("{}/addr/{}", group_name, peer));
-    const auto colon = addr.rfind(':');
-    C10D_CHECK(colon != std::string::npos, "rank {}: bad address \"{}\" for rank {}", rank, addr,
-               peer);
-    const std::string what = fmt::format("rank {}: handshake with rank {} at {}", rank, peer, addr);
-    const tcp::endpoint to(asio::ip::make_address(addr.substr(0, colon)),
-                           static_cast<unsigned short>(std::stoi(addr.substr(colon + 1))));
-    tcp::socket s(io, to.protocol());
-    s.connect(to);
-    s.set_option(tcp::no_delay(true));
-    write_exact(s, hello, deadline, what);
-    const Handshake theirs = read_handshake(s, deadline, what);
-    if (auto bad = handshake_mismatch(mine, theirs)) C10D_THROW(NetworkError, "{}: {}", what, *bad);
-    if (theirs.rank != static_cast<std::uint32_t>(peer)) {
-      C10D_THROW(NetworkError, "{}: the peer says it is rank {}", what, theirs.rank);
-    }
-    s.non_blocking(false);
-    outs[static_cast<std::size_t>(peer)].emplace(std::move(s));
-  };
-  for (int peer = 0; peer < rank; ++peer) connect_to(peer);
-  // Every peer connects here. Every accepted connection is read as its bytes arrive, so a
-  // stranger that sends nothing holds up no one; the answer goes out however the handshake
-  // compares, so a refused peer can say why.
-  const std::string what = fmt::format("rank {}: handshake from a connection", rank);
-  std::vector<PendingHandshake> pending;
-  std::vector<pollfd> fds;
-  for (int accepted = 0; accepted < world_size - 1;) {
-    for (;;) {  // take every connection waiting in the backlog
-      error_code ec;
-      tcp::socket s(io);
-      acceptor.accept(s, ec);
-      if (ec == asio::error::would_block || ec == asio::error::try_again) break;
-      if (ec) C10D_THROW(NetworkError, "rank {}: accept failed: {}", rank, ec.message());
-      s.non_blocking(true);
-      if (pending.size() == kMaxPendingHandshakes) {
-        C10D_LOG_WARN("{}: dropped: {} connections were already waiting to finish a handshake",
-                      what, kMaxPendingHandshakes);
-        pending.erase(pending.begin());
-      }
-      pending.push_back({std::move(s), {}});
-    }
-    for (auto it = pending.begin(); it != pending.end();) {
-      std::optional<std::string> bad;
-      try {
-        const std::optional<Handshake> theirs = read_handshake_some(it->socket, it->bytes, what);
-        if (!theirs) {
-          ++it;
-          continue;
-        }
-        write_exact(it->socket, hello, deadline, what);
-        bad = handshake_mismatch(mine, *theirs);
-        const auto peer = static_cast<std::size_t>(theirs->rank);
-        if (!bad &&
-            (theirs->rank == static_cast<std::uint32_t>(rank) || peer >= ins.size() || ins[peer])) {
-          bad = fmt::format("unexpected or duplicate peer rank {}", theirs->rank);
-        }
-        if (!bad) {
-          it->socket.set_option(tcp::no_delay(true));
-          it->socket.non_blocking(false);
-          ins[peer].emplace(std::move(it->socket));
-          ++accepted;
-        }
-      } catch (const NetworkError& e) {
-        bad = e.what();
-      } catch (const InvalidArgument& e) {
-        bad = e.what();
-      }
-      if (bad) C10D_LOG_WARN("{}: refused: {}", what, *bad);
-      it = pending.erase(it);
-    }
-    if (accepted == world_size - 1) break;
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) {
-      C10D_THROW(TimeoutError, "rank {}: only {} of {} peers connected in {} ms", rank, accepted,
-                 world_size - 1, options.timeout.count());
-    }
-    fds.assign(1, pollfd{acceptor.native_handle(), POLLIN, 0});
-    for (auto& p : pending) fds.push_back(pollfd{p.socket.native_handle(), POLLIN, 0});
-    ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1000)));
+  for (int peer = 0; peer < rank; ++peer) {
+    outs[peer].emplace(connect_to_peer(io, *store, setup, peer));
   }
+  // Every peer connects here and proves itself; strangers never take a rank's place.
+  std::vector<std::optional<tcp::socket>> ins = accept_peers(acceptor, setup);
+  // No one connects to this rank after setup: a connection made later finds nothing listening.
   acceptor.close();
-  for (int peer = rank + 1; peer < world_size; ++peer) connect_to(peer);
+  for (int peer = rank + 1; peer < world_size; ++peer) {
+    outs[peer].emplace(connect_to_peer(io, *store, setup, peer));
+  }
   for (int peer = 0; peer < world_size; ++peer) {
     if (peer == rank) continue;
     const auto p = static_cast<std::size_t>(peer);

@@ -5,18 +5,27 @@
 // calls on the sockets (sendmsg, recv) made by whichever thread waits, or by the io thread;
 // Boost.Asio supplies only the io thread's epoll waits and timers.
 //
-// Setup (in the constructor, bounded by options.timeout): listen on host:0, publish
-// "<group_name>/addr/<rank>" = "host:port" in the store, connect to every lower rank, accept
-// every peer's connection, then connect to every higher rank (a rank answers handshakes only
-// while it accepts; in this order no two ranks wait for each other's answer). A rank keeps
-// 2(n-1) sockets: when the soft limit on open files (RLIMIT_NOFILE) leaves too little room it
-// is raised toward the hard limit, and setup fails naming both when that is too low. Each
-// connection opens with a handshake in both directions (the
-// connecting side first; the accepting side always answers with its own, then drops a connection
-// it refused). A handshake whose magic, version, world size or group differs is refused with an
-// error naming both sides' values; a refused stranger does not stop the accepting rank. The
-// accepting side reads every accepted connection's handshake as its bytes arrive (up to 64 at
-// once), so a connection that sends nothing, or part of a handshake, holds up no real peer.
+// Setup (in the constructor, bounded by options.timeout): derive the job's key, listen on
+// host:0, publish "<group_name>/addr/<rank>" = "host:port" in the store, connect to every lower
+// rank, accept every peer's connection, close the listener, then connect to every higher rank (a
+// rank answers handshakes only while it accepts; in this order no two ranks wait for each
+// other's answer). A rank keeps 2(n-1) sockets: when the soft limit on open files
+// (RLIMIT_NOFILE) leaves too little room it is raised toward the hard limit, and setup fails
+// naming both when that is too low.
+//
+// Each connection opens with a mutually authenticated handshake (tcp_wire.h, version 3): both
+// sides prove by HMAC-SHA256 over fresh nonces from both that they know the job's key, derived
+// from the store's token or from a random secret the ranks share through the store
+// (tcp_handshake.h); the key never crosses the wire. The accepting side tells a connection
+// nothing of the job until it has proven itself, and closes one that fails without a word, so
+// a stranger that reaches a set-up port learns nothing and never takes a rank's place. Between
+// proven ranks, a world size, group or rank that differs is refused on both sides with an error
+// naming both sides' values. The accepting side reads every accepted connection's handshake as
+// its bytes arrive (up to 64 at once), so a connection that sends nothing, or part of a
+// handshake, holds up no real peer; refused connections are logged by address (the first few,
+// then a count). After setup nothing listens: no connection can join a running transport. The
+// handshake authenticates the ends; it does not encrypt, nor guard the frames after it against
+// a party on the path between them.
 //
 // The frames are drawn in tcp_wire.h.
 //
@@ -61,6 +70,10 @@ namespace c10d::gloo_like {
 struct TCPTransportOptions {
   std::string host = "127.0.0.1";  // the address to listen on and publish (IPv4 or IPv6)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // for the whole setup
+  // The secret every rank of the job proves it knows in each connection's handshake (never sent).
+  // Empty: C10D_STORE_TOKEN, else a random secret the ranks share through the store
+  // (tcp_handshake.h). Every rank of the job must use the same.
+  std::string token;
   bool fail_all_on_peer_loss = false;
   // Called once when the transport aborts, whatever the cause (abort(), or a lost peer under
   // fail_all_on_peer_loss), with the error its requests fail with; on the thread that aborts it,

@@ -7,44 +7,251 @@
 
 namespace c10d::gloo_like {
 
-std::vector<std::byte> encode_handshake(const Handshake& h) {
+namespace {
+
+constexpr std::string_view kConnectDomain = "c10d-transport-connect";
+constexpr std::string_view kAcceptDomain = "c10d-transport-accept";
+constexpr std::string_view kKeyDomain = "c10d-transport-key";
+
+std::span<const std::uint8_t> as_u8(std::span<const std::byte> b) {
+  return {reinterpret_cast<const std::uint8_t*>(b.data()), b.size()};
+}
+
+void put_preamble(std::vector<std::byte>& out) {
+  put_le(out, kHandshakeMagic);
+  put_le(out, kHandshakeVersion);
+}
+
+void put_group(std::vector<std::byte>& out, const std::string& group) {
+  // Encoders trust their caller less than their peers: a name over the limit is cut, and the
+  // peer then refuses it as a group mismatch naming both.
+  const std::size_t n = std::min<std::size_t>(group.size(), kMaxGroupBytes);
+  put_le(out, static_cast<std::uint32_t>(n));
+  const auto* p = reinterpret_cast<const std::byte*>(group.data());
+  out.insert(out.end(), p, p + n);
+}
+
+core::Mac frame_mac(const TransportKey& key, std::string_view domain, const Nonce& first,
+                    const Nonce& second, std::span<const std::byte> fields) {
+  return core::hmac_sha256(key, {core::as_bytes(domain), first, second, as_u8(fields)});
+}
+
+void put_mac(std::vector<std::byte>& out, const core::Mac& mac) {
+  for (std::uint8_t b : mac) out.push_back(static_cast<std::byte>(b));
+}
+
+// The signed part of a Proof or an Accept: `fixed` bytes ending in name_len, the name, then the
+// MAC. Checks the length against its limit and the MAC before anything is allocated; on kOk,
+// `group` views the name inside `in`.
+HandshakeDecode decode_signed(std::span<const std::byte> in, std::size_t fixed,
+                              const TransportKey& key, std::string_view domain, const Nonce& first,
+                              const Nonce& second, std::string_view& group) {
+  if (in.size() < fixed) return {HandshakeCode::kShort, fixed, 0};
+  const std::uint32_t name_len = get_le<std::uint32_t>(in.data() + fixed - 4);
+  if (name_len > kMaxGroupBytes) return {HandshakeCode::kGroupTooLong, 0, name_len};
+  const std::size_t signed_bytes = fixed + name_len;
+  const std::size_t total = signed_bytes + core::kMacBytes;
+  if (in.size() < total) return {HandshakeCode::kShort, total, 0};
+  const core::Mac expected = frame_mac(key, domain, first, second, in.first(signed_bytes));
+  if (!core::mac_equal(expected, as_u8(in.subspan(signed_bytes, core::kMacBytes)))) {
+    return {HandshakeCode::kBadMac, 0, 0};
+  }
+  group = {reinterpret_cast<const char*>(in.data() + fixed), name_len};
+  return {HandshakeCode::kOk, total, 0};
+}
+
+}  // namespace
+
+std::string describe(const HandshakeDecode& d) {
+  switch (d.code) {
+    case HandshakeCode::kOk:
+      return "ok";
+    case HandshakeCode::kShort:
+      return fmt::format("incomplete: {} bytes needed", d.bytes);
+    case HandshakeCode::kBadMagic:
+      return fmt::format("bad magic {:#010x}, expected {:#010x} (\"C10T\")", d.value,
+                         kHandshakeMagic);
+    case HandshakeCode::kBadVersion:
+      return fmt::format("handshake version {}, this rank speaks version {}", d.value,
+                         kHandshakeVersion);
+    case HandshakeCode::kGroupTooLong:
+      return fmt::format("group name of {} bytes exceeds the limit of {}", d.value, kMaxGroupBytes);
+    case HandshakeCode::kBadMac:
+      return "its proof does not check out against this job's key";
+    case HandshakeCode::kBadStatus:
+      return fmt::format("unknown status {}", d.value);
+  }
+  return "unknown decode result";
+}
+
+Nonce new_nonce() {
+  Nonce n;
+  core::random_bytes(n);
+  return n;
+}
+
+TransportKey derive_transport_key(std::string_view secret) {
+  return core::hmac_sha256(core::as_bytes(secret), {core::as_bytes(kKeyDomain)});
+}
+
+std::vector<std::byte> encode_greeting(const Nonce& nonce) {
   std::vector<std::byte> out;
-  put_le(out, h.magic);
-  put_le(out, h.version);
-  put_le(out, h.world_size);
-  put_le(out, h.rank);
-  put_le(out, static_cast<std::uint32_t>(h.group.size()));
-  for (char c : h.group) out.push_back(static_cast<std::byte>(c));
+  put_preamble(out);
+  for (std::uint8_t b : nonce) out.push_back(static_cast<std::byte>(b));
   return out;
 }
 
-std::uint32_t decode_handshake_fixed(std::span<const std::byte, Handshake::kFixedBytes> b,
-                                     Handshake& out) {
-  out.magic = get_le<std::uint32_t>(b.data());
-  out.version = get_le<std::uint16_t>(b.data() + 4);
-  out.world_size = get_le<std::uint32_t>(b.data() + 6);
-  out.rank = get_le<std::uint32_t>(b.data() + 10);
-  return get_le<std::uint32_t>(b.data() + 14);
+std::vector<std::byte> encode_version_notice() {
+  std::vector<std::byte> out;
+  put_preamble(out);
+  return out;
 }
 
-std::optional<std::string> handshake_mismatch(const Handshake& mine, const Handshake& theirs) {
-  if (theirs.magic != mine.magic) {
-    return fmt::format("bad magic: peer sent {:#010x}, expected {:#010x} (\"C10T\")", theirs.magic,
-                       mine.magic);
+std::vector<std::byte> encode_proof(const Proof& proof, const TransportKey& key,
+                                    const Nonces& nonces) {
+  std::vector<std::byte> out;
+  put_le(out, proof.connector.world_size);
+  put_le(out, proof.connector.rank);
+  put_le(out, proof.expected_rank);
+  put_group(out, proof.connector.group);
+  put_mac(out, frame_mac(key, kConnectDomain, nonces.connector, nonces.acceptor, out));
+  return out;
+}
+
+std::vector<std::byte> encode_accept(const Accept& accept, const TransportKey& key,
+                                     const Nonces& nonces) {
+  std::vector<std::byte> out;
+  put_le(out, accept.acceptor.world_size);
+  put_le(out, accept.acceptor.rank);
+  out.push_back(static_cast<std::byte>(accept.status));
+  put_group(out, accept.acceptor.group);
+  put_mac(out, frame_mac(key, kAcceptDomain, nonces.acceptor, nonces.connector, out));
+  return out;
+}
+
+HandshakeDecode decode_greeting(std::span<const std::byte> in, Nonce& nonce) {
+  if (in.size() >= 4 && get_le<std::uint32_t>(in.data()) != kHandshakeMagic) {
+    return {HandshakeCode::kBadMagic, 0, get_le<std::uint32_t>(in.data())};
   }
-  if (theirs.version != mine.version) {
-    return fmt::format("version mismatch: peer has version {}, this rank has version {}",
-                       theirs.version, mine.version);
+  if (in.size() < kPreambleBytes) return {HandshakeCode::kShort, kPreambleBytes, 0};
+  const auto version = get_le<std::uint16_t>(in.data() + 4);
+  if (version != kHandshakeVersion) return {HandshakeCode::kBadVersion, kPreambleBytes, version};
+  if (in.size() < kGreetingBytes) return {HandshakeCode::kShort, kGreetingBytes, 0};
+  for (std::size_t i = 0; i < kNonceBytes; ++i) {
+    nonce[i] = static_cast<std::uint8_t>(in[kPreambleBytes + i]);
   }
-  if (theirs.world_size != mine.world_size) {
+  return {HandshakeCode::kOk, kGreetingBytes, 0};
+}
+
+HandshakeDecode decode_proof(std::span<const std::byte> in, const TransportKey& key,
+                             const Nonces& nonces, Proof& out) {
+  std::string_view group;
+  const HandshakeDecode d = decode_signed(in, kProofFixedBytes, key, kConnectDomain,
+                                          nonces.connector, nonces.acceptor, group);
+  if (!d.ok()) return d;
+  out.connector.world_size = get_le<std::uint32_t>(in.data());
+  out.connector.rank = get_le<std::uint32_t>(in.data() + 4);
+  out.expected_rank = get_le<std::uint32_t>(in.data() + 8);
+  out.connector.group.assign(group);
+  return d;
+}
+
+HandshakeDecode decode_accept(std::span<const std::byte> in, const TransportKey& key,
+                              const Nonces& nonces, Accept& out) {
+  std::string_view group;
+  const HandshakeDecode d = decode_signed(in, kAcceptFixedBytes, key, kAcceptDomain,
+                                          nonces.acceptor, nonces.connector, group);
+  if (!d.ok()) return d;
+  const auto status = static_cast<std::uint8_t>(in[8]);
+  if (status > kMaxAcceptStatus) return {HandshakeCode::kBadStatus, 0, status};
+  out.acceptor.world_size = get_le<std::uint32_t>(in.data());
+  out.acceptor.rank = get_le<std::uint32_t>(in.data() + 4);
+  out.status = static_cast<AcceptStatus>(status);
+  out.acceptor.group.assign(group);
+  return d;
+}
+
+AcceptStatus judge_proof(const Identity& acceptor, const Proof& proof) {
+  const Identity& c = proof.connector;
+  if (c.world_size != acceptor.world_size) return AcceptStatus::kWorldSizeMismatch;
+  if (c.group != acceptor.group) return AcceptStatus::kGroupMismatch;
+  if (proof.expected_rank != acceptor.rank) return AcceptStatus::kWrongRank;
+  if (c.rank >= acceptor.world_size || c.rank == acceptor.rank) return AcceptStatus::kBadRank;
+  return AcceptStatus::kAccepted;
+}
+
+AcceptStatus judge_accept(const Identity& connector, std::uint32_t expected_rank,
+                          const Accept& accept) {
+  if (accept.status != AcceptStatus::kAccepted) return accept.status;
+  const Identity& a = accept.acceptor;
+  if (a.world_size != connector.world_size) return AcceptStatus::kWorldSizeMismatch;
+  if (a.group != connector.group) return AcceptStatus::kGroupMismatch;
+  if (a.rank != expected_rank) return AcceptStatus::kWrongRank;
+  return AcceptStatus::kAccepted;
+}
+
+namespace {
+
+// The messages both sides share: world size and group, said from `self`'s side.
+std::string mismatch(AcceptStatus status, const Identity& self, const Identity& peer) {
+  if (status == AcceptStatus::kWorldSizeMismatch) {
     return fmt::format("world size mismatch: peer has world size {}, this rank has world size {}",
-                       theirs.world_size, mine.world_size);
+                       peer.world_size, self.world_size);
   }
-  if (theirs.group != mine.group) {
-    return fmt::format("group mismatch: peer is in group \"{}\", this rank is in group \"{}\"",
-                       theirs.group, mine.group);
+  return fmt::format("group mismatch: peer is in group \"{}\", this rank is in group \"{}\"",
+                     peer.group, self.group);
+}
+
+}  // namespace
+
+std::string refusal_at_acceptor(AcceptStatus status, const Identity& acceptor, const Proof& proof) {
+  const Identity& c = proof.connector;
+  switch (status) {
+    case AcceptStatus::kAccepted:
+      return "accepted";
+    case AcceptStatus::kWorldSizeMismatch:
+    case AcceptStatus::kGroupMismatch:
+      return mismatch(status, acceptor, c);
+    case AcceptStatus::kWrongRank:
+      return fmt::format("the peer, rank {}, meant to reach rank {}, but this is rank {}", c.rank,
+                         proof.expected_rank, acceptor.rank);
+    case AcceptStatus::kBadRank:
+      return fmt::format(
+          "the peer says it is rank {}, not another rank of a world of {} (this "
+          "is rank {})",
+          c.rank, acceptor.world_size, acceptor.rank);
+    case AcceptStatus::kDuplicate:
+      return fmt::format(
+          "duplicate peer rank {}: a proven connection from rank {} is already in "
+          "place (two processes with rank {}?)",
+          c.rank, c.rank, c.rank);
   }
-  return std::nullopt;
+  return fmt::format("unknown status {}", static_cast<int>(status));
+}
+
+std::string refusal_at_connector(AcceptStatus status, const Identity& connector,
+                                 std::uint32_t expected_rank, const Identity& acceptor) {
+  switch (status) {
+    case AcceptStatus::kAccepted:
+      return "accepted";
+    case AcceptStatus::kWorldSizeMismatch:
+    case AcceptStatus::kGroupMismatch:
+      return mismatch(status, connector, acceptor);
+    case AcceptStatus::kWrongRank:
+      return fmt::format("the peer is rank {}, not rank {} (a stale address in the store?)",
+                         acceptor.rank, expected_rank);
+    case AcceptStatus::kBadRank:
+      return fmt::format(
+          "the peer, rank {} of a world of {}, does not take rank {} as another "
+          "rank of its world",
+          acceptor.rank, acceptor.world_size, connector.rank);
+    case AcceptStatus::kDuplicate:
+      return fmt::format(
+          "rank {} already holds a proven connection from rank {} (two processes "
+          "with rank {}?)",
+          acceptor.rank, connector.rank, connector.rank);
+  }
+  return fmt::format("unknown status {}", static_cast<int>(status));
 }
 
 std::vector<std::byte> encode_abort_notice(const AbortNotice& notice) {

@@ -1,13 +1,39 @@
 // Wire formats of the TCP transport: the handshake each connection opens with, and the message
 // frame. Pure functions over bytes, no sockets.
 //
-// Handshake frame (little-endian):
-//   +-------------+-------------+----------------+----------+---------------+-------------+
-//   | magic u32   | version u16 | world_size u32 | rank u32 | name_len u32  | name bytes  |
-//   | "C10T"      | 2           |                |          | <= 1024       | group name  |
-//   +-------------+-------------+----------------+----------+---------------+-------------+
-// Version 2: two connections per pair of ranks, one per direction (the rank that connected
-// writes, the one that accepted reads); version 1 had one connection carrying both.
+// Handshake, version 3 (little-endian). Connector C is the rank that connects (and will write on
+// the connection), acceptor A the rank that accepted (and will read). Both prove they know the
+// job's key by HMAC-SHA256 over fresh nonces from both sides; the key never crosses the wire.
+// Every handshake frame from either side opens with the same 6 bytes in every version, so a
+// peer of another version can always be told which one it speaks:
+//   +-------------+-------------+
+//   | magic u32   | version u16 |
+//   | "C10T"      | 3           |
+//   +-------------+-------------+
+//  1. C -> A  Hello:     magic, version, nonce_c (32 random bytes). Says nothing of the job.
+//  2. A -> C  Challenge: magic, version, nonce_a (32 random bytes), the same 38-byte layout.
+//     A answers a Hello of the wrong magic with nothing (it logs and closes), and one of another
+//     version with a version notice (its own magic and version, 6 bytes) before it closes.
+//  3. C -> A  Proof:
+//   +----------------+----------+-------------------+--------------+------------+-----------+
+//   | world_size u32 | rank u32 | expected_rank u32 | name_len u32 | name bytes | mac_c     |
+//   |                | C's      | A's, as C knows it| <= 1024      | group name | 32 bytes  |
+//   +----------------+----------+-------------------+--------------+------------+-----------+
+//     mac_c = HMAC-SHA256(key, "c10d-transport-connect" || nonce_c || nonce_a || the bytes
+//     before mac_c). A checks it in constant time; a bad one is closed without a word.
+//  4. A -> C  Accept:
+//   +----------------+----------+-----------+--------------+------------+-----------+
+//   | world_size u32 | rank u32 | status u8 | name_len u32 | name bytes | mac_a     |
+//   |                | A's      |           | <= 1024      | group name | 32 bytes  |
+//   +----------------+----------+-----------+--------------+------------+-----------+
+//     mac_a = HMAC-SHA256(key, "c10d-transport-accept" || nonce_a || nonce_c || the bytes
+//     before mac_a). status (AcceptStatus): 0 accepted, else why A refused C; A closes a
+//     connection it refused. C checks mac_a, then the fields, and names both sides' values.
+// The key is HMAC-SHA256(secret, "c10d-transport-key"), the secret being the store's token
+// (C10D_STORE_TOKEN or an option), else a random job secret kept in the store (tcp_handshake.h).
+// Version 2 exchanged world size, rank and group name in the clear, with no proof; version 1
+// had one connection per pair of ranks instead of one per direction.
+//
 // Message frame, after the handshake, from the connecting rank to the accepting one:
 //   +----------+-------------+-----------------+
 //   | tag u64  | length u64  | length bytes    |
@@ -21,12 +47,16 @@
 // rank that hears of a failure second-hand still names the rank that failed first.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "core/auth.h"
 
 namespace c10d::gloo_like {
 
@@ -44,27 +74,110 @@ std::vector<std::byte> encode_abort_notice(const AbortNotice& notice);
 // The payload (after the header); at least 4 bytes.
 AbortNotice decode_abort_notice(std::span<const std::byte> payload);
 
-// The handshake frame above.
-struct Handshake {
-  static constexpr std::uint32_t kMagic = 0x54303143;  // "C10T" as little-endian bytes
-  static constexpr std::uint16_t kVersion = 2;
-  static constexpr std::size_t kFixedBytes = 18;  // up to and including name_len
-  static constexpr std::uint32_t kMaxNameBytes = 1024;
+// ---- the handshake ----
 
-  std::uint32_t magic = kMagic;
-  std::uint16_t version = kVersion;
+inline constexpr std::uint32_t kHandshakeMagic = 0x54303143;  // "C10T" as little-endian bytes
+inline constexpr std::uint16_t kHandshakeVersion = 3;
+inline constexpr std::size_t kPreambleBytes = 6;  // magic and version
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kGreetingBytes = kPreambleBytes + kNonceBytes;  // Hello, Challenge
+inline constexpr std::uint32_t kMaxGroupBytes = 1024;
+inline constexpr std::size_t kProofFixedBytes = 16;   // up to and including name_len
+inline constexpr std::size_t kAcceptFixedBytes = 13;  // up to and including name_len
+
+using Nonce = std::array<std::uint8_t, kNonceBytes>;
+using TransportKey = core::Mac;
+
+// The nonces of one handshake.
+struct Nonces {
+  Nonce connector{};
+  Nonce acceptor{};
+};
+
+// Who a side of the handshake says it is.
+struct Identity {
   std::uint32_t world_size = 0;
   std::uint32_t rank = 0;
   std::string group;
 };
 
-std::vector<std::byte> encode_handshake(const Handshake& h);
-// Decodes the fixed part (kFixedBytes); fills everything but `group` and returns name_len.
-std::uint32_t decode_handshake_fixed(std::span<const std::byte, Handshake::kFixedBytes> bytes,
-                                     Handshake& out);
-// Why `theirs` cannot talk to `mine` (magic, version, world size or group differ), naming both
-// sides' values; nullopt when they match. Ranks are checked by the caller.
-std::optional<std::string> handshake_mismatch(const Handshake& mine, const Handshake& theirs);
+struct Proof {
+  Identity connector;
+  std::uint32_t expected_rank = 0;  // the rank C meant to reach
+};
+
+enum class AcceptStatus : std::uint8_t {
+  kAccepted = 0,
+  kWorldSizeMismatch = 1,
+  kGroupMismatch = 2,
+  kWrongRank = 3,  // A is not the rank C expected
+  kBadRank = 4,    // C's rank is A's own, or outside the world
+  kDuplicate = 5,  // A already holds a proven connection from C's rank
+};
+inline constexpr std::uint8_t kMaxAcceptStatus = 5;
+
+struct Accept {
+  Identity acceptor;
+  AcceptStatus status = AcceptStatus::kAccepted;
+};
+
+enum class HandshakeCode : std::uint8_t {
+  kOk,
+  kShort,         // more bytes are needed: `bytes` says how many in all, at least
+  kBadMagic,      // value = the magic
+  kBadVersion,    // value = the peer's version
+  kGroupTooLong,  // value = the claimed name length
+  kBadMac,        // the frame is not signed with this key over these nonces
+  kBadStatus,     // value = the status byte (an Accept whose MAC checked out)
+};
+
+// What a decoder made of the bytes it was given.
+struct HandshakeDecode {
+  HandshakeCode code = HandshakeCode::kOk;
+  std::size_t bytes = 0;    // kOk: the frame's size; kShort: the bytes needed to go on
+  std::uint64_t value = 0;  // see HandshakeCode
+  bool ok() const { return code == HandshakeCode::kOk; }
+};
+
+// "bad magic 0x12345678, expected 0x54303143 ("C10T")", for logs and errors.
+std::string describe(const HandshakeDecode& d);
+
+// 32 bytes from the CSPRNG.
+Nonce new_nonce();
+// HMAC-SHA256(secret, "c10d-transport-key").
+TransportKey derive_transport_key(std::string_view secret);
+
+// Hello and Challenge (the same layout).
+std::vector<std::byte> encode_greeting(const Nonce& nonce);
+// Magic and this version alone: the answer to a Hello of another version.
+std::vector<std::byte> encode_version_notice();
+std::vector<std::byte> encode_proof(const Proof& proof, const TransportKey& key,
+                                    const Nonces& nonces);
+std::vector<std::byte> encode_accept(const Accept& accept, const TransportKey& key,
+                                     const Nonces& nonces);
+
+// Decoders: pure, never throw, never read past `in`, never allocate before a length is checked
+// against its limit. A frame is decoded from the start of `in`; bytes after it are left alone.
+// decode_greeting reports kBadMagic as soon as 4 bytes are in and kBadVersion once 6 are (then
+// bytes = 6: a version notice ends there).
+HandshakeDecode decode_greeting(std::span<const std::byte> in, Nonce& nonce);
+// kBadMac unless the frame is signed with `key` over `nonces`; `out` is filled only on kOk.
+HandshakeDecode decode_proof(std::span<const std::byte> in, const TransportKey& key,
+                             const Nonces& nonces, Proof& out);
+HandshakeDecode decode_accept(std::span<const std::byte> in, const TransportKey& key,
+                              const Nonces& nonces, Accept& out);
+
+// A's verdict on a proven Proof: world size, group, the rank C expected, C's rank. Duplicates
+// are the caller's to find (it knows its connections).
+AcceptStatus judge_proof(const Identity& acceptor, const Proof& proof);
+// C's verdict on a proven Accept: A's status, then A's fields checked again on this side.
+AcceptStatus judge_accept(const Identity& connector, std::uint32_t expected_rank,
+                          const Accept& accept);
+// Why the handshake failed, from A's side (about C) or from C's (about A), naming both sides'
+// values (e.g. group mismatch: peer is in group "green", this rank is in group "blue").
+std::string refusal_at_acceptor(AcceptStatus status, const Identity& acceptor, const Proof& proof);
+std::string refusal_at_connector(AcceptStatus status, const Identity& connector,
+                                 std::uint32_t expected_rank, const Identity& acceptor);
 
 // Little-endian integers.
 template <typename T>
