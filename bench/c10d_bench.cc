@@ -26,8 +26,9 @@
 // its chip's virtual clock, docs/ici.md), not wall time; the header says so. The chips are
 // processes of this host sharing memory; the slice comes from C10D_ICI_TOPOLOGY and friends.
 //
-// Exit status: 0; 1 when a value was wrong or a collective failed; 2 for a bad flag, an
-// unknown or unsupported backend, or a missing or bad environment.
+// Exit status: 0; 1 when a value was wrong or a collective failed; 2 for a bad flag (each is
+// checked whole, sweep_args.h), an unknown or unsupported backend, a missing or bad environment,
+// or buffers larger than the host's available memory (nccl_sweep.h).
 #include <fmt/format.h>
 
 #include <cstdio>

@@ -6,7 +6,8 @@
 //
 // Flags: --steps N [40] timed steps after --warmup N [5]; --batch N [64] per rank;
 // --mode ddp|optimizer_step|local [ddp] (local: no communication at all, the single-process
-// step); --json FILE (rank 0 writes its row there too).
+// step); --json FILE (rank 0 writes its row there too; it must be writable at the start).
+// Values are checked whole (cli_args.h); a bad flag exits 2 naming it.
 // Inputs are random (seeded), not Fashion-MNIST: the bench measures the step, not the reader.
 // Rank 0 prints one row: world, mode, per-rank batch, the median step time over ranks'
 // medians' maximum (the slowest rank sets the pace), steps/s, samples/s over all ranks, and for
@@ -14,9 +15,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,6 +30,7 @@
 #include "c10d/lazy.h"
 #include "c10d/nn.h"
 #include "c10d/optim.h"
+#include "cli_args.h"
 
 namespace {
 
@@ -37,32 +43,60 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// A usage error: the message names the flag; exit status 2.
+struct UsageError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+int integer_flag(const std::string& flag, const std::string& v, int min, int max) {
+  const auto n = c10d::bench::parse_integer(v, min, max);
+  if (!n) {
+    throw UsageError(fmt::format("{} takes an integer from {} to {}, not '{}'", flag, min, max, v));
+  }
+  return *n;
+}
+
 int run(int argc, char** argv) {
   int steps = 40, warmup = 5;
   std::int64_t batch = 64;
   std::string mode = "ddp", json;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--steps")
-      steps = std::stoi(v);
-    else if (a == "--warmup")
-      warmup = std::stoi(v);
-    else if (a == "--batch")
-      batch = std::stoll(v);
-    else if (a == "--mode")
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a != "--steps" && a != "--warmup" && a != "--batch" && a != "--mode" && a != "--json") {
+      throw UsageError("unknown flag " + a + " (--steps, --warmup, --batch, --mode, --json)");
+    }
+    if (i + 1 >= argc || argv[i + 1][0] == '\0') throw UsageError(a + " needs a value");
+    const std::string v = argv[++i];
+    if (a == "--steps") {
+      steps = integer_flag(a, v, 1, 1'000'000);
+    } else if (a == "--warmup") {
+      warmup = integer_flag(a, v, 0, 1'000'000);
+    } else if (a == "--batch") {
+      batch = integer_flag(a, v, 1, 1 << 20);
+    } else if (a == "--mode") {
       mode = v;
-    else if (a == "--json")
+    } else {
       json = v;
-    else {
-      std::fprintf(stderr, "c10d-ddp-bench: unknown flag %s\n", a.c_str());
-      return 2;
     }
   }
   if (mode != "ddp" && mode != "optimizer_step" && mode != "local") {
-    std::fprintf(stderr, "c10d-ddp-bench: --mode is ddp, optimizer_step or local\n");
-    return 2;
+    throw UsageError("--mode is ddp, optimizer_step or local, not '" + mode + "'");
   }
   auto pg = c10d::init_process_group({.timeout = 120s});
+  // Rank 0 writes the JSON row at the end: it opens the file now, so a bad path fails the run
+  // before it is measured, on every rank.
+  std::ofstream json_out;
+  if (!json.empty()) {
+    if (pg->rank() == 0) json_out.open(json, std::ios::trunc);
+    auto bad = c10d::Tensor::from_vector(
+        std::vector<std::int32_t>{pg->rank() == 0 && !json_out ? 1 : 0}, c10d::DType::kInt32);
+    pg->broadcast({bad}, {.root = 0})->wait(60s);
+    if (bad.data<std::int32_t>()[0] != 0) {
+      throw std::runtime_error(
+          fmt::format("--json {}: rank 0 cannot write it{}", json,
+                      pg->rank() == 0 ? ": " + std::string(std::strerror(errno)) : std::string()));
+    }
+  }
   lazy::Generator gen(1);
   auto model = std::make_shared<c10d::nn::Sequential>();
   model->push_back(std::make_shared<c10d::nn::Linear>(784, 512, gen));
@@ -121,11 +155,13 @@ int run(int argc, char** argv) {
     fmt::print("#{:>4} {:>14} {:>5} {:>9} {:>8} {:>10} {:>8} {:>8} {:>8}\n", "world", "mode",
                "batch", "step_ms", "steps/s", "samples/s", "comm_ms", "wait_ms", "overlap");
     fmt::print("{}\n", row);
-    if (!json.empty()) {
-      std::ofstream(json) << fmt::format(
+    if (json_out.is_open()) {
+      json_out << fmt::format(
           "{{\"world\": {}, \"mode\": \"{}\", \"batch\": {}, \"step_ms\": {:.4f}, "
           "\"comm_ms\": {:.4f}, \"wait_ms\": {:.4f}}}\n",
           pg->size(), mode, batch, step * 1e3, c * 1e3, e * 1e3);
+      json_out.close();
+      if (!json_out) throw std::runtime_error("--json " + json + ": writing it failed");
     }
   }
   return 0;
@@ -136,6 +172,9 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "c10d-ddp-bench: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "c10d-ddp-bench: %s\n", e.what());
     return 1;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "c10d/lazy.h"
+#include "cli_args.h"
 
 namespace {
 
@@ -150,16 +151,42 @@ bool elementwise_section(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  const auto usage_error = [](const std::string& why) {
+    std::fprintf(stderr, "c10d-lazy-bench: %s\nusage: c10d-lazy-bench [--n ELEMENTS] [--reps R]\n",
+                 why.c_str());
+    return 2;
+  };
+  for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "-h" || flag == "--help") {
+      std::printf("usage: c10d-lazy-bench [--n ELEMENTS] [--reps R]\n");
+      return 0;
+    }
+    if (flag != "--n" && flag != "--reps") return usage_error("unknown flag " + flag);
+    if (i + 1 >= argc) return usage_error(flag + " needs a value");
+    const std::string v = argv[++i];
+    const long long max = flag == "--n" ? (1LL << 40) : 10'000;
+    const auto n = c10d::bench::parse_integer<long long>(v, 1, max);
+    if (!n)
+      return usage_error(flag + " takes an integer from 1 to " + std::to_string(max) + ", not '" +
+                         v + "'");
     if (flag == "--n") {
-      o.n = std::atoll(argv[i + 1]);
-    } else if (flag == "--reps") {
-      o.reps = std::atoi(argv[i + 1]);
+      o.n = *n;
     } else {
-      std::fprintf(stderr, "usage: c10d-lazy-bench [--n ELEMENTS] [--reps R]\n");
-      return 2;
+      o.reps = static_cast<int>(*n);
     }
   }
-  return elementwise_section(o) ? 0 : 1;
+  // The input, the hand loop's and memcpy's outputs, the three lazy and eager results and the
+  // eager mode's intermediates: about ten float32 buffers of n, all touched.
+  if (const std::string why = c10d::bench::memory_fault(
+          "--n " + std::to_string(o.n), 10 * 4 * static_cast<std::uint64_t>(o.n), 1);
+      !why.empty()) {
+    return usage_error(why);
+  }
+  try {
+    return elementwise_section(o) ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "c10d-lazy-bench: %s\n", e.what());
+    return 1;
+  }
 }

@@ -21,7 +21,8 @@
 // (per process, with --ranks).
 // --buffer is what the program asks for SO_SNDBUF and SO_RCVBUF (the kernel caps it at
 // net.core.{w,r}mem_max); 0, the default, leaves the kernel's autotuning on, as the TCP backend
-// does.
+// does. --ranks is 2 to 64. Values are checked whole (cli_args.h), and the sizes against the
+// host's available memory before any process starts; a bad flag exits 1 naming it.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -40,9 +41,12 @@
 #include <string>
 #include <vector>
 
-#include "parse_size.h"
+#include "cli_args.h"
 
 namespace {
+
+// The most processes --ranks forks: a ring past this measures the scheduler, not loopback.
+constexpr int kMaxRanks = 64;
 
 struct Options {
   std::vector<std::size_t> sizes = {8u << 20, 16u << 20, 32u << 20};
@@ -58,7 +62,7 @@ struct Options {
 // A system call failed: `what`, and errno's reason.
 [[noreturn]] void fail_errno(const std::string& what) { fail(what + ": " + std::strerror(errno)); }
 
-// A byte count (parse_size.h); throws naming `text` when it is not one.
+// A byte count (cli_args.h); throws naming `text` when it is not one.
 std::size_t parse_bytes(const std::string& text) {
   const auto bytes = c10d::bench::parse_size(text);
   if (!bytes) {
@@ -87,13 +91,29 @@ Options parse(int argc, char** argv) {
       o.write = parse_bytes(value());
     } else if (arg == "--buffer") {
       o.buffer = parse_bytes(value());
+      // SO_SNDBUF takes an int; a larger request must not be cut down silently.
+      if (o.buffer > static_cast<std::size_t>(INT32_MAX)) {
+        throw std::invalid_argument("--buffer " + std::to_string(o.buffer) +
+                                    " is above the socket option's limit of 2147483647 bytes");
+      }
     } else if (arg == "--iters") {
-      o.iters = std::stoi(value());
+      const std::string v = value();
+      const auto n = c10d::bench::parse_integer(v, 1, 1'000'000'000);
+      if (!n)
+        throw std::invalid_argument("--iters takes an integer from 1 to 1000000000, not '" + v +
+                                    "'");
+      o.iters = *n;
     } else if (arg == "--one-way") {
       o.one_way = true;
     } else if (arg == "--ranks") {
-      o.ranks = std::stoi(value());
-      if (o.ranks < 2) throw std::invalid_argument("--ranks must be at least 2");
+      const std::string v = value();
+      const auto n = c10d::bench::parse_integer(v, 2, kMaxRanks);
+      if (!n) {
+        throw std::invalid_argument("--ranks takes an integer from 2 to " +
+                                    std::to_string(kMaxRanks) + " (processes forked), not '" + v +
+                                    "'");
+      }
+      o.ranks = *n;
     } else {
       throw std::invalid_argument(
           "unknown flag \"" + arg +
@@ -104,7 +124,6 @@ Options parse(int argc, char** argv) {
     throw std::invalid_argument("--one-way and --ranks exclude each other");
   }
   if (o.write == 0) throw std::invalid_argument("--write must be positive");
-  if (o.iters < 1) throw std::invalid_argument("--iters must be at least 1");
   return o;
 }
 
@@ -257,6 +276,16 @@ void no_delay(int fd) {
 int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
+    {
+      // Each process holds an out and an in buffer of the largest size it moves, touched: check
+      // the host has that memory before forking (a bad_alloc in a child says much less).
+      const int n = o.ranks > 0 ? o.ranks : 2;
+      const std::size_t largest = *std::max_element(o.sizes.begin(), o.sizes.end());
+      const std::size_t each_way = o.ranks > 0 ? ring_bytes(largest, n) : largest;
+      const std::string why =
+          c10d::bench::memory_fault("--sizes " + std::to_string(largest), 2 * each_way, n);
+      if (!why.empty()) throw std::invalid_argument(why);
+    }
     // n processes: a pair over one connection, or a ring where process i listens on
     // listeners[i] for its left neighbour and connects to listeners[i + 1].
     const int n = o.ranks > 0 ? o.ranks : 2;

@@ -16,6 +16,8 @@
 // Verification, outside the timed loop: every loss is finite and the loss falls.
 //
 //   c10d-mlp-bench [--steps N] [--batch B] [--hidden H] [--smoke]
+#include <fmt/format.h>
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
@@ -31,6 +33,7 @@
 #include "c10d/lazy.h"
 #include "c10d/nn.h"
 #include "c10d/optim.h"
+#include "cli_args.h"
 
 namespace {
 
@@ -220,38 +223,66 @@ int run(const Options& o) {
   return ok ? 0 : 1;
 }
 
+// A usage error: the message names the flag; exit status 2.
+[[noreturn]] void usage_error(const std::string& why) {
+  std::fprintf(stderr,
+               "c10d-mlp-bench: %s\nusage: c10d-mlp-bench [--steps N] [--batch B] [--hidden H] "
+               "[--smoke]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+// What a run of `o` holds at least, in bytes: the weights four times over (parameters, their
+// gradients, SGD's momentum, the Eigen copies) and a dozen batch x hidden activations.
+double bytes_needed(const Options& o) {
+  const double params =
+      static_cast<double>(o.hidden) * static_cast<double>(o.in + o.hidden + o.classes);
+  const double activations =
+      12.0 * static_cast<double>(o.batch) * static_cast<double>(std::max(o.hidden, o.in));
+  return 4.0 * (4 * params + activations);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto next = [&]() -> long long {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return std::atoll(argv[++i]);
+    auto next = [&](long long max) -> long long {
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      const std::string v = argv[++i];
+      const auto n = c10d::bench::parse_integer<long long>(v, 1, max);
+      if (!n) usage_error(fmt::format("{} takes an integer from 1 to {}, not '{}'", a, max, v));
+      return *n;
     };
     if (a == "--steps") {
-      o.steps = static_cast<int>(next());
+      o.steps = static_cast<int>(next(1'000'000));
     } else if (a == "--batch") {
-      o.batch = next();
+      o.batch = next(1 << 20);
     } else if (a == "--hidden") {
-      o.hidden = next();
+      o.hidden = next(1 << 16);
     } else if (a == "--smoke") {
       o.steps = 3;
       o.hidden = 32;
       o.batch = 8;
+    } else if (a == "-h" || a == "--help") {
+      std::printf("usage: c10d-mlp-bench [--steps N] [--batch B] [--hidden H] [--smoke]\n");
+      return 0;
     } else {
-      std::fprintf(stderr,
-                   "usage: c10d-mlp-bench [--steps N] [--batch B] [--hidden H] [--smoke]\n");
-      return 2;
+      usage_error("unknown flag " + a);
     }
   }
-  if (o.steps < 1 || o.batch < 1 || o.hidden < 1) {
-    std::fprintf(stderr, "steps, batch and hidden must be positive\n");
-    return 2;
+  const double need = bytes_needed(o);
+  if (const std::string why =
+          c10d::bench::memory_fault(fmt::format("--batch {} --hidden {}", o.batch, o.hidden),
+                                    static_cast<std::uint64_t>(need), 1);
+      !why.empty()) {
+    usage_error(why);
   }
-  return run(o);
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "c10d-mlp-bench: %s\n", e.what());
+    return 1;
+  }
 }

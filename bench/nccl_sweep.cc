@@ -12,10 +12,13 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "c10d/tensor.h"
+#include "cli_args.h"
 
 namespace c10d::bench {
 namespace {
@@ -52,23 +55,30 @@ class Sweep {
       }
       return 2;
     }
-    if (!open_json()) return 2;
-    print_header();
-
+    if (const std::string why = size_error(args_, n_); !why.empty()) {
+      if (rank_ == 0) fmt::print(stderr, "{}: {}\n", args_.program, why);
+      return 2;
+    }
     // Buffers for the largest call: both forms fit in max(send, recv) elements.
     const OpCall largest = make_call(args_.max_bytes, false);
     buffer_elements_ =
         std::max<std::int64_t>({send_elements(largest, n_), recv_elements(largest, n_), 1});
+    const std::vector<char> ranks = gather_ranks();
+    if (!buffers_fit(ranks)) return 2;
+    if (!open_json()) return 2;
+    print_header(ranks);
+
     send_ = page_aligned(static_cast<std::size_t>(buffer_elements_ * element_size_));
     recv_ = page_aligned(static_cast<std::size_t>(buffer_elements_ * element_size_));
 
+    const std::size_t first = *first_sweep_size(args_, n_);  // size_error() said there is one
     warm_up(args_.max_bytes);
-    warm_up(args_.min_bytes);
+    warm_up(first);
 
     std::int64_t failed_cells = 0;
     double busbw_sum = 0;
     int busbw_cells = 0;
-    for (std::optional<std::size_t> size = args_.min_bytes; size; size = next_size(*size)) {
+    for (std::optional<std::size_t> size = first; size; size = next_size(*size)) {
       const OpCall shape = make_call(*size, false);
       const std::int64_t bytes =
           std::max(send_elements(shape, n_), recv_elements(shape, n_)) * element_size_;
@@ -174,15 +184,50 @@ class Sweep {
                      args_.check ? std::to_string(cell.wrong) : std::string());
   }
 
-  void print_header() {
-    // Every rank's pid and host, gathered so rank 0 can list them (nccl-tests' "Using devices").
-    constexpr std::size_t kRecord = 96;
+  // Every rank's record, kRecord bytes each: its host name, then "Pid <pid> on <host>" (for
+  // nccl-tests' "Using devices" list). Collective.
+  static constexpr std::size_t kRecord = 160;
+  static constexpr std::size_t kHost = 64;
+  std::vector<char> gather_ranks() {
     std::array<char, kRecord> mine{};
-    std::array<char, 64> host{};
-    gethostname(host.data(), host.size() - 1);
-    fmt::format_to_n(mine.data(), kRecord - 1, "Pid {:>6} on {}", getpid(), host.data());
+    gethostname(mine.data(), kHost - 1);
+    fmt::format_to_n(mine.data() + kHost, kRecord - kHost - 1, "Pid {:>6} on {}", getpid(),
+                     mine.data());
     std::vector<char> all(kRecord * static_cast<std::size_t>(n_));
     backend_.all_gather_bytes(mine, all);
+    return all;
+  }
+  static std::string_view host_of(const std::vector<char>& ranks, int r) {
+    return ranks.data() + static_cast<std::size_t>(r) * kRecord;
+  }
+
+  // Whether every rank's host can hold its ranks' send and receive buffers (they are zeroed, so
+  // the pages are real). Checked before any is allocated: a size too big for the host is a
+  // message naming it, not a bad_alloc or the OOM killer mid-run. Collective; the first rank of
+  // each host short of memory says so.
+  bool buffers_fit(const std::vector<char>& ranks) {
+    const std::uint64_t per_rank = 2 * page_rounded(static_cast<std::uint64_t>(buffer_elements_) *
+                                                    static_cast<std::uint64_t>(element_size_));
+    int here = 0;
+    int first_here = rank_;
+    for (int r = 0; r < n_; ++r) {
+      if (host_of(ranks, r) == host_of(ranks, rank_)) {
+        ++here;
+        first_here = std::min(first_here, r);
+      }
+    }
+    const std::string why =
+        memory_fault(fmt::format("maxbytes {} (-e, {})", args_.max_bytes,
+                                 bytes_text(static_cast<double>(args_.max_bytes))),
+                     per_rank, here);
+    if (!why.empty() && first_here == rank_) {
+      fmt::print(stderr, "{}: rank {} on {}: {}; lower -e\n", args_.program, rank_,
+                 host_of(ranks, rank_), why);
+    }
+    return backend_.sum_over_ranks(why.empty() ? 0 : 1) == 0;
+  }
+
+  void print_header(const std::vector<char>& all) {
     if (rank_ != 0) return;
 
     const std::string step = args_.step_factor > 1 ? fmt::format("{}(factor)", args_.step_factor)
@@ -194,13 +239,19 @@ class Sweep {
         "blocking: {}\n",
         args_.min_bytes, args_.max_bytes, step, args_.warmup_iters, args_.iters,
         args_.check ? 1 : 0, args_.blocking ? 1 : 0);
+    if (const std::string note = skipped_sizes_note(args_, n_); !note.empty()) {
+      fmt::print("# {}\n", note);
+    }
     if (backend_.simulated_time()) {
       fmt::print(
           "# time: simulated interconnect time (the backend's virtual clock, per call, "
           "largest over the ranks), not wall time\n");
     }
     fmt::print("#\n# Using ranks\n");
-    for (int r = 0; r < n_; ++r) fmt::print("#  Rank {:>2} {}\n", r, all.data() + r * kRecord);
+    for (int r = 0; r < n_; ++r) {
+      fmt::print("#  Rank {:>2} {}\n", r,
+                 all.data() + static_cast<std::size_t>(r) * kRecord + kHost);
+    }
     fmt::print("#\n");
     for (const bool in_place : {false, true}) {
       const std::string why = backend_.unsupported(args_.collective, in_place);
@@ -262,11 +313,21 @@ class Sweep {
 
   // Zeroed storage that starts on a page, whatever the heap's layout: how many pages a buffer
   // spans (and so what Open MPI's single-copy transfers pin) must not differ between programs.
-  static std::unique_ptr<Storage> page_aligned(std::size_t n) {
+  static std::size_t page_size() {
     static const auto kPage = static_cast<std::size_t>(std::max(4096L, ::sysconf(_SC_PAGESIZE)));
-    const std::size_t rounded = std::max<std::size_t>((n + kPage - 1) / kPage * kPage, kPage);
-    void* data = std::aligned_alloc(kPage, rounded);
-    if (data == nullptr) throw std::bad_alloc();
+    return kPage;
+  }
+  static std::uint64_t page_rounded(std::uint64_t n) {
+    const std::uint64_t page = page_size();
+    return std::max<std::uint64_t>((n + page - 1) / page * page, page);
+  }
+  static std::unique_ptr<Storage> page_aligned(std::size_t n) {
+    const std::size_t rounded = page_rounded(n);
+    void* data = std::aligned_alloc(page_size(), rounded);
+    if (data == nullptr) {
+      throw std::runtime_error(fmt::format("cannot allocate a {}-byte buffer ({})", rounded,
+                                           bytes_text(double(rounded))));
+    }
     std::memset(data, 0, rounded);
     return std::make_unique<Storage>(data, n, [](void* p) { std::free(p); });
   }
@@ -306,6 +367,47 @@ std::optional<std::size_t> next_sweep_size(const SweepArgs& args, std::size_t si
   if (next <= size || next > args.max_bytes) return std::nullopt;
   if (args.step_factor > 1 && next / args.step_factor != size) return std::nullopt;
   return next;
+}
+
+namespace {
+
+// A split collective's call carries size / n bytes per rank; a size under one element per rank
+// would move nothing.
+std::size_t least_split_size(const SweepArgs& args, int world_size) {
+  const bool split = args.collective == Collective::kAllGather ||
+                     args.collective == Collective::kReduceScatter ||
+                     args.collective == Collective::kAllToAll;
+  return element_size(args.dtype) * static_cast<std::size_t>(split ? world_size : 1);
+}
+
+}  // namespace
+
+std::optional<std::size_t> first_sweep_size(const SweepArgs& args, int world_size) {
+  for (std::optional<std::size_t> size = args.min_bytes; size;
+       size = next_sweep_size(args, *size)) {
+    if (sweep_count(args, *size, world_size) >= 1) return size;
+  }
+  return std::nullopt;
+}
+
+std::string size_error(const SweepArgs& args, int world_size) {
+  if (first_sweep_size(args, world_size)) return "";
+  const std::size_t least = least_split_size(args, world_size);
+  return fmt::format(
+      "no size from minbytes {} (-b) to maxbytes {} (-e) gives every rank one {} element for {} "
+      "over {} ranks ({} bytes); use -e {} or more",
+      args.min_bytes, args.max_bytes, type_name(args.dtype), collective_name(args.collective),
+      world_size, least, least);
+}
+
+std::string skipped_sizes_note(const SweepArgs& args, int world_size) {
+  const auto first = first_sweep_size(args, world_size);
+  if (!first || *first == args.min_bytes) return "";
+  return fmt::format(
+      "sizes below {} bytes skipped: under one {} element per rank for {} over {} ranks ({} "
+      "bytes)",
+      *first, type_name(args.dtype), collective_name(args.collective), world_size,
+      least_split_size(args, world_size));
 }
 
 std::int64_t sweep_count(const SweepArgs& args, std::size_t size, int world_size) {

@@ -27,8 +27,14 @@
 // (summed by simulated_seconds(), divided by the iterations, largest over the ranks) instead of
 // wall time, and the header says which.
 //
+// Memory: each rank allocates a send and a receive buffer for the largest call, zeroed (so
+// physical pages). Before allocating, the ranks compare what the ranks of each host need with
+// that host's available memory (MemAvailable) and refuse together, naming -e and the memory,
+// when it does not fit.
+//
 // Exit status of run_sweep: 0, or 1 when any element was wrong, or 2 for an argument that is
-// only checkable once the world size is known (the root).
+// only checkable once the world size is known (the root, a split collective whose -e is under
+// one element per rank) or buffers that do not fit the host's memory.
 #pragma once
 
 #include <cstddef>
@@ -83,6 +89,13 @@ class SweepBackend {
 // `size count type redop root` columns, one `time algbw busbw #wrong` cell (an empty `wrong`
 // prints N/A), and nccl-tests' number format.
 std::optional<std::size_t> next_sweep_size(const SweepArgs& args, std::size_t size);
+// A split collective (all_gather, reduce_scatter, all_to_all) gives each rank size / n bytes:
+// sizes under one element per rank move nothing, so the sweep skips them, saying so in the
+// header (skipped_sizes_note), and starts at first_sweep_size (nullopt when no size is large
+// enough; size_error then says why, for an exit status of 2).
+std::optional<std::size_t> first_sweep_size(const SweepArgs& args, int world_size);
+std::string size_error(const SweepArgs& args, int world_size);
+std::string skipped_sizes_note(const SweepArgs& args, int world_size);
 std::int64_t sweep_count(const SweepArgs& args, std::size_t size, int world_size);
 std::string row_prefix(const SweepArgs& args, std::int64_t bytes, std::int64_t count);
 std::string cell_text(double time_us, double algbw, double busbw, const std::string& wrong);

@@ -16,10 +16,12 @@
 // over loopback, as ranks would. Results are checked: every get must return the value set.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,12 +32,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "c10d/errors.h"
 #include "c10d/store.h"
+#include "cli_args.h"
 #include "store/tcp_store_server.h"
 #include "store/wire.h"
 
@@ -46,13 +51,30 @@ using Clock = std::chrono::steady_clock;
 using c10d::Bytes;
 namespace wire = c10d::store::wire;
 
-std::vector<int> parse_list(const char* s) {
+// The most worker processes either mode forks (--clients, --procs): a bound on a typo's cost.
+constexpr int kMaxProcesses = 512;
+
+// A bad flag: the message names it; exit status 2.
+struct UsageError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+int integer_flag(const std::string& flag, std::string_view text, int min, int max) {
+  const auto n = c10d::bench::parse_integer(text, min, max);
+  if (!n) {
+    throw UsageError(
+        fmt::format("{} takes an integer from {} to {}, not '{}'", flag, min, max, text));
+  }
+  return *n;
+}
+
+// A comma-separated list of integers in [min, max], each checked whole.
+std::vector<int> parse_list(const std::string& flag, std::string_view text, int min, int max) {
   std::vector<int> out;
-  for (const char* p = s; *p;) {
-    out.push_back(std::atoi(p));
-    p = std::strchr(p, ',');
-    if (!p) break;
-    ++p;
+  for (std::size_t at = 0; at <= text.size();) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    out.push_back(integer_flag(flag, text.substr(at, comma - at), min, max));
+    at = comma + 1;
   }
   return out;
 }
@@ -341,6 +363,16 @@ int usage() {
   return 2;
 }
 
+// The connections one process can hold: its open-file limit, less a few for everything else.
+int connection_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+    return 1'000'000;
+  }
+  const rlim_t usable = std::min<rlim_t>(limit.rlim_cur, 1'000'064);
+  return usable > 65 ? static_cast<int>(usable - 64) : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -348,45 +380,61 @@ int main(int argc, char** argv) {
   c10d::store::raise_open_file_limit();  // the scale mode holds thousands of connections
   const std::string mode = argv[1];
   try {
+    // The workers this program starts of itself.
+    constexpr int kMaxInt = std::numeric_limits<int>::max();
     if (mode == "tp-worker" && argc == 5) {
-      return throughput_worker(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
+      return throughput_worker(integer_flag("port", argv[2], 1, 65535),
+                               integer_flag("id", argv[3], 0, kMaxInt),
+                               integer_flag("ops", argv[4], 1, kMaxInt));
     }
     if (mode == "scale-worker" && argc == 5) {
-      return scale_worker(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
+      return scale_worker(integer_flag("port", argv[2], 1, 65535),
+                          integer_flag("connections", argv[3], 0, kMaxInt),
+                          integer_flag("total", argv[4], 1, kMaxInt));
     }
+    if (mode != "throughput" && mode != "scale") {
+      throw UsageError(fmt::format("unknown mode '{}' (throughput or scale)", mode));
+    }
+    const int max_connections = connection_limit();
     std::vector<int> clients = {1, 8, 32}, sizes = {1024, 4096};
     std::vector<std::string> transports = {"local"};
     int ops = 20000, runs = 5, procs = 4;
     for (int i = 2; i < argc; ++i) {
       const std::string flag = argv[i];
-      if (i + 1 >= argc) return usage();
-      const char* v = argv[++i];
+      const bool known = flag == "--runs" ||
+                         (mode == "throughput" &&
+                          (flag == "--clients" || flag == "--ops" || flag == "--transports")) ||
+                         (mode == "scale" && (flag == "--connections" || flag == "--procs"));
+      if (!known) throw UsageError(fmt::format("unknown flag {} for mode {}", flag, mode));
+      if (i + 1 >= argc) throw UsageError(flag + " needs a value");
+      const std::string_view v = argv[++i];
       if (flag == "--clients") {
-        clients = parse_list(v);
+        clients = parse_list(flag, v, 1, kMaxProcesses);
       } else if (flag == "--connections") {
-        sizes = parse_list(v);
+        sizes = parse_list(flag, v, 1, max_connections);
       } else if (flag == "--transports") {
         transports.clear();
-        for (std::string_view rest = v; !rest.empty();) {
-          const auto comma = rest.find(',');
-          transports.emplace_back(rest.substr(0, comma));
-          if (transports.back() != "local" && transports.back() != "tcp") return usage();
-          rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+        for (std::size_t at = 0; at <= v.size();) {
+          const std::size_t comma = std::min(v.find(',', at), v.size());
+          transports.emplace_back(v.substr(at, comma - at));
+          if (transports.back() != "local" && transports.back() != "tcp") {
+            throw UsageError(
+                fmt::format("--transports takes local and tcp, not '{}'", transports.back()));
+          }
+          at = comma + 1;
         }
       } else if (flag == "--ops") {
-        ops = std::atoi(v);
+        ops = integer_flag(flag, v, 1, 1'000'000'000);
       } else if (flag == "--runs") {
-        runs = std::atoi(v);
+        runs = integer_flag(flag, v, 1, 1000);
       } else if (flag == "--procs") {
-        procs = std::atoi(v);
-      } else {
-        std::fprintf(stderr, "c10d-store-bench: unknown flag %s\n", flag.c_str());
-        return usage();
+        procs = integer_flag(flag, v, 1, kMaxProcesses);
       }
     }
-    if (ops <= 0 || runs <= 0 || procs <= 0) return usage();
     if (mode == "throughput") return run_throughput(clients, ops, runs, transports);
-    if (mode == "scale") return run_scale(sizes, procs, runs);
+    return run_scale(sizes, procs, runs);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "c10d-store-bench: %s\n", e.what());
     return usage();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "c10d-store-bench: %s\n", e.what());

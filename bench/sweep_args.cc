@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "parse_size.h"
+#include "cli_args.h"
 
 namespace c10d::bench {
 namespace {
@@ -35,49 +35,58 @@ constexpr std::array<std::pair<DType, std::string_view>, 8> kTypeNames = {{
     {DType::kUInt8, "uint8"},
 }};
 
-std::optional<long long> parse_int(std::string_view s) {
-  long long value = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return value;
-}
-
-// Applies one flag (by its long name) to `a`; returns an error message or "".
-std::string apply_flag(std::string_view name, std::string_view value, SweepArgs& a) {
-  const auto bad = [&] { return fmt::format("bad value '{}' for --{}", value, name); };
+// Applies one flag (by its long name; `flag` as the user wrote it, for messages) to `a`;
+// returns an error message or "".
+std::string apply_flag(std::string_view name, std::string_view flag, std::string_view value,
+                       SweepArgs& a) {
+  constexpr int kMaxCount = 1'000'000'000;
+  const auto bad = [&](std::string_view takes) {
+    return fmt::format("bad value '{}' for {}: it takes {}", value, flag, takes);
+  };
   if (name == "minbytes" || name == "maxbytes" || name == "stepbytes") {
     const auto bytes = parse_size(value);
-    if (!bytes) return bad();
+    if (!bytes) return bad("a whole number of bytes, with K, M or G (e.g. 8, 64K, 1.5M, 2G)");
     (name == "minbytes" ? a.min_bytes : name == "maxbytes" ? a.max_bytes : a.step_bytes) = *bytes;
-  } else if (name == "stepfactor" || name == "iters" || name == "warmup_iters" || name == "check" ||
-             name == "root" || name == "blocking") {
-    const auto n = parse_int(value);
-    if (!n || *n < 0 || *n > 1'000'000'000) return bad();
-    if (name == "stepfactor") a.step_factor = static_cast<std::size_t>(*n);
-    if (name == "iters") a.iters = static_cast<int>(*n);
-    if (name == "warmup_iters") a.warmup_iters = static_cast<int>(*n);
-    if (name == "check") a.check = *n != 0;
-    if (name == "root") a.root = static_cast<int>(*n);
-    if (name == "blocking") a.blocking = *n != 0;
+  } else if (name == "check" || name == "blocking") {
+    const auto n = parse_integer(value, 0, 1);
+    if (!n) return bad("0 or 1");
+    (name == "check" ? a.check : a.blocking) = *n != 0;
+  } else if (name == "stepfactor") {
+    const auto n = parse_integer(value, 1, kMaxCount);
+    if (!n) return bad("an integer from 1 (add -i each step) to 1000000000");
+    a.step_factor = static_cast<std::size_t>(*n);
+  } else if (name == "iters") {
+    const auto n = parse_integer(value, 1, kMaxCount);
+    if (!n) return bad("an integer from 1 to 1000000000");
+    a.iters = *n;
+  } else if (name == "warmup_iters") {
+    const auto n = parse_integer(value, 0, kMaxCount);
+    if (!n) return bad("an integer from 0 to 1000000000");
+    a.warmup_iters = *n;
+  } else if (name == "root") {
+    const auto n = parse_integer(value, 0, kMaxCount);
+    if (!n) return bad("a rank, an integer from 0");
+    a.root = *n;
   } else if (name == "datatype") {
     const auto it = std::find_if(kTypeNames.begin(), kTypeNames.end(),
                                  [&](const auto& t) { return t.second == value; });
     if (it == kTypeNames.end()) {
       return fmt::format(
-          "unknown datatype '{}' (float, half, bfloat16, double, int32, int64, "
-          "int8, uint8)",
-          value);
+          "unknown datatype '{}' for {} (float, half, bfloat16, double, int32, int64, int8, "
+          "uint8)",
+          value, flag);
     }
     a.dtype = it->first;
   } else if (name == "op") {
     if (value != "sum" && value != "prod" && value != "min" && value != "max" && value != "avg") {
-      return fmt::format("unknown op '{}' (sum, prod, min, max, avg)", value);
+      return fmt::format("unknown op '{}' for {} (sum, prod, min, max, avg)", value, flag);
     }
     a.op = parse_reduce_op(value);
   } else if (name == "json" || name == "backend") {
+    if (value.empty()) return fmt::format("{} needs a value, not an empty string", flag);
     (name == "json" ? a.json_path : a.backend) = std::string(value);
   } else {
-    return fmt::format("unknown flag --{}", name);
+    return fmt::format("unknown flag {}", flag);
   }
   return "";
 }
@@ -145,12 +154,15 @@ ParsedArgs parse_sweep_args(std::string_view program, std::span<char* const> arg
     }
     // --name=value, --name value, -xvalue, -x value.
     std::string_view name;
+    std::string_view flag;  // as written, without an attached value
     std::optional<std::string_view> value;
     if (arg.starts_with("--")) {
       name = arg.substr(2);
+      flag = arg;
       if (const auto eq = name.find('='); eq != std::string_view::npos) {
         value = name.substr(eq + 1);
         name = name.substr(0, eq);
+        flag = arg.substr(0, eq + 2);
       }
     } else {
       const auto it = std::find_if(kShortFlags.begin(), kShortFlags.end(),
@@ -160,6 +172,7 @@ ParsedArgs parse_sweep_args(std::string_view program, std::span<char* const> arg
         break;
       }
       name = it->second;
+      flag = arg.substr(0, 2);
       if (arg.size() > 2) value = arg.substr(2);
     }
     if (name == "backend" && !accept_backend) {
@@ -173,7 +186,7 @@ ParsedArgs parse_sweep_args(std::string_view program, std::span<char* const> arg
       }
       value = args[++k];
     }
-    out.error = apply_flag(name, *value, a);
+    out.error = apply_flag(name, flag, *value, a);
   }
   if (!out.error.empty() || a.help) return out;
   if (!have_collective) {
@@ -181,13 +194,20 @@ ParsedArgs parse_sweep_args(std::string_view program, std::span<char* const> arg
         "missing collective (all_reduce, broadcast, reduce, all_gather, reduce_scatter, "
         "all_to_all)";
   } else if (a.min_bytes > a.max_bytes) {
-    out.error = fmt::format("minbytes {} above maxbytes {}", a.min_bytes, a.max_bytes);
-  } else if (a.step_factor <= 1 && a.step_bytes == 0) {
-    out.error = "stepbytes 0 with stepfactor 1 never reaches maxbytes";
-  } else if (a.step_factor > 1 && a.min_bytes == 0) {
-    out.error = "minbytes 0 with a stepfactor never grows; start at 1 or more";
-  } else if (a.iters < 1) {
-    out.error = "iters must be at least 1";
+    out.error = fmt::format("minbytes {} (-b) is above maxbytes {} (-e)", a.min_bytes, a.max_bytes);
+  } else if (a.min_bytes < element_size(a.dtype)) {
+    // Sizes are whole elements, rounded down as nccl-tests does; below one element a row would
+    // move nothing and report a bandwidth for it.
+    out.error = fmt::format(
+        "minbytes {} (-b) is less than one {} element ({} bytes); sizes are rounded down to "
+        "whole elements, so start at {} or more",
+        a.min_bytes, type_name(a.dtype), element_size(a.dtype), element_size(a.dtype));
+  } else if (a.step_factor == 1 && a.min_bytes < a.max_bytes &&
+             a.step_bytes < element_size(a.dtype)) {
+    out.error = fmt::format(
+        "stepbytes {} (-i) is less than one {} element ({} bytes): sizes are whole elements, so "
+        "rows would repeat (or, at 0, never reach maxbytes)",
+        a.step_bytes, type_name(a.dtype), element_size(a.dtype));
   } else if (a.op == ReduceOp::kAvg && !is_floating_point(a.dtype)) {
     out.error = fmt::format("avg needs a floating-point datatype, not {}", type_name(a.dtype));
   }

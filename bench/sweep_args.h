@@ -10,19 +10,27 @@
 //   -e, --maxbytes SIZE      last size (default 32M)
 //   -f, --stepfactor N       multiply the size by N each step (default 1: add -i instead)
 //   -i, --stepbytes SIZE     add SIZE each step when -f is 1 (default 1M)
-//   -n, --iters N            timed iterations per size (default 20)
+//   -n, --iters N            timed iterations per size, 1 or more (default 20)
 //   -w, --warmup_iters N     untimed iterations at the largest and smallest size (default 5)
-//   -c, --check N            nonzero: check the results of one more call after the timed ones
+//   -c, --check 0|1          1: check the results of one more call after the timed ones
 //                            (default 1)
 //   -d, --datatype NAME      float|half|bfloat16|double|int32|int64|int8|uint8 (default float)
 //   -o, --op NAME            sum|prod|min|max|avg (default sum; avg needs a floating type)
 //   -r, --root N             root of broadcast and reduce (default 0)
-//   -z, --blocking N         nonzero: wait for each call before issuing the next, as a program
+//   -z, --blocking 0|1       1: wait for each call before issuing the next, as a program
 //                            that calls all_reduce(...)->wait() does (default 0: issue the -n
 //                            calls back to back, then wait for them all)
 //   --json FILE              also write every measured row as a JSON array (rank 0)
 //   --backend NAME           only where the program accepts it (c10d-bench: tcp|mpi|ici)
 //   -h, --help
+//
+// Every value is checked whole: a number with anything after it ("1Q", "5x"), out of its range
+// ("-n -1", "-c 7") or past 10^18 bytes is an error naming the flag and what it takes. A size is
+// a whole number of bytes; a call moves whole elements (the size rounded down, as nccl-tests),
+// so -b under one element, or -i under one element when -f is 1, is refused rather than
+// rounded to nothing; -b above -e is refused. Whether the buffers fit in memory, and which
+// sizes give every rank of a split collective an element, are settled by run_sweep
+// (nccl_sweep.h), which knows the world.
 //
 // Parsing is a pure function of the arguments: it never throws and never exits.
 #pragma once

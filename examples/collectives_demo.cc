@@ -6,13 +6,15 @@
 // environment), then runs a few collectives and checks every answer against its closed form:
 // all_reduce (sum and average), broadcast from the last rank, all_gather of the ranks, a
 // subgroup of the even ranks, and 50 all_reduces of 1 MiB to show a bandwidth. Rank 0 prints
-// what it saw; any wrong value exits 1 with a message naming it.
+// what it saw; any wrong value exits 1 with a message naming it. It takes no flags (exit 2
+// naming the one given).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "c10d/c10d.h"
@@ -20,6 +22,11 @@
 namespace {
 
 using namespace std::chrono_literals;
+
+constexpr const char* kUsage =
+    "usage: c10drun --nproc-per-node N collectives_demo\n"
+    "  takes no flags or arguments: rank, world size, rendezvous and backend come from the\n"
+    "  environment the launcher sets (C10D_BACKEND picks the backend, tcp by default)\n";
 
 void expect(bool ok, const std::string& what) {
   if (!ok) throw c10d::Error("wrong answer: " + what);
@@ -87,7 +94,19 @@ int run() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // Everything comes from the launcher's environment; a flag here is a mistake to say out loud
+  // (a user who types --backend mpi must not get a TCP run that looks like what they asked for).
+  if (argc > 1) {
+    const std::string arg = argv[1];
+    if (arg == "-h" || arg == "--help") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    std::fprintf(stderr, "collectives_demo: unknown %s '%s' (it takes none)\n%s",
+                 arg.rfind('-', 0) == 0 ? "flag" : "argument", arg.c_str(), kUsage);
+    return 2;
+  }
   try {
     return run();
   } catch (const std::exception& e) {

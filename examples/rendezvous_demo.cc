@@ -4,18 +4,22 @@
 //
 // INIT_METHOD defaults to env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, and
 // C10D_STORE_EXTERNAL=1 when a `c10d-store serve` is already listening); tcp:// and file:// URLs
-// work too. C10D_DEMO_TIMEOUT_MS bounds every wait (default 60000). Each rank publishes
-// "<hostname>:<pid>", waits for everyone's, prints
+// work too. C10D_DEMO_TIMEOUT_MS bounds every wait (default 60000, at most a day). Each rank
+// publishes "<hostname>:<pid>", waits for everyone's, prints
 //   rank r of N found: 0=host:pid 1=host:pid ...
-// and then meets the others at a store-based barrier. Exit status 0 on success, 1 on error.
+// and then meets the others at a store-based barrier. Exit status 0 on success, 1 on error, 2
+// for a flag or a second argument (it takes none but the init method).
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "c10d/errors.h"
@@ -24,14 +28,18 @@
 
 namespace {
 
+constexpr long long kMaxTimeoutMs = 24LL * 3600 * 1000;  // a day: far past any real wait
+
 c10d::Milliseconds demo_timeout() {
   const char* text = std::getenv("C10D_DEMO_TIMEOUT_MS");
   if (text == nullptr || *text == '\0') return c10d::Milliseconds(60'000);
-  char* end = nullptr;
-  const long long ms = std::strtoll(text, &end, 10);
-  if (*end != '\0' || ms <= 0) {
+  const std::string_view s(text);
+  long long ms = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), ms);
+  if (ec != std::errc() || end != s.data() + s.size() || ms <= 0 || ms > kMaxTimeoutMs) {
     throw c10d::InvalidArgument(
-        fmt::format("C10D_DEMO_TIMEOUT_MS '{}' is not a positive integer", text));
+        fmt::format("C10D_DEMO_TIMEOUT_MS '{}' is not an integer from 1 to {} (milliseconds)", text,
+                    kMaxTimeoutMs));
   }
   return c10d::Milliseconds(ms);
 }
@@ -62,6 +70,9 @@ void leave(c10d::Store& store, int rank, int world_size, c10d::Milliseconds time
   const std::vector<std::string> all_left = {"demo/all_left"};
   store.wait(all_left, timeout);
 }
+
+constexpr const char* kUsage =
+    "usage: rendezvous_demo [INIT_METHOD]   (env:// by default, or a tcp:// or file:// URL)\n";
 
 int run(int argc, char** argv) {
   const std::string init_method = argc > 1 ? argv[1] : "env://";
@@ -94,6 +105,24 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // One optional argument, the init method; anything that looks like a flag is refused by name
+  // rather than taken for an init method.
+  if (argc > 1) {
+    const std::string arg = argv[1];
+    if (arg == "-h" || arg == "--help") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    if (arg.rfind('-', 0) == 0) {
+      std::fprintf(stderr, "rendezvous_demo: unknown flag '%s'\n%s", arg.c_str(), kUsage);
+      return 2;
+    }
+    if (argc > 2) {
+      std::fprintf(stderr, "rendezvous_demo: unexpected argument '%s' after the init method\n%s",
+                   argv[2], kUsage);
+      return 2;
+    }
+  }
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

@@ -150,11 +150,15 @@ class Sequential : public Module {
 
 // Saves `module.state_dict()` to `path` in the format drawn in src/nn/state_dict_format.h
 // (magic "C10DSDCT", version, then per entry: name, dtype, shape, little-endian bytes).
-// Throws InvalidArgument naming the file when it cannot be written.
+// The file is written whole or not at all: `<path>.tmp`, flushed to disk, renamed onto `path`.
+// Throws InvalidArgument naming the file when it cannot be written (or `path` is a directory
+// or device).
 void save_state_dict(const Module& module, const std::string& path);
 void save_state_dict(const NamedTensors& state, const std::string& path);
-// Reads such a file. A missing, truncated or corrupt file is an InvalidArgument naming the file
-// and what is wrong with it; the loaded values then go through Module::load_state_dict.
+// Reads such a file. A missing, truncated or corrupt file, or one that is not a regular file
+// (a device, FIFO or directory), is an InvalidArgument naming the file and what is wrong with
+// it; reading costs at most the file's size. The loaded values then go through
+// Module::load_state_dict.
 NamedTensors read_state_dict(const std::string& path);
 void load_state_dict(Module& module, const std::string& path, bool strict = true);
 

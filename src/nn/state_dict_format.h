@@ -16,6 +16,11 @@
 // length against the bytes that remain, before anything is allocated, so a hostile or
 // truncated file costs no memory. The decoder is a pure function over a byte span that reports
 // what is wrong instead of throwing; the file functions in nn.h add the path and throw.
+// read_state_dict reads only a regular file, whose size bounds the lengths: it decodes the file
+// as a stream (the header first, each tensor's bytes straight into the tensor), so a file costs
+// at most its own size, and a device, FIFO or directory is refused before anything is read.
+// save_state_dict writes `<path>.tmp`, fsyncs it, renames it onto `<path>` and fsyncs the
+// directory.
 #pragma once
 
 #include <cstdint>

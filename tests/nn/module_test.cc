@@ -1,12 +1,16 @@
 // Module: parameter order and names, registration rules, modes, Linear's init, Dropout,
 // state_dict in memory and through a file, and the rejection of bad files.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
+#include <utility>
 
 #include "../lazy/autograd_testing.h"
 #include "c10d/errors.h"
@@ -289,6 +293,103 @@ TEST(StateDictFormatTest, DecoderReportsEachFaultWithoutThrowing) {
     EXPECT_TRUE(d.entries.empty());
   }
   EXPECT_NE(nn::format::decode({}).error.find("bad magic"), std::string::npos);
+}
+
+// A scratch directory for the file tests below, removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "c10d_sd_XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A device, a FIFO or a directory has no size to bound the read: each is refused, naming the
+// file and what it is, before a byte is read (/dev/zero never ends; a FIFO with no writer
+// would block the open).
+TEST(StateDictFileTest, NonRegularFilesAreRefusedBeforeAnyRead) {
+  TempDir dir;
+  const std::string fifo = dir / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"/dev/zero", "is a character device, not a regular file"},
+      {fifo, "is a FIFO, not a regular file"},
+      {dir / ".", "is a directory, not a regular file"},
+  };
+  for (const auto& [path, fault] : cases) {
+    const std::string msg = error_of([&] { nn::read_state_dict(path); });
+    EXPECT_NE(msg.find("'" + path + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(fault), std::string::npos) << msg;
+  }
+}
+
+// The header is checked first and every length against the file's size, so a large file with
+// a wrong header costs only its header: the reader's peak memory does not grow by the file.
+TEST(StateDictFileTest, AWrongHeaderIsRefusedWithoutReadingTheFile) {
+  TempDir dir;
+  const std::string big = dir / "big";
+  constexpr std::uint64_t kSize = std::uint64_t{512} << 20;  // sparse: no disk is used
+  {
+    std::ofstream out(big, std::ios::binary);
+    out << "NOTASDCT";
+  }
+  std::filesystem::resize_file(big, kSize);
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  std::string msg = error_of([&] { nn::read_state_dict(big); });
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  EXPECT_NE(msg.find("'" + big + "'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bad magic"), std::string::npos) << msg;
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 << 10) << "KiB of peak memory grew";
+
+  // A header claiming more entries than the file can hold is refused before the first entry.
+  std::vector<std::uint8_t> header;
+  nn::format::encode({}, header);
+  header[12] = 0xe8;  // 1000 entries, little-endian
+  header[13] = 0x03;
+  {
+    std::ofstream out(big, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(header.data()),
+              static_cast<std::streamsize>(header.size()));
+  }
+  msg = error_of([&] { nn::read_state_dict(big); });
+  EXPECT_NE(msg.find("1000 entries need at least 15000 bytes, 0 remain"), std::string::npos) << msg;
+}
+
+// save_state_dict writes <path>.tmp and renames it onto <path>: no temporary is left behind, an
+// existing file is replaced whole, and a directory in the way is refused naming it.
+TEST(StateDictFileTest, SaveReplacesTheFileWholeThroughOneTemporary) {
+  TempDir dir;
+  const std::string path = dir / "ckpt";
+  nn::save_state_dict({{"a", testing::make({1, 2}, {2})}}, path);
+  nn::save_state_dict({{"b", testing::make({3}, {1})}}, path);
+  const auto back = nn::read_state_dict(path);
+  ASSERT_EQ(names_of(back), (std::vector<std::string>{"b"}));
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir / ".")) {
+    files.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(files, (std::vector<std::string>{"ckpt"}));
+
+  const std::string sub = dir / "sub";
+  std::filesystem::create_directory(sub);
+  std::string msg = error_of([&] { nn::save_state_dict(nn::NamedTensors{}, sub); });
+  EXPECT_NE(msg.find("'" + sub + "' exists and is a directory"), std::string::npos) << msg;
+  EXPECT_FALSE(std::filesystem::exists(sub + ".tmp"));
+  msg = error_of([&] { nn::save_state_dict(nn::NamedTensors{}, dir / "missing/ckpt"); });
+  EXPECT_NE(msg.find("cannot open '" + (dir / "missing/ckpt.tmp") + "' for writing"),
+            std::string::npos)
+      << msg;
 }
 
 TEST_P(ModuleTest, MismatchedStateIsRejectedNamingTheEntry) {

@@ -16,6 +16,9 @@
 //   --hop-latency-us U          override the hop latency
 //   --down-links 1-2,5-6        links marked down (messages detour; a cut route fails)
 //   --validate                  print the closed-form validation table of docs/ici.md instead
+//                               (alone: it takes no other flag)
+// Every flag needs a value (no empty one); --link-gbps and --hop-latency-us take positive
+// numbers; a slice has at most 16384 chips.
 //
 // Columns: size count type redop root, then time (simulated, us) algbw busbw #wrong (always N/A:
 // no data moves), then the utilization of each axis's links over the collective: busy time over
@@ -31,6 +34,7 @@
 #include "backends/tpu_ici/timing_sim.h"
 #include "backends/tpu_ici/topology.h"
 #include "backends/tpu_ici/torus_plans.h"
+#include "cli_args.h"
 #include "nccl_sweep.h"
 #include "sweep_args.h"
 #include "validation.h"
@@ -42,6 +46,9 @@ using namespace c10d::tpu_ici;
 using bench::Collective;
 
 constexpr std::string_view kProgram = "c10d-icisim";
+// The largest slice simulated: above the biggest pods (v5p: 8960 chips), and a bound on the
+// simulator's time and memory, which grow with the chips.
+constexpr long long kMaxChips = 1 << 14;
 
 struct SimArgs {
   TopologySpec spec;
@@ -86,30 +93,38 @@ int main(int argc, char** argv) {
   double gbps = 0, latency_us = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
-    if (arg == "--validate") return print_validation_table();
-    const auto value = [&]() -> std::string {
-      return i + 1 < argc ? std::string(argv[++i]) : std::string();
-    };
-    try {
-      if (arg == "--preset") {
-        sim.spec.preset = value();
-      } else if (arg == "--topology") {
-        sim.spec.topology = value();
-      } else if (arg == "--collective") {
-        sim.collective = value();
-      } else if (arg == "--wrap") {
-        sim.spec.wrap = value();
-      } else if (arg == "--down-links") {
-        sim.spec.down_links = value();
-      } else if (arg == "--link-gbps") {
-        gbps = std::stod(value());
-      } else if (arg == "--hop-latency-us") {
-        latency_us = std::stod(value());
-      } else {
-        sim.sweep.push_back(argv[i]);
+    if (arg == "--validate") {
+      if (argc != 2) return usage_error("--validate takes no other flags");
+      return print_validation_table();
+    }
+    const bool own = arg == "--preset" || arg == "--topology" || arg == "--collective" ||
+                     arg == "--wrap" || arg == "--down-links" || arg == "--link-gbps" ||
+                     arg == "--hop-latency-us";
+    if (!own) {
+      sim.sweep.push_back(argv[i]);
+      continue;
+    }
+    if (i + 1 >= argc || std::string_view(argv[i + 1]).empty()) {
+      return usage_error(fmt::format("{} needs a value", arg));
+    }
+    const std::string value = argv[++i];
+    if (arg == "--preset") {
+      sim.spec.preset = value;
+    } else if (arg == "--topology") {
+      sim.spec.topology = value;
+    } else if (arg == "--collective") {
+      sim.collective = value;
+    } else if (arg == "--wrap") {
+      sim.spec.wrap = value;
+    } else if (arg == "--down-links") {
+      sim.spec.down_links = value;
+    } else {
+      // A positive, finite number: 0 or less would silently mean "the preset's value".
+      const auto number = bench::parse_real(value, 0, 1e12);
+      if (!number || *number <= 0) {
+        return usage_error(fmt::format("{} takes a positive number, not '{}'", arg, value));
       }
-    } catch (const std::exception&) {
-      return usage_error(fmt::format("{} takes a number", arg));
+      (arg == "--link-gbps" ? gbps : latency_us) = *number;
     }
   }
   if (sim.spec.topology.empty()) return usage_error("--topology is required");
@@ -131,7 +146,13 @@ int main(int argc, char** argv) {
   std::vector<int> dims;
   if (auto e = parse_dims(sim.spec.topology, dims); !e.empty()) return usage_error(e);
   long long chips = 1;
-  for (int d : dims) chips *= d;
+  for (int d : dims) {
+    chips *= d;
+    if (chips > kMaxChips) {
+      return usage_error(fmt::format("--topology {} has more than {} chips, the most simulated",
+                                     sim.spec.topology, kMaxChips));
+    }
+  }
   std::optional<Torus> torus;
   try {
     torus.emplace(make_torus(sim.spec, static_cast<int>(chips)));
@@ -141,11 +162,15 @@ int main(int argc, char** argv) {
   const Torus& t = *torus;
   const int n = t.size();
   if (args.root >= n) return usage_error(fmt::format("root {} is not a chip of {}", args.root, n));
+  if (const std::string why = bench::size_error(args, n); !why.empty()) return usage_error(why);
   const std::size_t elem = element_size(args.dtype);
 
   fmt::print("# {} {}: {} chips, {}{}\n", kProgram, bench::collective_name(args.collective), n,
              sim.spec.preset.empty() ? "" : sim.spec.preset + " ", t.describe());
   fmt::print("# time: simulated (timing-only run of the ICI backend's schedules, no data)\n");
+  if (const std::string note = bench::skipped_sizes_note(args, n); !note.empty()) {
+    fmt::print("# {}\n", note);
+  }
   std::string axes_header;
   for (int a = 0; a < t.ndims(); ++a) axes_header += fmt::format("  {:>6}", fmt::format("ax{}", a));
   fmt::print("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}{}\n", "size",
@@ -157,7 +182,7 @@ int main(int argc, char** argv) {
   const auto wall_start = std::chrono::steady_clock::now();
   double busbw_sum = 0;
   int rows = 0;
-  for (std::optional<std::size_t> size = args.min_bytes; size;
+  for (std::optional<std::size_t> size = bench::first_sweep_size(args, n); size;
        size = bench::next_sweep_size(args, *size)) {
     const std::int64_t count = bench::sweep_count(args, *size, n);
     const bool split = args.collective == Collective::kAllGather ||
