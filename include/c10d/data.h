@@ -9,9 +9,13 @@
 //   +-----+-------+-------+-----------------+--------------------------------+
 //   type 0x08: unsigned byte (the only type the Fashion-MNIST files use; others are refused).
 //
-// Files may be gzip-compressed (read through zlib) or plain. Errors are InvalidArgument naming
-// the file and what is wrong with it (missing, not gzip or IDX, truncated, trailing bytes,
-// images and labels that do not pair up), never a partial data set.
+// Files may be gzip-compressed (read through zlib) or plain, and must be regular files. The
+// header is read first; dims whose product exceeds kMaxIdxDataBytes are refused, and at most
+// that product plus one byte is decompressed, so memory and time follow what the header
+// promises, never what a gzip stream could inflate to. Errors are InvalidArgument naming the
+// file and what is wrong with it (missing, not a regular file, too large, not gzip or IDX,
+// truncated, more data than the header promises, images and labels that do not pair up), never
+// a partial data set.
 //
 // Thread-safety: the functions are pure; a DistributedSampler is a value (copy it per thread).
 #pragma once
@@ -24,6 +28,10 @@
 #include "c10d/tensor.h"
 
 namespace c10d::data {
+
+// The most data one IDX file may hold (the product of its dims): 4 GiB. Fashion-MNIST's largest
+// file holds 47 MB.
+inline constexpr std::uint64_t kMaxIdxDataBytes = std::uint64_t{4} << 30;
 
 // The dims and bytes of one IDX file (type 0x08): a uint8 tensor of the file's shape.
 Tensor read_idx(const std::filesystem::path& path);

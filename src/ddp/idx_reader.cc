@@ -1,14 +1,20 @@
-// IDX files and Fashion-MNIST (include/c10d/data.h). A file is read whole through zlib (which
-// also reads plain files), then checked against its header: nothing is allocated from a size
-// the file merely claims.
+// IDX files and Fashion-MNIST (include/c10d/data.h). A file is read through zlib (which also
+// reads plain files): first its header, then the bytes its dims promise and one more, to tell a
+// file that goes on. Nothing is decompressed or allocated beyond that, so a gzip bomb (a small
+// file that inflates without end) costs a few reads, not its inflated size.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string_view>
 
 #include "c10d/data.h"
 #include "core/check.h"
@@ -18,41 +24,83 @@ namespace {
 
 constexpr std::uint8_t kUnsignedByte = 0x08;
 constexpr int kMaxDims = 8;
+// The largest file to open: the largest payload and header, plus deflate's worst-case growth of
+// incompressible data (5 bytes per 64 KiB stored block) and room for gzip's optional header
+// fields. No IDX file this reader accepts is larger, so a larger one is refused unread.
+constexpr std::uint64_t kMaxFileBytes =
+    kMaxIdxDataBytes + (kMaxIdxDataBytes >> 10) + (std::uint64_t{1} << 20);
+// Deflate's largest expansion: a 258-byte match from at best 2 bits of code. It bounds the
+// data a file can hold, so a header's claim is never allocated beyond what the file could give.
+constexpr std::uint64_t kMaxInflateRatio = 1032;
 
 struct GzCloser {
   void operator()(gzFile f) const { gzclose(f); }
 };
+using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
 
-std::vector<std::uint8_t> read_all(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    C10D_THROW(InvalidArgument, "{}: no such file{}", path.string(),
-               path.string().find("fashion-mnist") != std::string::npos
+// What a file that is not a regular one is, for messages.
+std::string_view file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Opens `path` for gzread, refusing anything but a regular file of at most kMaxFileBytes: the
+// compressed input is then finite and bounded. Sets `size` to the file's size.
+GzFile open_idx(const std::filesystem::path& path, std::uint64_t& size) {
+  const std::string name = path.string();
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0 && (errno == ENOENT || errno == ENOTDIR)) {
+    C10D_THROW(InvalidArgument, "{}: no such file{}", name,
+               name.find("fashion-mnist") != std::string::npos
                    ? " (install Debian's dataset-fashion-mnist, or set C10D_FASHION_MNIST)"
                    : "");
   }
-  std::unique_ptr<gzFile_s, GzCloser> f(gzopen(path.c_str(), "rb"));
-  C10D_CHECK(f != nullptr, "{}: cannot open: {}", path.string(), std::strerror(errno));
-  std::vector<std::uint8_t> out;
-  constexpr std::size_t kChunk = 1 << 20;
-  for (;;) {
-    const std::size_t at = out.size();
-    out.resize(at + kChunk);
-    const int n = gzread(f.get(), out.data() + at, static_cast<unsigned>(kChunk));
-    if (n < 0) {
-      int code = 0;
-      const char* why = gzerror(f.get(), &code);
-      C10D_THROW(InvalidArgument, "{}: corrupt gzip data: {}", path.string(), why);
-    }
-    out.resize(at + static_cast<std::size_t>(n));
-    if (n == 0) break;
-  }
+  C10D_CHECK(fd >= 0, "{}: cannot open: {}", name, std::strerror(errno));
+  // Closes fd on every refusal below, until the gzFile owns it.
+  std::unique_ptr<const int, void (*)(const int*)> guard(&fd, [](const int* p) { ::close(*p); });
+  struct stat st {};
+  C10D_CHECK(::fstat(fd, &st) == 0, "{}: fstat failed: {}", name, std::strerror(errno));
+  // Only a regular file has an end (/dev/zero and a FIFO may never have one).
+  C10D_CHECK(S_ISREG(st.st_mode), "{}: is {}, not a regular file", name, file_kind(st.st_mode));
+  C10D_CHECK(static_cast<std::uint64_t>(st.st_size) <= kMaxFileBytes,
+             "{}: is {} bytes, over the limit of {} bytes for an IDX file", name, st.st_size,
+             kMaxFileBytes);
+  GzFile f(gzdopen(fd, "rb"));
+  C10D_CHECK(f != nullptr, "{}: cannot read through zlib: out of memory", name);
+  guard.release();  // gzclose closes fd now
+  size = static_cast<std::uint64_t>(st.st_size);
+  return f;
+}
+
+// Throws unless the stream ended cleanly. A gzip stream cut short reads as a clean end of file
+// with Z_BUF_ERROR pending.
+void check_clean_end(gzFile f, const std::string& name) {
   int code = 0;
-  const char* why = gzerror(f.get(), &code);
-  // A gzip stream cut short reads as a clean end of file with Z_BUF_ERROR pending.
-  C10D_CHECK(code == Z_OK || code == Z_STREAM_END, "{}: corrupt or truncated gzip data: {}",
-             path.string(), why);
-  return out;
+  const char* why = gzerror(f, &code);
+  C10D_CHECK(code == Z_OK || code == Z_STREAM_END, "{}: corrupt or truncated gzip data: {}", name,
+             why);
+}
+
+// Reads up to `n` bytes into `dst`: fewer only at the end of the file.
+std::size_t read_some(gzFile f, std::uint8_t* dst, std::size_t n, const std::string& name) {
+  std::size_t done = 0;
+  while (done < n) {
+    // gzread counts in int; 1 GiB steps stay clear of that.
+    const auto step = static_cast<unsigned>(std::min<std::size_t>(n - done, std::size_t{1} << 30));
+    const int got = gzread(f, dst + done, step);
+    if (got < 0) {
+      int code = 0;
+      C10D_THROW(InvalidArgument, "{}: corrupt gzip data: {}", name, gzerror(f, &code));
+    }
+    done += static_cast<std::size_t>(got);
+    if (static_cast<unsigned>(got) < step) break;
+  }
+  return done;
 }
 
 std::uint32_t be32(const std::uint8_t* p) {
@@ -63,28 +111,37 @@ std::uint32_t be32(const std::uint8_t* p) {
 }  // namespace
 
 Tensor read_idx(const std::filesystem::path& path) {
-  const std::vector<std::uint8_t> bytes = read_all(path);
   const std::string name = path.string();
-  C10D_CHECK(bytes.size() >= 4, "{}: {} bytes is too short for an IDX header", name, bytes.size());
-  C10D_CHECK(bytes[0] == 0 && bytes[1] == 0,
-             "{}: not an IDX file (magic bytes {:#04x} {:#04x}, expected 0x00 0x00)", name,
-             bytes[0], bytes[1]);
-  C10D_CHECK(bytes[2] == kUnsignedByte,
+  std::uint64_t file_size = 0;
+  const GzFile in = open_idx(path, file_size);
+  std::uint8_t head[4 + 4 * kMaxDims];
+  std::size_t got = read_some(in.get(), head, 4, name);
+  if (got < 4) {
+    check_clean_end(in.get(), name);
+    C10D_THROW(InvalidArgument, "{}: {} bytes is too short for an IDX header", name, got);
+  }
+  C10D_CHECK(head[0] == 0 && head[1] == 0,
+             "{}: not an IDX file (magic bytes {:#04x} {:#04x}, expected 0x00 0x00)", name, head[0],
+             head[1]);
+  C10D_CHECK(head[2] == kUnsignedByte,
              "{}: IDX element type {:#04x} is not supported (only 0x08, unsigned byte)", name,
-             bytes[2]);
-  const int ndims = bytes[3];
+             head[2]);
+  const int ndims = head[3];
   C10D_CHECK(ndims >= 1 && ndims <= kMaxDims, "{}: IDX header claims {} dimensions (1 to {})", name,
              ndims, kMaxDims);
   const std::size_t header = 4 + 4 * static_cast<std::size_t>(ndims);
-  C10D_CHECK(bytes.size() >= header, "{}: truncated in the IDX header ({} of {} bytes)", name,
-             bytes.size(), header);
+  got += read_some(in.get(), head + 4, header - 4, name);
+  if (got < header) {
+    check_clean_end(in.get(), name);
+    C10D_THROW(InvalidArgument, "{}: truncated in the IDX header ({} of {} bytes)", name, got,
+               header);
+  }
   std::vector<std::int64_t> shape;
-  const std::uint64_t payload = bytes.size() - header;
   // The product of the dims, unless it overflows 64 bits (then it is surely wrong).
   std::uint64_t elements = 1;
   bool overflow = false;
   for (int d = 0; d < ndims; ++d) {
-    const std::uint32_t dim = be32(bytes.data() + 4 + 4 * d);
+    const std::uint32_t dim = be32(head + 4 + 4 * d);
     shape.push_back(dim);
     if (dim != 0 && elements > UINT64_MAX / dim) overflow = true;
     if (!overflow) elements *= dim;
@@ -93,12 +150,38 @@ Tensor read_idx(const std::filesystem::path& path) {
     elements = 0;
     overflow = false;
   }
-  C10D_CHECK(!overflow && elements == payload,
+  if (overflow) {
+    C10D_THROW(InvalidArgument,
+               "{}: the IDX header's shape [{}] needs more than 2^64 bytes of data (the limit is "
+               "{} bytes)",
+               name, fmt::join(shape, ", "), kMaxIdxDataBytes);
+  }
+  C10D_CHECK(elements <= kMaxIdxDataBytes,
+             "{}: the IDX header's shape [{}] needs {} bytes of data, over the limit of {} bytes",
+             name, fmt::join(shape, ", "), elements, kMaxIdxDataBytes);
+
+  // One byte past the promise tells a file that goes on; no more is ever decompressed.
+  const std::uint64_t wanted = elements + 1;
+  std::vector<std::uint8_t> bytes;
+  bytes.reserve(std::min(wanted, file_size * kMaxInflateRatio + 1));
+  constexpr std::size_t kChunk = 1 << 20;
+  while (bytes.size() < wanted) {
+    const std::size_t at = bytes.size();
+    const std::size_t n = std::min<std::uint64_t>(kChunk, wanted - at);
+    bytes.resize(at + n);
+    const std::size_t read = read_some(in.get(), bytes.data() + at, n, name);
+    bytes.resize(at + read);
+    if (read < n) break;
+  }
+  C10D_CHECK(bytes.size() <= elements,
+             "{}: the IDX header's shape [{}] needs {} bytes of data but the file has more", name,
+             fmt::join(shape, ", "), elements);
+  check_clean_end(in.get(), name);
+  C10D_CHECK(bytes.size() == elements,
              "{}: the IDX header's shape [{}] needs {} bytes of data but the file has {}", name,
-             fmt::join(shape, ", "),
-             overflow ? fmt::format("more than {}", payload) : std::to_string(elements), payload);
+             fmt::join(shape, ", "), elements, bytes.size());
   Tensor t = Tensor::empty(shape, DType::kUInt8);
-  if (payload > 0) std::memcpy(t.raw_data(), bytes.data() + header, payload);
+  if (elements > 0) std::memcpy(t.raw_data(), bytes.data(), elements);
   return t;
 }
 

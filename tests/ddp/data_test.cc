@@ -3,10 +3,14 @@
 #include "c10d/data.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -87,16 +91,121 @@ TEST_F(IdxTest, EveryKindOfBadFileIsNamedWithWhatIsWrong) {
   expect(write("type", {0, 0, 0x0d, 1, 0, 0, 0, 0}), "element type 0x0d");
   expect(write("dims", {0, 0, 8, 0}), "0 dimensions");
   expect(write("header", {0, 0, 8, 2, 0, 0, 0, 1}), "truncated in the IDX header");
-  expect(write("truncated", idx({2, 3}, {1, 2, 3})), "needs 6 bytes of data but the file has 3");
-  expect(write("trailing", idx({1, 2}, {1, 2, 3})), "needs 2 bytes of data but the file has 3");
-  // A header claiming 2^96 bytes is refused without allocating them.
-  expect(write("huge", idx({0xffffffffu, 0xffffffffu, 0xffffffffu}, {1})), "more than 1");
+  for (bool gz : {false, true}) {
+    expect(write(gz ? "truncated.gz" : "truncated", idx({2, 3}, {1, 2, 3}), gz),
+           "needs 6 bytes of data but the file has 3");
+    // Reading stops one byte past what the header promises, so the excess is not counted.
+    expect(write(gz ? "trailing.gz" : "trailing", idx({1, 2}, {1, 2, 3}), gz),
+           "needs 2 bytes of data but the file has more");
+  }
+  // Headers claiming 2^96 bytes, or 8 GiB, are refused without allocating or reading them.
+  expect(write("huge", idx({0xffffffffu, 0xffffffffu, 0xffffffffu}, {1})),
+         "shape [4294967295, 4294967295, 4294967295] needs more than 2^64 bytes");
+  expect(write("big", idx({65536, 65536, 2}, {1})),
+         "shape [65536, 65536, 2] needs 8589934592 bytes of data, over the limit of 4294967296");
+  // Only a regular file has an end: /dev/zero and a FIFO would never finish.
+  expect("/dev/zero", "is a character device, not a regular file");
+  expect(dir_, "is a directory, not a regular file");
+  const auto fifo = dir_ / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  expect(fifo, "is a FIFO, not a regular file");
+  // A (sparse) file larger than any IDX file could be is refused before it is read.
+  const auto vast = dir_ / "vast";
+  std::ofstream(vast).close();
+  std::filesystem::resize_file(vast, std::uint64_t{5} << 30);
+  expect(vast, "5368709120 bytes, over the limit of");
   // A gzip stream cut in the middle.
   const auto whole = write("whole.gz", idx({64, 64}, std::vector<std::uint8_t>(4096, 7)), true);
   std::vector<char> gz(std::filesystem::file_size(whole));
   std::ifstream(whole, std::ios::binary).read(gz.data(), static_cast<std::streamsize>(gz.size()));
+  // Cut after the data, before the trailer's CRC and length: every byte arrives, still refused.
+  expect(write("no_trailer.gz", std::vector<std::uint8_t>(gz.begin(), gz.end() - 8)),
+         "truncated gzip data");
   gz.resize(gz.size() / 2);
   expect(write("cut.gz", std::vector<std::uint8_t>(gz.begin(), gz.end())), "gzip");
+}
+
+// A size field of /proc/self/status in bytes: VmRSS now, VmHWM the peak since reset_peak_rss().
+std::uint64_t status_bytes(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
+  }
+  ADD_FAILURE() << "no " << field << " in /proc/self/status";
+  return 0;
+}
+bool reset_peak_rss() {
+  std::ofstream clear_refs("/proc/self/clear_refs");
+  clear_refs << "5" << std::flush;
+  return static_cast<bool>(clear_refs);
+}
+
+// The gzip form (RFC 1952) of `size` zero bytes, compressed about 1000:1.
+std::string gzip_zeros(std::size_t size) {
+  z_stream z{};
+  // windowBits 31: a gzip wrapper. Z_RLE finds the runs as well as the full search, much faster.
+  EXPECT_EQ(deflateInit2(&z, 9, Z_DEFLATED, 31, 9, Z_RLE), Z_OK);
+  const std::vector<unsigned char> zeros(1 << 20, 0);
+  std::string out;
+  std::vector<unsigned char> buffer(1 << 16);
+  for (std::size_t done = 0; done < size || z.avail_in > 0;) {
+    if (z.avail_in == 0) {
+      const std::size_t n = std::min(zeros.size(), size - done);
+      z.next_in = const_cast<unsigned char*>(zeros.data());
+      z.avail_in = static_cast<unsigned>(n);
+      done += n;
+    }
+    z.next_out = buffer.data();
+    z.avail_out = static_cast<unsigned>(buffer.size());
+    deflate(&z, Z_NO_FLUSH);
+    out.append(reinterpret_cast<char*>(buffer.data()), buffer.size() - z.avail_out);
+  }
+  int ret = Z_OK;
+  while (ret != Z_STREAM_END) {
+    z.next_out = buffer.data();
+    z.avail_out = static_cast<unsigned>(buffer.size());
+    ret = deflate(&z, Z_FINISH);
+    out.append(reinterpret_cast<char*>(buffer.data()), buffer.size() - z.avail_out);
+  }
+  deflateEnd(&z);
+  return out;
+}
+
+// A gzip bomb: about 1 MB on disk, an IDX header for 10 bytes, then 1 GiB of zeros. Reading it
+// whole would take more than 1 GiB of memory; the reader stops one byte past the 10.
+TEST_F(IdxTest, GzipBombIsRefusedWithoutInflatingIt) {
+  const auto bomb = dir_ / "bomb.gz";
+  {
+    // Gzip members concatenated are one stream to a reader (RFC 1952 2.2): a small member with
+    // the header and ten zeros, then sixteen of 64 MiB of zeros each (compressing once is
+    // quicker than compressing 1 GiB).
+    std::ofstream out(bomb, std::ios::binary);
+    gzFile head = gzopen((dir_ / "head.gz").c_str(), "wb");
+    const std::vector<std::uint8_t> header = idx({10}, std::vector<std::uint8_t>(10, 0));
+    gzwrite(head, header.data(), static_cast<unsigned>(header.size()));
+    gzclose(head);
+    std::ifstream head_in(dir_ / "head.gz", std::ios::binary);
+    out << head_in.rdbuf();
+    const std::string block = gzip_zeros(std::size_t{64} << 20);
+    for (int i = 0; i < 16; ++i) out << block;
+  }
+  const auto compressed = std::filesystem::file_size(bomb);
+  EXPECT_LT(compressed, std::uintmax_t{2} << 20);
+
+  ASSERT_TRUE(reset_peak_rss()) << "cannot reset the peak RSS: " << std::strerror(errno);
+  const std::uint64_t before = status_bytes("VmRSS");
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = error_of(bomb);
+  const auto took = std::chrono::steady_clock::now() - start;
+  const std::uint64_t peak = status_bytes("VmHWM");
+  EXPECT_NE(message.find(bomb.string()), std::string::npos) << message;
+  EXPECT_NE(message.find("shape [10] needs 10 bytes of data but the file has more"),
+            std::string::npos)
+      << message;
+  EXPECT_LT(peak - std::min(peak, before), std::uint64_t{32} << 20)
+      << "peak RSS " << peak << " bytes, " << before << " before reading " << compressed
+      << " bytes of gzip";
+  EXPECT_LT(took, std::chrono::seconds(2));
 }
 
 TEST_F(IdxTest, ImagesAndLabelsMustPairUp) {
