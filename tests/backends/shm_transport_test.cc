@@ -112,6 +112,38 @@ TEST(ShmTransportTest, AReceivePostedWhileItsMessageArrivesTakesTheRestDirectly)
   });
 }
 
+// Messages read before their receives are posted go into chunks of 1 MiB as they come out of
+// the ring: sizes around the chunk size and 64 MiB, all unexpected, arrive exact.
+TEST(ShmTransportTest, UnexpectedMessagesInChunksArriveExact) {
+  const std::vector<std::size_t> sizes = {(1u << 20) - 1, 1u << 20, (1u << 20) + 1, (3u << 20) + 5,
+                                          64u << 20};
+  run_ranks(
+      2,
+      [&](int r, transport::Transport& t) {
+        const int n = static_cast<int>(sizes.size());
+        if (r == 0) {
+          std::vector<std::unique_ptr<transport::Request>> reqs;
+          std::vector<std::vector<std::byte>> msgs;
+          for (int i = 0; i < n; ++i) msgs.push_back(pattern(sizes[i], 60 + i));
+          const auto last = pattern(8, 7);
+          for (int i = 0; i < n; ++i) reqs.push_back(t.isend(1, 10 + i, msgs[i]));
+          reqs.push_back(t.isend(1, 99, last));
+          transport::wait_all(reqs, soon());
+        } else {
+          // Waiting for the last message reads every one before it, none of them posted.
+          std::vector<std::byte> last(8);
+          t.irecv(0, 99, last)->wait(soon());
+          EXPECT_EQ(last, pattern(8, 7));
+          for (int i = 0; i < n; ++i) {
+            std::vector<std::byte> got(sizes[i]);
+            t.irecv(0, 10 + i, got)->wait(soon());
+            EXPECT_TRUE(got == pattern(sizes[i], 60 + i)) << "message of " << sizes[i] << " bytes";
+          }
+        }
+      },
+      std::size_t{1} << 20);
+}
+
 TEST(ShmTransportTest, SixteenMebibytesBothWaysAndZeroBytes) {
   run_ranks(
       2,

@@ -148,6 +148,33 @@ TEST(TCPTransportTest, FramesAroundTheReadAheadSizeArriveExact) {
   }
 }
 
+// Messages whose irecv comes after the park grace are buffered in 1 MiB chunks as their bytes
+// arrive: sizes around the chunk size, and 64 MiB, arrive exact, whether the irecv comes after
+// the whole message (300 ms) or while it is still arriving (30 ms: it then takes it over).
+TEST(TCPTransportTest, UnexpectedMessagesInChunksArriveExact) {
+  const std::vector<std::size_t> sizes = {(1u << 20) - 1, 1u << 20, (1u << 20) + 1, (3u << 20) + 5,
+                                          64u << 20};
+  for (const auto delay : {300ms, 30ms}) {
+    run_ranks(2, [&](int r, transport::Transport& t) {
+      const int n = static_cast<int>(sizes.size());
+      if (r == 0) {
+        std::vector<std::vector<std::byte>> msgs;
+        for (int i = 0; i < n; ++i) msgs.push_back(pattern(sizes[i], 40 + i));
+        std::vector<std::unique_ptr<transport::Request>> reqs;
+        for (int i = 0; i < n; ++i) reqs.push_back(t.isend(1, 300 + i, msgs[i]));
+        transport::wait_all(reqs, soon());
+      } else {
+        std::this_thread::sleep_for(delay);
+        for (int i = 0; i < n; ++i) {
+          std::vector<std::byte> got(sizes[i]);
+          t.irecv(0, 300 + i, got)->wait(soon());
+          EXPECT_TRUE(got == pattern(sizes[i], 40 + i)) << "message of " << sizes[i] << " bytes";
+        }
+      }
+    });
+  }
+}
+
 // `times` round trips of 8 bytes between ranks 0 and 1 (tag 1), each waiter polling.
 void ping_pong(int r, transport::Transport& t, int times) {
   std::vector<std::byte> b(8);

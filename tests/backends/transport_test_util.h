@@ -1,6 +1,7 @@
 // What the transport tests share: a deadline far enough off for any of them, a byte pattern
-// that differs per seed and per 512-byte block (so a shifted or swapped chunk shows), and the
-// all-reduce algorithms checked against closed forms over a transport.
+// that differs per seed and per 512-byte block (so a shifted or swapped chunk shows), this
+// process's memory as the kernel counts it, and the all-reduce algorithms checked against
+// closed forms over a transport.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,7 +9,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "../algorithms/ranks.h"
@@ -27,6 +30,17 @@ inline std::vector<std::byte> pattern(std::size_t n, int seed) {
   std::vector<std::byte> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = std::byte((i * 131 + seed * 7 + (i >> 9)) & 0xff);
   return v;
+}
+
+// A field of /proc/self/status in KiB ("VmRSS": resident; "VmSize": all mapped, so an
+// allocation shows even before its pages are touched); 0 when absent.
+inline std::uint64_t memory_kib(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1));
+  }
+  return 0;
 }
 
 // Runs fn(rank, transport) on `n` ranks of the transport under test.

@@ -1,3 +1,4 @@
+// ShmTransport (shm_transport.h) over the layout of shm_layout.h.
 #include "backends/gloo_like/shm_transport.h"
 
 #include <fmt/format.h>
@@ -18,27 +19,22 @@
 #include <random>
 #include <vector>
 
+#include "backends/gloo_like/shm_layout.h"
 #include "c10d/errors.h"
 #include "core/check.h"
 #include "core/host.h"
 #include "core/spin_wait.h"
 #include "transport/shared_memory.h"
+#include "transport/unexpected_buffer.h"
 
 namespace c10d::gloo_like {
 
-static_assert(std::endian::native == std::endian::little, "shared memory layout: little-endian");
-
 namespace {
 
+using namespace shm;
 using transport::Clock;
 using transport::Tag;
 
-constexpr std::uint32_t kSegmentMagic = 0x4d533143;  // "C1SM"
-constexpr std::uint32_t kMessageMagic = 0x48533143;  // "C1SH"
-constexpr std::uint32_t kVersion = 1;
-constexpr std::size_t kSegmentHeaderBytes = 4096;
-constexpr std::size_t kRingHeaderBytes = 128;
-constexpr std::size_t kMessageHeaderBytes = 64;
 constexpr std::size_t kDefaultRingBytes = std::size_t{1} << 20;
 constexpr std::size_t kMinRingBytes = std::size_t{64} << 10;
 // Bytes copied between publications of a ring position: the other side starts on a chunk as
@@ -48,38 +44,6 @@ constexpr std::uint64_t kChunk = std::uint64_t{128} << 10;
 constexpr auto kHotWindow = std::chrono::milliseconds(1);
 // The longest a waiter sleeps on its doorbell before looking at its peers' processes.
 constexpr auto kSleepSlice = std::chrono::milliseconds(100);
-
-struct SegmentHeader {
-  std::uint32_t magic;
-  std::uint32_t version;
-  std::int32_t rank;
-  std::uint32_t rings;
-  std::uint64_t ring_bytes;
-  std::int32_t pid;
-  alignas(64) std::atomic<std::uint32_t> doorbell;
-  alignas(64) std::atomic<std::uint32_t> sleepers;
-};
-static_assert(sizeof(SegmentHeader) <= kSegmentHeaderBytes);
-static_assert(offsetof(SegmentHeader, doorbell) == 64 && offsetof(SegmentHeader, sleepers) == 128);
-
-struct RingHeader {
-  alignas(64) std::atomic<std::uint64_t> head;
-  alignas(64) std::atomic<std::uint64_t> tail;
-};
-static_assert(sizeof(RingHeader) <= kRingHeaderBytes && offsetof(RingHeader, tail) == 64);
-static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
-
-struct MessageHeader {
-  std::uint32_t magic = kMessageMagic;
-  std::uint32_t version = kVersion;
-  std::uint64_t tag = 0;
-  std::uint64_t bytes = 0;
-  std::uint64_t sequence = 0;
-  std::byte pad[32] = {};
-};
-static_assert(sizeof(MessageHeader) == kMessageHeaderBytes);
-
-constexpr std::uint64_t padded(std::uint64_t n) { return (n + 63) & ~std::uint64_t{63}; }
 
 // Bumps `h`'s doorbell, and wakes its sleepers if it has any.
 void ring_doorbell(SegmentHeader* h) {
@@ -130,12 +94,15 @@ struct Op {
   }
 };
 
-// A message that arrived before its receive was posted.
+// A message that arrived before its receive was posted; its chunks are allocated as its bytes
+// come out of the ring.
 struct Unexpected {
+  Unexpected(Tag t, std::uint64_t size) : tag(t), data(size) {}
   Tag tag = 0;
-  std::size_t bytes = 0;
-  std::unique_ptr<std::byte[]> data;
-  std::size_t got = 0;  // bytes in `data` so far
+  transport::UnexpectedBuffer data;
+  std::uint64_t got = 0;  // bytes in `data` so far
+  // What it counts against the peer's limit (Peer::held).
+  std::uint64_t held() const { return data.allocated() + transport::kUnexpectedOverheadBytes; }
 };
 
 struct Peer {
@@ -151,6 +118,8 @@ struct Peer {
   std::uint64_t send_pos = 0;             // of the front message, header included
   std::deque<std::shared_ptr<Op>> recvs;  // posted, not matched yet
   std::deque<std::shared_ptr<Unexpected>> unexpected;
+  std::uint64_t held = 0;              // what `unexpected` holds, at most Impl::max_unexpected
+  std::uint64_t next_in_sequence = 0;  // the sequence number of the next message from the peer
 
   // The message being read: into `reading_op`, into `reading_unexpected`, or dropped.
   bool reading = false;
@@ -201,6 +170,7 @@ struct ShmTransport::Impl {
   int rank = 0;
   int world = 0;
   std::uint64_t ring_bytes = 0;
+  std::uint64_t max_unexpected = transport::kDefaultMaxUnexpectedBytes;
   transport::SharedSegment own;
   SegmentHeader* own_header = nullptr;
   std::vector<int> peer_index;  // by rank: index into peers, or -1
@@ -263,30 +233,60 @@ struct ShmTransport::Impl {
 
   // ---- Reading ----
 
-  // Under mu: a message from `p` begins. Matches it with the oldest posted receive of its tag,
-  // else keeps it as unexpected.
-  void begin_message_locked(Peer& p, const MessageHeader& h) {
+  // Under mu: a message from `p` begins (its header checked). Matches it with the oldest posted
+  // receive of its tag, else keeps it as unexpected: false when that broke the peer's limit
+  // (the transport has failed).
+  bool begin_message_locked(Peer& p, const MessageHeader& h) {
     p.reading = true;
     p.reading_bytes = h.bytes;
     p.reading_pos = 0;
     const auto it = std::find_if(p.recvs.begin(), p.recvs.end(),
                                  [&](const auto& op) { return op->tag == h.tag; });
     if (it == p.recvs.end()) {
-      auto u = std::make_shared<Unexpected>();
-      u->tag = h.tag;
-      u->bytes = h.bytes;
-      u->data.reset(new std::byte[h.bytes]);
+      if (!hold_locked(p, transport::kUnexpectedOverheadBytes)) return false;
+      auto u = std::make_shared<Unexpected>(h.tag, h.bytes);
       p.unexpected.push_back(u);
       p.reading_unexpected = std::move(u);
-      return;
+      return true;
     }
     std::shared_ptr<Op> op = *it;
     p.recvs.erase(it);
     if (op->bytes != h.bytes) {
       op->complete(size_mismatch(*op, h.bytes));  // the message is dropped
-      return;
+      return true;
     }
     p.reading_op = std::move(op);
+    return true;
+  }
+
+  // Under mu: `bytes` more held for `p`'s unexpected messages; past the limit the transport
+  // fails, naming the peer (false).
+  bool hold_locked(Peer& p, std::uint64_t bytes) {
+    if (bytes > max_unexpected - p.held) {
+      abort_locked(transport::unexpected_limit_error(fmt::format("rank {} (shared memory)", rank),
+                                                     p.rank, p.held + bytes, max_unexpected));
+      return false;
+    }
+    p.held += bytes;
+    return true;
+  }
+
+  // Under mu: copies `n` payload bytes at ring position `head` into the arriving unexpected
+  // message, from its byte `at` on, allocating its chunks as they fill. False when the limit
+  // broke.
+  bool copy_to_unexpected_locked(Peer& p, std::uint64_t head, std::uint64_t at, std::uint64_t n) {
+    Unexpected& u = *p.reading_unexpected;
+    while (n > 0) {
+      if (!hold_locked(p, u.data.allocation_at(at))) return false;
+      const auto room = u.data.span_at(at);
+      const std::uint64_t k = std::min<std::uint64_t>(n, room.size());
+      p.in.copy_out(head, room.data(), k);
+      head += k;
+      at += k;
+      n -= k;
+      u.got = at;
+    }
+    return true;
   }
 
   std::exception_ptr size_mismatch(const Op& op, std::uint64_t sent) const {
@@ -305,17 +305,16 @@ struct ShmTransport::Impl {
         if (tail - head < kMessageHeaderBytes) break;
         MessageHeader h;
         r.copy_out(head, reinterpret_cast<std::byte*>(&h), sizeof(h));
-        if (h.magic != kMessageMagic || h.version != kVersion) {
-          abort_locked(
-              C10D_ERROR(NetworkError,
-                         "rank {}: corrupt message header from rank {} in shared memory (magic "
-                         "{:#x}, version {})",
-                         rank, p.rank, h.magic, h.version));
+        if (const std::string bad = check_message_header(h, p.next_in_sequence); !bad.empty()) {
+          abort_locked(C10D_ERROR(
+              NetworkError, "rank {}: corrupt message header from rank {} in shared memory: {}",
+              rank, p.rank, bad));
           return true;
         }
+        ++p.next_in_sequence;
         head += kMessageHeaderBytes;
         moved = true;
-        begin_message_locked(p, h);
+        if (!begin_message_locked(p, h)) return true;
       }
       const std::uint64_t total = padded(p.reading_bytes);
       while (p.reading_pos < total && tail != head) {
@@ -325,9 +324,8 @@ struct ShmTransport::Impl {
           const std::uint64_t real = std::min<std::uint64_t>(n, p.reading_bytes - at);
           if (p.reading_op) {
             r.copy_out(head, p.reading_op->recv_data + at, real);
-          } else if (p.reading_unexpected) {
-            r.copy_out(head, p.reading_unexpected->data.get() + at, real);
-            p.reading_unexpected->got = at + real;
+          } else if (p.reading_unexpected && !copy_to_unexpected_locked(p, head, at, real)) {
+            return true;
           }
         }
         head += n;
@@ -404,13 +402,14 @@ struct ShmTransport::Impl {
     }
     std::shared_ptr<Unexpected> u = *it;
     p.unexpected.erase(it);
+    p.held -= u->held();
     const bool arriving = p.reading_unexpected == u;
-    if (u->bytes != op->bytes) {
+    if (u->data.size() != op->bytes) {
       if (arriving) p.reading_unexpected.reset();  // the rest is dropped as it comes
-      op->complete(size_mismatch(*op, u->bytes));
+      op->complete(size_mismatch(*op, u->data.size()));
       return op;
     }
-    if (u->got > 0) std::memcpy(op->recv_data, u->data.get(), u->got);
+    u->data.copy_to({op->recv_data, static_cast<std::size_t>(u->got)});
     if (arriving) {  // the rest goes straight into the receive's buffer
       p.reading_unexpected.reset();
       p.reading_op = op;
@@ -656,6 +655,7 @@ ShmTransport::ShmTransport(std::shared_ptr<Store> store, int rank, int world_siz
   impl_->rank = rank;
   impl_->world = world_size;
   impl_->ring_bytes = ring_bytes_from(options.ring_bytes);
+  impl_->max_unexpected = transport::max_unexpected_bytes(options.max_unexpected_bytes);
   impl_->setup(*store, options);
 }
 

@@ -12,7 +12,8 @@
 // naming both sides' values on a mismatch), says so in the store, and unlinks its own name once
 // every same-host peer has mapped it, so nothing is left in /dev/shm after set-up.
 //
-// Segment "/c10d-shm-<pid>-<random>", one per rank (host byte order, little-endian):
+// Segment "/c10d-shm-<pid>-<random>", one per rank (host byte order, little-endian; the structs
+// and the check of a message header are in shm_layout.h):
 //
 //   offset 0   SegmentHeader (4096 bytes)
 //              +0  u32 magic "C1SM"   +4  u32 version (1)   +8  i32 rank   +12 u32 rings
@@ -34,8 +35,12 @@
 //
 // Matching is transport.h's: the oldest message from (peer, tag). A message whose receive is
 // not posted yet is copied out of the ring into a buffer of its own (so that it never blocks the
-// messages behind it), and from there when the receive is posted. A send completes once its
-// last byte is in the ring; a receive once its last byte is in the caller's buffer.
+// messages behind it), in chunks allocated as its bytes come out (never at the size its header
+// claims: transport/unexpected_buffer.h), and from there when the receive is posted; if the
+// receive comes while the message is still arriving, the rest goes straight into its buffer.
+// What one peer's unexpected messages hold is bounded (max_unexpected_bytes): a peer past it
+// fails the transport with a NetworkError naming it, the bytes and the limit. A send completes
+// once its last byte is in the ring; a receive once its last byte is in the caller's buffer.
 //
 // Progress and threads: no thread of its own. Whoever posts, tests or waits moves the bytes of
 // every pair of this rank (one mutex, taken with try_lock by waiters). A waiter polls while
@@ -47,12 +52,14 @@
 // Failure: abort(reason) fails every pending and later request and wakes this rank's sleepers.
 // The channel cannot see a peer that dies; the TCP connections that the backend keeps to every
 // rank do (TCPTransportOptions::on_abort passes their failure here), and a sleeping waiter
-// also checks every 100 ms that each same-host peer's process still exists. A corrupt message
-// header aborts the transport with a NetworkError naming the peer.
+// also checks every 100 ms that each same-host peer's process still exists. A message header
+// with the wrong magic, version or sequence number, or claiming more than 2^40 bytes, aborts the
+// transport with a NetworkError naming the peer.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -69,6 +76,9 @@ struct ShmTransportOptions {
   // Per ordered pair of same-host ranks; a power of two, at least 64 KiB. 0: C10D_SHM_RING_BYTES,
   // else 1 MiB (8 ranks on a host then hold 56 MiB of /dev/shm).
   std::size_t ring_bytes = 0;
+  // The most the messages of one peer whose receive is not posted yet may hold (their bytes plus
+  // 128 per message); past it the transport fails. 0: C10D_MAX_UNEXPECTED_BYTES, else 1 GiB.
+  std::uint64_t max_unexpected_bytes = 0;
 };
 
 // This host's identity for finding same-host peers: C10D_SHM_HOST when set (tests use it to make

@@ -33,6 +33,7 @@
 #include "core/logging.h"
 #include "core/spin_wait.h"
 #include "store/asio.h"
+#include "transport/unexpected_buffer.h"
 
 // clang-format off
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -47,7 +48,6 @@ using transport::Tag;
 
 namespace {
 
-constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 40;
 // Sends up to this size are written by the posting thread when the connection is idle.
 constexpr std::size_t kDirectWriteBytes = 64 << 10;
 // What a polling thread writes of one send per call before it reads again.
@@ -79,6 +79,10 @@ constexpr std::chrono::milliseconds kParkGrace{20};
 // straight into place.
 constexpr std::size_t kReadAhead = 4 << 10;
 static_assert(kParkBytes > kReadAhead, "a parked message's payload must reach into the socket");
+// A payload nobody will read (a receive's size did not match) is read through a buffer this size
+// and dropped; an abort notice's payload lands there too.
+constexpr std::size_t kSinkBytes = 64 << 10;
+static_assert(kSinkBytes >= 4 + kMaxAbortMessageBytes, "an abort notice fits the sink");
 // How often the io thread looks whether it should watch a socket that a waiter is polling:
 // after kRewatchInterval, then doubling up to kRewatchMax while waiters keep polling it (a
 // program whose thread runs its collectives itself polls nearly all the time; each look costs
@@ -114,6 +118,17 @@ void ensure_descriptors(int rank, int world_size) {
                rank, world_size, sockets, limit.rlim_cur,
                limit.rlim_max == RLIM_INFINITY ? std::string("unlimited")
                                                : std::to_string(limit.rlim_max));
+  }
+}
+
+// The message of an exception, for an error that wraps it.
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an exception of unknown type";
   }
 }
 
@@ -172,13 +187,17 @@ struct Op {
   }
 };
 
+// A message that arrived before its irecv. Its chunks are allocated, under Impl::mu_, by the
+// read side as the payload arrives (Impl::next_window), and read once it is complete.
 struct Unexpected {
-  // Default-initialized (no zero fill: the payload overwrites every byte).
-  std::unique_ptr<std::byte[]> bytes;
-  std::size_t size = 0;
-  std::span<std::byte> data() const { return {bytes.get(), size}; }
+  explicit Unexpected(std::uint64_t size) : data(size) {}
+  transport::UnexpectedBuffer data;
+  // GUARDED_BY(Impl::mu_):
   bool complete = false;       // the payload is all here
+  bool dropped = false;        // left the queue before it was complete: the rest is read and lost
   std::shared_ptr<Op> waiter;  // an irecv that matched it while its payload was on the wire
+  // What it counts against the peer's limit (Connection::held).
+  std::uint64_t held() const { return data.allocated() + transport::kUnexpectedOverheadBytes; }
 };
 
 struct Connection {
@@ -223,6 +242,8 @@ struct Connection {
   // Shared with the read loop, which may still be filling the newest entry when a failure clears
   // the queue.
   std::map<Tag, std::list<std::shared_ptr<Unexpected>>> unexpected;
+  // What the queued unexpected entries hold (Unexpected::held), at most Impl::max_unexpected.
+  std::uint64_t held = 0;
   std::exception_ptr dead;  // why the connection is gone
 
   // ---- Read side (Impl::try_drain). Whoever holds read_owner reads the socket: the io thread
@@ -251,11 +272,16 @@ struct Connection {
   Tag tag = 0;
   std::uint64_t len = 0;
   std::uint64_t got = 0;
+  // Where the payload's next bytes go: `into` holds payload bytes from offset `into_at` on (the
+  // whole receive buffer; a chunk of the unexpected entry; or the sink).
   std::span<std::byte> into;
+  std::uint64_t into_at = 0;
   std::shared_ptr<Op> target;         // the irecv being filled
-  std::shared_ptr<Unexpected> entry;  // or the unexpected buffer
-  bool abort_body = false;            // or an abort notice's payload
-  std::vector<std::byte> scratch;     // abort notice, or a message whose size mismatched
+  std::shared_ptr<Unexpected> entry;  // or the unexpected entry
+  bool abort_body = false;            // or an abort notice's payload (in `sink`)
+  // kSinkBytes, made at first use: abort notices, and payloads that are dropped (neither
+  // `target` nor `entry`).
+  std::unique_ptr<std::byte[]> sink;
   Clock::time_point park_deadline{};
   // Bytes read from the socket but not consumed yet: [ahead_begin, ahead_end) of `ahead`.
   std::unique_ptr<std::byte[]> ahead = std::make_unique_for_overwrite<std::byte[]>(kReadAhead);
@@ -266,6 +292,8 @@ struct Connection {
 struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   int rank = 0;
   bool fail_all_on_peer_loss = false;
+  // The most a peer's unexpected messages may hold (TCPTransportOptions::max_unexpected_bytes).
+  std::uint64_t max_unexpected = transport::kDefaultMaxUnexpectedBytes;
   std::function<void(std::exception_ptr)> on_abort;  // TCPTransportOptions::on_abort
   // After setup, used only when the group fails: the first rank to fail records why under
   // failure_key (publish_failure), and a rank that sees a connection end without a word looks
@@ -318,9 +346,33 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       for (auto& u : q) {
         if (u->waiter && !u->waiter->done) u->waiter->complete_locked(e);
       }
-      std::erase_if(q, [&](const auto& u) { return drop_all || !u->complete || u->waiter; });
+      std::erase_if(q, [&](const auto& u) {
+        const bool drop = drop_all || !u->complete || u->waiter;
+        if (drop) release_locked(c, *u);
+        return drop;
+      });
       it = q.empty() ? c.unexpected.erase(it) : std::next(it);
     }
+  }
+
+  // Requires mu_. `bytes` more held for `peer`'s unexpected messages; past the limit the
+  // transport aborts, naming the peer, and this returns false.
+  bool hold_locked(Connection& c, int peer, std::uint64_t bytes) {
+    if (bytes > max_unexpected - c.held) {
+      c.read_closed.store(true);
+      abort_locked(transport::unexpected_limit_error(fmt::format("rank {}", rank), peer,
+                                                     c.held + bytes, max_unexpected));
+      return false;
+    }
+    c.held += bytes;
+    return true;
+  }
+
+  // Requires mu_. `u` leaves `c`'s queue: it no longer counts, and if it is still arriving the
+  // read side drops the rest of it (next_window).
+  static void release_locked(Connection& c, Unexpected& u) {
+    c.held -= u.held();
+    if (!u.complete) u.dropped = true;
   }
 
   // Requires mu_; io thread. Marks the connection to `peer` dead with `why` (or, when null, a
@@ -438,9 +490,30 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   }
 
   // The io thread's loop. It does not poll: the threads that wait for messages poll their own
-  // sockets (see drain), and an io thread polling beside them only takes their cores (measured
-  // in docs/benchmarks.md).
-  void run() { io.run(); }
+  // sockets (see drain), and an io thread polling beside them only takes their cores (measured in
+  // docs/benchmarks.md). No handler should throw; one that does fails the transport, and the
+  // loop goes on (Asio allows run() again after a handler threw) to send the last frames and
+  // close, so nothing escapes the thread.
+  void run() {
+    for (;;) {
+      try {
+        io.run();
+        return;
+      } catch (...) {
+        fail_on_exception(std::current_exception(), "the io thread");
+      }
+    }
+  }
+
+  // An exception escaped `where` (a handler of the io thread, or a read): abort the transport
+  // with a NetworkError that carries it.
+  void fail_on_exception(const std::exception_ptr& e, const std::string& where) {
+    const std::string what = what_of(e);
+    C10D_LOG_ERROR("rank {}: {} of the TCP transport failed: {}", rank, where, what);
+    std::lock_guard lock(mu_);
+    abort_locked(
+        C10D_ERROR(NetworkError, "rank {}: {} of the TCP transport failed: {}", rank, where, what));
+  }
 
   void close_all() {  // under mu_; see kill_locked for why nothing is closed
     for (auto& c : conns) {
@@ -572,6 +645,11 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // allocation, page faults and a copy, several times the transfer itself. After the grace it
   // is buffered anyway, since the receiver may wait for a later message on this connection
   // first (another tag).
+  //
+  // Unexpected entries: a message buffered before its irecv gets chunks of up to 1 MiB as its
+  // bytes arrive (next_window; transport/unexpected_buffer.h), never the length its header
+  // claims, and every chunk, plus kUnexpectedOverheadBytes per message, counts against the
+  // peer's limit (hold_locked) until the entry leaves its queue (release_locked).
 
   void try_drain(int peer) {
     Connection& c = *conns[static_cast<std::size_t>(peer)];
@@ -579,7 +657,15 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     if (c.read_owner.exchange(true)) return;  // the holder will see drain_again
     for (;;) {
       c.drain_again.store(false);
-      drain(c, peer);
+      try {
+        drain(c, peer);
+      } catch (...) {  // nothing in drain should throw; if it does, no thread unwinds from here
+        c.read_closed.store(true);
+        fail_on_exception(std::current_exception(), fmt::format("reading from peer rank {}", peer));
+        std::lock_guard lock(mu_);
+        if (c.target) c.target->complete_locked(aborted);  // in flight: in no queue abort fails
+        c.target.reset();
+      }
       c.read_owner.store(false);
       if (!c.drain_again.load() || c.read_owner.exchange(true)) return;
     }
@@ -683,7 +769,9 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // asked for emptied the socket (TCP hands over all it has), so drain returns at the next need
   // for bytes instead of asking again for an EAGAIN: bytes that come later raise a new
   // readiness edge for the io thread, and pollers poll. One recv per small message, as Open MPI
-  // does, against three before (header, payload, EAGAIN).
+  // does, against three before (header, payload, EAGAIN). A payload goes into c.into, which for
+  // a posted irecv is its whole buffer; an unexpected message gets its next chunk, and a dropped
+  // one the sink again, only when bytes for it are here (next_window).
   void drain(Connection& c, int peer) {
     bool empty = false;  // the last read found the socket emptied
     while (!c.read_closed.load()) {
@@ -693,29 +781,33 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
           c.header_got +=
               take_ahead(c, c.header.data() + c.header_got, c.header.size() - c.header_got);
           if (c.header_got < c.header.size()) continue;
-          c.tag = get_le<std::uint64_t>(c.header.data());
-          c.len = get_le<std::uint64_t>(c.header.data() + 8);
-          if (!read_control_frame(c, peer)) return;
+          if (!read_frame_header(c, peer)) return;
           if (c.in_payload) continue;  // an abort notice's payload
         }
         std::lock_guard lock(mu_);
-        if (!start_payload_locked(c, peer)) return;  // parked
+        if (!start_payload_locked(c, peer)) return;  // parked, or over the limit
       }
       if (c.got < c.len) {
-        const std::uint64_t left = c.len - c.got;
+        std::uint64_t used = c.got - c.into_at;
+        if (used == c.into.size()) {
+          if (c.ahead_begin == c.ahead_end && empty) return;  // no bytes for a new window yet
+          if (!next_window(c, peer)) return;
+          used = 0;
+        }
+        std::byte* to = c.into.data() + used;
+        const std::uint64_t room = std::min<std::uint64_t>(c.len - c.got, c.into.size() - used);
         if (c.ahead_begin < c.ahead_end) {
-          c.got += take_ahead(c, c.into.data() + c.got,
-                              static_cast<std::size_t>(std::min<std::uint64_t>(left, kReadAhead)));
-        } else if (left >= kReadAhead) {
+          c.got += take_ahead(c, to,
+                              static_cast<std::size_t>(std::min<std::uint64_t>(room, kReadAhead)));
+        } else if (room >= kReadAhead) {
           if (empty) return;
-          const ssize_t n =
-              ::recv(c.fd, c.into.data() + c.got, static_cast<std::size_t>(left), MSG_DONTWAIT);
+          const ssize_t n = ::recv(c.fd, to, static_cast<std::size_t>(room), MSG_DONTWAIT);
           if (n <= 0) {
             if (!read_failed(c, peer, n)) return;
             continue;
           }
           c.got += static_cast<std::uint64_t>(n);
-          empty = static_cast<std::uint64_t>(n) < left;
+          empty = static_cast<std::uint64_t>(n) < room;
         } else if (!read_ahead(c, peer, empty)) {
           return;
         }
@@ -723,6 +815,31 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       }
       finish_payload(c, peer);
     }
+  }
+
+  // Holder of c.read_owner, with c.into full and more of the payload to come: where the next
+  // bytes go. An unexpected entry gets its next chunk (counted against the peer's limit: false
+  // when that aborted the transport); one dropped meanwhile (release_locked), or a payload
+  // nobody takes, goes through the sink.
+  bool next_window(Connection& c, int peer) {
+    c.into_at = c.got;
+    if (c.entry) {
+      std::lock_guard lock(mu_);
+      if (!c.entry->dropped) {
+        if (!hold_locked(c, peer, c.entry->data.allocation_at(c.got))) return false;
+        c.into = c.entry->data.span_at(c.got);
+        return true;
+      }
+      c.entry->data.release();
+      c.entry.reset();
+    }
+    c.into = sink(c);
+    return true;
+  }
+
+  static std::span<std::byte> sink(Connection& c) {
+    if (!c.sink) c.sink = std::make_unique_for_overwrite<std::byte[]>(kSinkBytes);
+    return {c.sink.get(), kSinkBytes};
   }
 
   // Holder of c.read_owner: moves up to `want` bytes from c.ahead to `to`; returns how many.
@@ -767,10 +884,25 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     return true;
   }
 
-  // A header just arrived. Handles goodbye and abort frames and bad lengths (true: go on
-  // reading; false: the stream is over).
-  bool read_control_frame(Connection& c, int peer) {
-    if (c.tag == kGoodbyeTag && c.len == 0) {
+  // Holder of c.read_owner: a header just arrived. Decodes it (decode_frame_header), ends the
+  // stream at a goodbye or a fault, and starts an abort notice's payload (true: go on reading;
+  // false: the stream is over).
+  bool read_frame_header(Connection& c, int peer) {
+    FrameHeader h;
+    const FrameFault fault = decode_frame_header(c.header, h);
+    c.tag = h.tag;
+    c.len = h.length;
+    if (fault != FrameFault::kNone) {
+      std::lock_guard lock(mu_);
+      c.read_closed.store(true);
+      kill_locked(peer, {},
+                  C10D_ERROR(NetworkError,
+                             "rank {}: peer rank {} sent a frame header that is not of this "
+                             "protocol: {}",
+                             rank, peer, describe_frame_fault(fault, h)));
+      return false;
+    }
+    if (h.kind == FrameKind::kGoodbye) {
       std::lock_guard lock(mu_);
       c.read_closed.store(true);
       kill_locked(peer, {},
@@ -781,28 +913,24 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
                   /*fatal=*/false);
       return false;
     }
-    if (c.tag == kAbortTag && c.len >= 4 && c.len <= 4 + kMaxAbortMessageBytes) {
-      c.scratch.resize(c.len);
-      c.into = c.scratch;
+    if (h.kind == FrameKind::kAbort) {
+      c.into = sink(c);
+      c.into_at = 0;
       c.got = 0;
       c.abort_body = true;
       c.in_payload = true;
-      return true;
-    }
-    if (c.len > kMaxMessageBytes) {
-      std::lock_guard lock(mu_);
-      c.read_closed.store(true);
-      kill_locked(peer, asio::error::message_size);
-      return false;
     }
     return true;
   }
 
   // Requires mu_. Chooses where the payload of the message in front goes: its irecv, an
-  // unexpected buffer, or nowhere yet (parked: false).
+  // unexpected entry, the sink (a receive whose size differs), or nowhere yet (parked: false;
+  // also false when the entry broke the peer's limit and the transport aborted).
   bool start_payload_locked(Connection& c, int peer) {
     auto it = c.recvs.find(c.tag);
     c.got = 0;
+    c.into_at = 0;
+    c.into = {};  // a dropped payload, or an entry's first chunk: next_window
     if (it != c.recvs.end() && !it->second.empty()) {
       c.target = it->second.front();
       it->second.pop_front();
@@ -814,8 +942,6 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
                        "from peer rank {} has {} bytes",
                        c.target->describe(), c.target->recv_data.size(), c.target->peer, c.len));
         c.target.reset();
-        c.scratch.resize(c.len);
-        c.into = c.scratch;
       } else {
         c.target->in_flight = true;
         c.into = c.target->recv_data;
@@ -835,11 +961,14 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         }
         if (now < c.park_deadline) return false;
       }
-      c.entry = std::make_shared<Unexpected>();
-      c.entry->bytes = std::make_unique_for_overwrite<std::byte[]>(c.len);
-      c.entry->size = c.len;
+      if (!hold_locked(c, peer, transport::kUnexpectedOverheadBytes)) return false;
+      c.entry = std::make_shared<Unexpected>(c.len);
       c.unexpected[c.tag].push_back(c.entry);
-      c.into = c.entry->data();
+      // A small payload is most likely in c.ahead already: its one chunk now, under this lock.
+      if (c.len > 0 && c.len <= kReadAhead) {
+        if (!hold_locked(c, peer, c.len)) return false;
+        c.into = c.entry->data.span_at(0);
+      }
     }
     c.parked = false;
     c.in_payload = true;
@@ -854,7 +983,12 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     if (c.abort_body) {
       c.abort_body = false;
       c.read_closed.store(true);
-      const AbortNotice notice = decode_abort_notice(c.scratch);
+      AbortNotice notice = decode_abort_notice({c.sink.get(), static_cast<std::size_t>(c.len)});
+      // Blaming a rank outside the group, or this one, is a peer's garbage: blame no one.
+      if (notice.lost_rank < 0 || notice.lost_rank >= static_cast<int>(conns.size()) ||
+          notice.lost_rank == rank) {
+        notice.lost_rank = -1;
+      }
       kill_locked(peer, {},
                   C10D_ERROR(NetworkError, "rank {}: {}", rank, describe_failure(notice, peer)),
                   /*fatal=*/true, notice.lost_rank);
@@ -865,16 +999,15 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       c.target.reset();
       return;
     }
-    if (!c.entry) return;  // a mismatched message, dropped
+    if (!c.entry) return;  // dropped
     std::shared_ptr<Unexpected> entry = std::move(c.entry);
     entry->complete = true;
     auto it = c.unexpected.find(c.tag);
     if (entry->waiter && !entry->waiter->done && it != c.unexpected.end() &&
         it->second.front() == entry) {  // matched while on the wire: hand over, drop it
-      if (entry->size > 0) {
-        std::memcpy(entry->waiter->recv_data.data(), entry->bytes.get(), entry->size);
-      }
+      entry->data.copy_to(entry->waiter->recv_data);
       entry->waiter->complete_locked(nullptr);
+      release_locked(c, *entry);
       it->second.pop_front();
       if (it->second.empty()) c.unexpected.erase(it);
     }
@@ -924,20 +1057,22 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       return;
     }
     Unexpected& m = **u;
-    if (m.size != op->recv_data.size()) {
+    if (m.data.size() != op->recv_data.size()) {
+      // The message is dropped, the rest of it unread if it is still arriving.
       op->complete_locked(
           C10D_ERROR(InvalidArgument,
                      "{}: size mismatch: the receive buffer has {} bytes but the message from "
                      "peer rank {} has {} bytes",
-                     op->describe(), op->recv_data.size(), op->peer, m.size));
+                     op->describe(), op->recv_data.size(), op->peer, m.data.size()));
     } else if (!m.complete) {
       m.waiter = op;
       op->in_flight = true;
       return;
     } else {
-      if (m.size > 0) std::memcpy(op->recv_data.data(), m.bytes.get(), m.size);
+      m.data.copy_to(op->recv_data);
       op->complete_locked(nullptr);
     }
+    release_locked(c, m);
     it->second.erase(u);
     if (it->second.empty()) c.unexpected.erase(it);
   }
@@ -1081,24 +1216,25 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   void abort_locked(std::exception_ptr reason, int lost_rank = -1, bool orderly = false) {
     if (aborted) return;
     aborted = std::move(reason);
-    if (on_abort) on_abort(aborted);
+    if (on_abort) {
+      // A callback that throws must not leave the abort half done (or unwind the io thread).
+      try {
+        on_abort(aborted);
+      } catch (...) {
+        C10D_LOG_ERROR("rank {}: TCPTransportOptions::on_abort threw: {}", rank,
+                       what_of(std::current_exception()));
+      }
+    }
     for (auto& c : conns) {
       if (c) fail_queued_locked(*c, aborted, true);
     }
     std::vector<std::byte> frame;
     std::optional<AbortNotice> notice;
     if (orderly) {
-      put_le(frame, kGoodbyeTag);
-      put_le(frame, std::uint64_t{0});
+      const auto goodbye = encode_frame_header(kGoodbyeTag, 0);
+      frame.assign(goodbye.begin(), goodbye.end());
     } else {
-      std::string what = "aborted";
-      try {
-        std::rethrow_exception(aborted);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      notice = AbortNotice{lost_rank, std::move(what)};
+      notice = AbortNotice{lost_rank, what_of(aborted)};
       frame = encode_abort_notice(*notice);
     }
     asio::post(io, [self = shared_from_this(), frame = std::move(frame), notice] {
@@ -1179,6 +1315,7 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   impl_->rank = rank;
   impl_->fail_all_on_peer_loss = options.fail_all_on_peer_loss;
   impl_->on_abort = std::move(options.on_abort);
+  impl_->max_unexpected = transport::max_unexpected_bytes(options.max_unexpected_bytes);
   impl_->store = store;
   impl_->failure_key = fmt::format("{}/failure", group_name);
   impl_->own_key = fmt::format("{}/addr/{}", group_name, rank);
@@ -1273,10 +1410,7 @@ std::unique_ptr<transport::Request> TCPTransport::isend(int peer, Tag tag,
   op->tag = tag;
   op->is_send = true;
   op->send_data = data;
-  std::vector<std::byte> h;
-  put_le(h, static_cast<std::uint64_t>(tag));
-  put_le(h, static_cast<std::uint64_t>(data.size()));
-  std::copy(h.begin(), h.end(), op->header.begin());
+  op->header = encode_frame_header(tag, data.size());
   impl_->submit(op);
   return std::make_unique<TCPRequest>(impl_, std::move(op));
 }

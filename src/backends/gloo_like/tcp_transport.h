@@ -34,11 +34,19 @@
 // queued sends itself (docs/architecture.md). A send completes once its frame is
 // written (header and payload in one gather write, the payload never copied). A receive matches
 // the oldest message from (peer, tag); a message that arrives before its irecv is buffered in an
-// unexpected queue per (peer, tag). A receive whose size differs from the message fails with
-// InvalidArgument (the message is dropped; the sender has already completed). A lost connection
-// fails every pending and later request with that peer with a NetworkError naming it; with
-// options.fail_all_on_peer_loss (what a ProcessGroup wants: one lost rank means the group cannot
-// finish any collective) it aborts the whole transport with that error instead.
+// unexpected queue per (peer, tag), in chunks allocated as its bytes arrive (never at the size
+// its header claims: transport/unexpected_buffer.h), and copied into the irecv's buffer when it
+// is posted. A large one (64 KiB and up) first waits in the socket up to 20 ms for its irecv, to
+// be read straight into place. What one peer's unexpected messages hold is bounded
+// (max_unexpected_bytes); a peer that goes past it aborts the transport with a NetworkError
+// naming it, the bytes and the limit. A header this protocol never sends (tcp_wire.h:
+// decode_frame_header) ends the connection as a loss of that peer. A receive whose size differs
+// from the message fails with InvalidArgument (the message is read through a small buffer and
+// dropped; the sender has already completed). No exception escapes the io thread: one from a
+// handler fails the transport. A lost connection fails every pending and later request with
+// that peer with a NetworkError naming it; with options.fail_all_on_peer_loss (what a
+// ProcessGroup wants: one lost rank means the group cannot finish any collective) it aborts the
+// whole transport with that error instead.
 //
 // Orderly close: the destructor of a transport that was not aborted sends each peer a goodbye
 // frame (tcp_wire.h) before closing, so a peer tells a rank that finished from one that died:
@@ -78,8 +86,11 @@ struct TCPTransportOptions {
   // Called once when the transport aborts, whatever the cause (abort(), or a lost peer under
   // fail_all_on_peer_loss), with the error its requests fail with; on the thread that aborts it,
   // under the transport's lock, so it must not call into this transport. The TCP backend passes
-  // the failure on to its same-host channels (shm_transport.h).
+  // the failure on to its same-host channels (shm_transport.h). What it throws is logged.
   std::function<void(std::exception_ptr)> on_abort;
+  // The most the messages of one peer whose irecv is not posted yet may hold (their bytes plus
+  // 128 per message); past it the transport aborts. 0: C10D_MAX_UNEXPECTED_BYTES, else 1 GiB.
+  std::uint64_t max_unexpected_bytes = 0;
 };
 
 // The local address of the interface this host would use to reach `host` (a name or an

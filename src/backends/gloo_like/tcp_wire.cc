@@ -1,4 +1,4 @@
-// Handshake encoding and checking: see tcp_wire.h.
+// Handshake and frame encoding and checking: see tcp_wire.h.
 #include "backends/gloo_like/tcp_wire.h"
 
 #include <fmt/format.h>
@@ -269,8 +269,39 @@ AbortNotice decode_abort_notice(std::span<const std::byte> payload) {
   AbortNotice notice;
   if (payload.size() < 4) return notice;
   notice.lost_rank = static_cast<std::int32_t>(get_le<std::uint32_t>(payload.data()));
-  notice.message.assign(reinterpret_cast<const char*>(payload.data() + 4), payload.size() - 4);
+  notice.message.assign(reinterpret_cast<const char*>(payload.data() + 4),
+                        std::min(payload.size() - 4, kMaxAbortMessageBytes));
+  // It ends up in error messages and logs: no control characters from a peer.
+  for (char& c : notice.message) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
   return notice;
+}
+
+std::array<std::byte, kFrameHeaderBytes> encode_frame_header(std::uint64_t tag,
+                                                             std::uint64_t length) {
+  std::array<std::byte, kFrameHeaderBytes> out{};
+  for (std::size_t i = 0; i < 8; ++i) {
+    out[i] = static_cast<std::byte>((tag >> (8 * i)) & 0xff);
+    out[8 + i] = static_cast<std::byte>((length >> (8 * i)) & 0xff);
+  }
+  return out;
+}
+
+std::string describe_frame_fault(FrameFault fault, const FrameHeader& header) {
+  switch (fault) {
+    case FrameFault::kNone:
+      return "no fault";
+    case FrameFault::kTooLong:
+      return fmt::format("length {} of the frame on tag {:#x} is over the limit of {} bytes",
+                         header.length, header.tag, kMaxMessageBytes);
+    case FrameFault::kGoodbyeWithPayload:
+      return fmt::format("a goodbye frame with length {} (it has none)", header.length);
+    case FrameFault::kAbortLength:
+      return fmt::format("an abort notice of length {} (from 4 to {} bytes)", header.length,
+                         4 + kMaxAbortMessageBytes);
+  }
+  return fmt::format("unknown fault {}", static_cast<int>(fault));
 }
 
 }  // namespace c10d::gloo_like

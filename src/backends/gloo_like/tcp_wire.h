@@ -38,6 +38,9 @@
 //   +----------+-------------+-----------------+
 //   | tag u64  | length u64  | length bytes    |
 //   +----------+-------------+-----------------+
+// The reader checks each header before it uses it (decode_frame_header): a length over
+// kMaxMessageBytes, or a reserved tag with a length its frame never has, is a fault that ends the
+// connection; nothing is allocated for the length a header claims (see tcp_transport.cc).
 // Goodbye: a message frame with tag kGoodbyeTag and length 0, the last frame of an orderly close.
 // Abort notice: the last frame of a transport that aborted, tag kAbortTag, whose payload is
 //   +---------------+------------------------------------------+
@@ -71,7 +74,9 @@ struct AbortNotice {
 };
 // The whole frame (header and payload); the message is cut to kMaxAbortMessageBytes.
 std::vector<std::byte> encode_abort_notice(const AbortNotice& notice);
-// The payload (after the header); at least 4 bytes.
+// The payload (after the header), of any length: shorter than 4 bytes gives lost_rank -1 and no
+// message; the message is cut to kMaxAbortMessageBytes, its control characters made '?'. Reads
+// nothing outside `payload`.
 AbortNotice decode_abort_notice(std::span<const std::byte> payload);
 
 // ---- the handshake ----
@@ -179,6 +184,38 @@ std::string refusal_at_acceptor(AcceptStatus status, const Identity& acceptor, c
 std::string refusal_at_connector(AcceptStatus status, const Identity& connector,
                                  std::uint32_t expected_rank, const Identity& acceptor);
 
+// ---- Message frame headers ----
+
+inline constexpr std::size_t kFrameHeaderBytes = 16;
+// A data frame claiming more is refused before anything is read or allocated for it.
+inline constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 40;
+
+enum class FrameKind : std::uint8_t { kData, kGoodbye, kAbort };
+
+struct FrameHeader {
+  FrameKind kind = FrameKind::kData;
+  std::uint64_t tag = 0;
+  std::uint64_t length = 0;  // payload bytes after the header
+};
+
+// What makes a header one this protocol never sends.
+enum class FrameFault : std::uint8_t {
+  kNone,
+  kTooLong,             // a data frame longer than kMaxMessageBytes
+  kGoodbyeWithPayload,  // kGoodbyeTag with a length other than 0
+  kAbortLength,         // kAbortTag with a length outside [4, 4 + kMaxAbortMessageBytes]
+};
+
+std::array<std::byte, kFrameHeaderBytes> encode_frame_header(std::uint64_t tag,
+                                                             std::uint64_t length);
+// Decodes the 16 bytes of a header: `out` gets its tag and length either way, and its kind when
+// the result is kNone. Pure; called by the read side for every frame.
+inline FrameFault decode_frame_header(std::span<const std::byte, kFrameHeaderBytes> bytes,
+                                      FrameHeader& out);
+// `fault` of `header` as text naming the values ("length 2199023255552 of the frame on tag ...
+// is over the limit of 1099511627776 bytes").
+std::string describe_frame_fault(FrameFault fault, const FrameHeader& header);
+
 // Little-endian integers.
 template <typename T>
 void put_le(std::vector<std::byte>& out, T v) {
@@ -189,6 +226,23 @@ T get_le(const std::byte* p) {
   T v = 0;
   for (std::size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(static_cast<T>(p[i]) << (8 * i));
   return v;
+}
+
+inline FrameFault decode_frame_header(std::span<const std::byte, kFrameHeaderBytes> bytes,
+                                      FrameHeader& out) {
+  out.tag = get_le<std::uint64_t>(bytes.data());
+  out.length = get_le<std::uint64_t>(bytes.data() + 8);
+  out.kind = FrameKind::kData;
+  if (out.tag == kGoodbyeTag) {
+    if (out.length != 0) return FrameFault::kGoodbyeWithPayload;
+    out.kind = FrameKind::kGoodbye;
+  } else if (out.tag == kAbortTag) {
+    if (out.length < 4 || out.length > 4 + kMaxAbortMessageBytes) return FrameFault::kAbortLength;
+    out.kind = FrameKind::kAbort;
+  } else if (out.length > kMaxMessageBytes) {
+    return FrameFault::kTooLong;
+  }
+  return FrameFault::kNone;
 }
 
 }  // namespace c10d::gloo_like

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/logging.h"
 #include "core/spin_wait.h"
 
 namespace c10d::tpu_ici {
@@ -73,12 +74,11 @@ void IciTransport::Chip::bind_locked(const std::shared_ptr<Incoming>& msg,
                         op->describe(), op->recv.size(), msg->src, msg->bytes)),
                     now);
     msg->discard = true;
-    msg->buffer.clear();
+    release_locked(*msg);
     return;
   }
-  if (msg->received > 0) std::memcpy(op->recv.data(), msg->buffer.data(), msg->received);
-  msg->buffer.clear();
-  msg->buffer.shrink_to_fit();
+  msg->buffer.copy_to(op->recv.first(static_cast<std::size_t>(msg->received)));
+  release_locked(*msg);
   if (msg->received == msg->bytes) {
     complete_locked(op, nullptr, msg->tail);
     return;
@@ -87,35 +87,83 @@ void IciTransport::Chip::bind_locked(const std::shared_ptr<Incoming>& msg,
   op->bound = msg.get();
 }
 
-void IciTransport::Chip::deliver_locked(const PacketHeader& h,
-                                        const std::function<void(std::byte*)>& copy) {
+bool IciTransport::Chip::hold_locked(int src, std::uint64_t bytes) {
+  auto& h = held[static_cast<std::size_t>(src)];
+  if (bytes > options.max_unexpected_bytes - h) {
+    abort_locked(transport::unexpected_limit_error(fmt::format("ICI rank {}", rank), src, h + bytes,
+                                                   options.max_unexpected_bytes),
+                 rank);
+    return false;
+  }
+  h += bytes;
+  return true;
+}
+
+void IciTransport::Chip::release_locked(Incoming& msg) {
+  if (!msg.buffered) return;
+  held[static_cast<std::size_t>(msg.src)] -= msg.held();
+  msg.buffer.release();
+  msg.buffered = false;
+}
+
+void IciTransport::Chip::deliver_locked(
+    const PacketHeader& h, const std::function<void(std::size_t, std::span<std::byte>)>& copy) {
+  if (aborted) return;  // nobody can receive it any more
   const MessageKey mkey{h.src, h.seq};
   std::shared_ptr<Incoming> msg;
   if (h.offset == 0) {
+    if (arriving.contains(mkey)) {
+      fabric_failure(
+          fmt::format("rank {} sent the first packet of its message {} twice", h.src, h.seq));
+      return;
+    }
     msg = std::make_shared<Incoming>();
     msg->src = h.src;
     msg->tag = h.tag;
     msg->bytes = h.message_bytes;
     msg->tail = h.tail;
-    arriving[mkey] = msg;
     const Key key{h.src, h.tag};
     auto it = posted.find(key);
     if (it != posted.end()) {
+      arriving[mkey] = msg;
       auto op = std::move(it->second.front());
       it->second.pop_front();
       if (it->second.empty()) posted.erase(it);
       bind_locked(msg, op);
     } else {
-      msg->buffer.resize(h.message_bytes);
+      if (!hold_locked(h.src, transport::kUnexpectedOverheadBytes)) return;
+      arriving[mkey] = msg;
+      msg->buffer = transport::UnexpectedBuffer(h.message_bytes);
+      msg->buffered = true;
       unexpected[key].push_back(msg);
     }
   } else {
     auto it = arriving.find(mkey);
     if (it == arriving.end()) return;  // its first packet met an abort
     msg = it->second;
+    if (h.offset != msg->received || h.message_bytes != msg->bytes) {
+      fabric_failure(fmt::format(
+          "rank {} sent bytes {} to {} of its {}-byte message {} after {} bytes of a {}-byte one",
+          h.src, h.offset, h.offset + h.payload_bytes, h.message_bytes, h.seq, msg->received,
+          msg->bytes));
+      return;
+    }
   }
   if (!msg->discard && h.payload_bytes > 0) {
-    copy(msg->recv ? msg->recv->recv.data() + h.offset : msg->buffer.data() + h.offset);
+    if (msg->recv) {
+      copy(0, msg->recv->recv.subspan(h.offset, h.payload_bytes));
+    } else {
+      // Into the unexpected buffer's chunks, each allocated (and counted) as it is reached.
+      for (std::uint64_t done = 0; done < h.payload_bytes;) {
+        const std::uint64_t at = h.offset + done;
+        if (!hold_locked(h.src, msg->buffer.allocation_at(at))) return;
+        const auto room = msg->buffer.span_at(at);
+        const auto n =
+            static_cast<std::size_t>(std::min<std::uint64_t>(room.size(), h.payload_bytes - done));
+        copy(static_cast<std::size_t>(done), room.first(n));
+        done += n;
+      }
+    }
   }
   msg->received += h.payload_bytes;
   if (msg->received == msg->bytes) {
@@ -147,10 +195,18 @@ bool IciTransport::Chip::drain_locked(int k) {
       ring = ByteRing();  // nothing more is read from a ring that carried garbage
       return true;
     }
-    if (h.hop_index + 1 == h.hops) {
-      deliver_locked(h, [&](std::byte* dst) { ring.read_payload(0, {dst, h.payload_bytes}); });
+    if (h.hop_index + 1 == h.hops && h.dst != rank) {
+      fabric_failure(
+          fmt::format("a packet for rank {} from rank {} ends its route here", h.dst, h.src));
+    } else if (h.hop_index + 1 == h.hops) {
+      deliver_locked(
+          h, [&](std::size_t from, std::span<std::byte> to) { ring.read_payload(from, to); });
     } else {
       forward_locked(h, ring);
+    }
+    if (aborted) {
+      ring = ByteRing();  // this chip failed (the limit, or a packet out of place): read no more
+      return true;
     }
     ring.consume(h);
     if (ring.header().writer_waiting.exchange(0) != 0) {
@@ -161,10 +217,15 @@ bool IciTransport::Chip::drain_locked(int k) {
 }
 
 void IciTransport::Chip::forward_locked(const PacketHeader& h, ByteRing& ring) {
+  const Hop next = h.route[h.hop_index + 1];
+  if (next >= hops()) {  // before it indexes anything
+    fabric_failure(fmt::format("a packet from rank {} has hop {} in its route, and a chip has {}",
+                               h.src, static_cast<int>(next), hops()));
+    return;
+  }
   auto t = std::make_shared<Transit>();
   t->header = h;
   t->header.hop_index = h.hop_index + 1;
-  const Hop next = h.route[t->header.hop_index];
   const MessageKey mkey{h.src, h.seq};
   if (h.offset == 0) {
     forwarding[mkey] = links[next].cross(torus.link_bandwidth(), torus.hop_latency(),
@@ -174,13 +235,24 @@ void IciTransport::Chip::forward_locked(const PacketHeader& h, ByteRing& ring) {
   if (h.offset + h.payload_bytes == h.message_bytes) forwarding.erase(mkey);
   t->header.head = times.head;
   t->header.tail = times.tail;
-  t->payload.resize(h.payload_bytes);
-  ring.read_payload(0, t->payload);
   if (!out[next].valid() || !torus.link_up(torus.link_id(rank, next))) {
     fabric_failure(fmt::format("a packet from rank {} to rank {} needs {}, which is missing", h.src,
                                h.dst, torus.link_name(torus.link_id(rank, next))));
     return;
   }
+  // Packets wait here while the next ring is full: bounded like unexpected messages.
+  const std::uint64_t bytes = packet_bytes(h);
+  if (bytes > options.max_unexpected_bytes - transit_bytes[next]) {
+    fabric_failure(fmt::format(
+        "{} bytes of packets wait to be forwarded on {} (the last from rank {}), over the limit "
+        "of {} bytes; {} raises it",
+        transit_bytes[next] + bytes, torus.link_name(torus.link_id(rank, next)), h.src,
+        options.max_unexpected_bytes, transport::kMaxUnexpectedBytesVariable));
+    return;
+  }
+  transit_bytes[next] += bytes;
+  t->payload.resize(h.payload_bytes);
+  ring.read_payload(0, t->payload);
   queues[next].push_back({nullptr, std::move(t)});
 }
 
@@ -191,8 +263,10 @@ bool IciTransport::Chip::write_locked(int hop) {
   while (!q.empty()) {
     OutItem& item = q.front();
     if (item.transit) {
-      if (!has_room(ring, packet_bytes(item.transit->header))) break;
+      const std::size_t bytes = packet_bytes(item.transit->header);
+      if (!has_room(ring, bytes)) break;
       ring.write(item.transit->header, item.transit->payload);
+      transit_bytes[static_cast<std::size_t>(hop)] -= bytes;
       q.pop_front();
       wrote = true;
       continue;
@@ -262,6 +336,21 @@ bool IciTransport::Chip::check_neighbours_locked(bool check_pids) {
 bool IciTransport::Chip::incoming_ready() const {
   return std::any_of(in.begin(), in.end(),
                      [](const ByteRing& r) { return r.valid() && !r.empty(); });
+}
+
+void IciTransport::Chip::router_main() {
+  try {
+    router_loop();
+  } catch (...) {
+    // Nothing in the loop should throw; if something does, the chip fails (its neighbours see
+    // the notice) and the thread ends, instead of the process.
+    const std::string what = what_of(std::current_exception());
+    C10D_LOG_ERROR("ICI rank {}: the router thread failed: {}", rank, what);
+    std::lock_guard lock(mu);
+    abort_locked(
+        error<NetworkError>(fmt::format("ICI rank {}: the router thread failed: {}", rank, what)),
+        rank);
+  }
 }
 
 void IciTransport::Chip::router_loop() {

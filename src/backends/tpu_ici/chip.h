@@ -6,8 +6,9 @@
 //  - op: one isend or irecv, shared by its request and the queues that refer to it.
 //  - incoming: a message arriving for this chip, from its first packet on. It is bound to the
 //    oldest posted receive of its (source, tag) when one exists, and its packets land in that
-//    receive's buffer; otherwise it waits in `unexpected`, in a buffer of its own, for the
-//    receive that will take it.
+//    receive's buffer; otherwise it waits in `unexpected`, in a buffer of its own that grows by
+//    chunks as packets arrive (counted in `held` for its source), for the receive that will take
+//    it.
 //  - transit packet: a packet for another chip, copied out of an incoming ring and queued on the
 //    link its route takes next.
 // Methods named *_locked require `mu`.
@@ -32,6 +33,7 @@
 #include "backends/tpu_ici/link_model.h"
 #include "backends/tpu_ici/shm_segment.h"
 #include "c10d/errors.h"
+#include "transport/unexpected_buffer.h"
 
 namespace c10d::tpu_ici {
 namespace fabric {
@@ -95,8 +97,10 @@ struct Incoming {
   double tail = 0;
   std::uint64_t received = 0;
   std::shared_ptr<Op> recv;
-  std::vector<std::byte> buffer;
+  transport::UnexpectedBuffer buffer;  // while unexpected
+  bool buffered = false;               // unexpected: counts in Chip::held for `src`
   bool discard = false;
+  std::uint64_t held() const { return buffer.allocated() + transport::kUnexpectedOverheadBytes; }
 };
 
 struct Transit {
@@ -149,8 +153,10 @@ struct IciTransport::Chip {
   std::map<MessageKey, std::shared_ptr<Incoming>> arriving;         // GUARDED_BY(mu)
   std::map<MessageKey, MessageTimes> forwarding;                    // GUARDED_BY(mu)
   std::vector<std::deque<OutItem>> queues;                          // GUARDED_BY(mu); per hop
-  std::vector<std::uint64_t> next_seq;                              // GUARDED_BY(mu); per peer
-  std::exception_ptr aborted;                                       // GUARDED_BY(mu)
+  std::vector<std::uint64_t> transit_bytes;  // GUARDED_BY(mu); per hop: transit packets queued
+  std::vector<std::uint64_t> held;           // GUARDED_BY(mu); per source: unexpected bytes
+  std::vector<std::uint64_t> next_seq;       // GUARDED_BY(mu); per peer
+  std::exception_ptr aborted;                // GUARDED_BY(mu)
   std::atomic<bool> stop{false};
   std::thread router;
 
@@ -164,8 +170,14 @@ struct IciTransport::Chip {
 
   // ---- Delivery ----
   void bind_locked(const std::shared_ptr<Incoming>& msg, const std::shared_ptr<Op>& op);
-  // A packet for this chip; `copy(dst)` copies its payload to dst.
-  void deliver_locked(const PacketHeader& h, const std::function<void(std::byte*)>& copy);
+  // A packet for this chip; `copy(from, out)` copies out.size() bytes of its payload, from byte
+  // `from`, to `out`. Fails the chip (aborted is then set) when the packet is not the next of
+  // its message or breaks the limit of its source.
+  void deliver_locked(const PacketHeader& h,
+                      const std::function<void(std::size_t, std::span<std::byte>)>& copy);
+  // `bytes` more held for the unexpected messages of `src`; false when that failed the chip.
+  bool hold_locked(int src, std::uint64_t bytes);
+  void release_locked(Incoming& msg);
 
   // ---- Router ----
   void fabric_failure(const std::string& what);
@@ -177,6 +189,7 @@ struct IciTransport::Chip {
   bool check_neighbours_locked(bool check_pids);
   bool incoming_ready() const;
   void router_loop();
+  void router_main();  // router_loop, turning an exception into the chip's failure
 
   // ---- Set-up and shutdown ----
   void set_up();

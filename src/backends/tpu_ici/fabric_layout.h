@@ -35,7 +35,9 @@
 //
 // Integers are in the host's byte order, which is little-endian (checked at compile time): the
 // segments never leave the host. Limits are checked before use: a packet whose magic, version,
-// sizes or route do not fit fails the fabric (decode_packet reports it without throwing).
+// sizes or route do not fit fails the fabric (check_packet reports it without throwing), and so
+// does one that is not the next of its message (a first packet twice, or an offset other than
+// the bytes delivered so far); nothing is allocated for the message bytes a packet claims.
 #pragma once
 
 #include <atomic>
@@ -60,6 +62,8 @@ inline constexpr std::size_t kMaxRouteHops = 56;
 inline constexpr std::size_t kMaxReasonBytes = 1024;
 inline constexpr std::size_t kDefaultRingBytes = std::size_t{1} << 20;
 inline constexpr std::size_t kMaxPayloadBytes = std::size_t{64} << 10;
+// A packet whose message claims more is refused (the bound of the TCP transport's frames).
+inline constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 40;
 
 enum ChipState : std::uint32_t { kRunning = 0, kLeaving = 1, kAborted = 2 };
 
@@ -127,6 +131,7 @@ inline std::string check_packet(const PacketHeader& h, int world, std::size_t ri
   if (h.src < 0 || h.src >= world || h.dst < 0 || h.dst >= world) return "rank out of range";
   if (h.hops > kMaxRouteHops || h.hop_index >= h.hops) return "route out of range";
   if (h.payload_bytes > kMaxPayloadBytes || packet_bytes(h) > ring_bytes) return "payload too big";
+  if (h.message_bytes > kMaxMessageBytes) return "message too big";
   if (h.offset > h.message_bytes || h.payload_bytes > h.message_bytes - h.offset) {
     return "payload outside its message";
   }

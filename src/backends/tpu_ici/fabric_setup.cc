@@ -85,8 +85,10 @@ void IciTransport::Chip::set_up() {
 
   links.resize(rings);
   queues.resize(rings);
+  transit_bytes.assign(rings, 0);
+  held.assign(static_cast<std::size_t>(n), 0);
   next_seq.assign(static_cast<std::size_t>(n), 0);
-  router = std::thread([this] { router_loop(); });
+  router = std::thread([this] { router_main(); });
 }
 
 void IciTransport::Chip::shut_down() {

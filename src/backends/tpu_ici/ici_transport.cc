@@ -82,6 +82,7 @@ IciTransport::IciTransport(std::shared_ptr<Store> store, int rank, Torus torus,
   C10D_CHECK(std::has_single_bit(options.ring_bytes) && options.ring_bytes >= 4 * kMaxPayloadBytes,
              "IciTransport: ring bytes {} must be a power of two of at least {}",
              options.ring_bytes, 4 * kMaxPayloadBytes);
+  options.max_unexpected_bytes = transport::max_unexpected_bytes(options.max_unexpected_bytes);
   chip_ = std::make_shared<Chip>(std::move(store), rank, std::move(torus), std::move(options));
   chip_->set_up();
 }
@@ -126,7 +127,9 @@ std::unique_ptr<transport::Request> IciTransport::isend(int peer, Tag tag,
       h.seq = c.next_seq[static_cast<std::size_t>(peer)]++;
       h.message_bytes = h.payload_bytes = static_cast<std::uint32_t>(data.size());
       h.head = h.tail = c.now;
-      c.deliver_locked(h, [&](std::byte* dst) { std::memcpy(dst, data.data(), data.size()); });
+      c.deliver_locked(h, [&](std::size_t from, std::span<std::byte> to) {
+        std::memcpy(to.data(), data.data() + from, to.size());
+      });
       c.complete_locked(op, nullptr, c.now);
     } else {
       op->seq = c.next_seq[static_cast<std::size_t>(peer)]++;

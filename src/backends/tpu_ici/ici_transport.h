@@ -24,9 +24,13 @@
 //
 // Threads: one router thread per chip moves packets between rings: it reads every incoming
 // ring, delivers packets for this chip (straight into a posted receive's buffer, or into a
-// buffer of its own until the receive is posted) and queues the others on their next link, and
-// writes the queued packets while the next ring has room. All matching state and the clock sit
-// behind one mutex. The router sleeps on its segment's doorbell (a futex) when idle.
+// buffer of its own, in chunks allocated as packets arrive, until the receive is posted) and
+// queues the others on their next link, and writes the queued packets while the next ring has
+// room. What one source's unexpected messages hold, and what waits to be forwarded on one link,
+// is bounded (FabricOptions::max_unexpected_bytes): past it the chip fails naming the source
+// or link, the bytes and the limit. All matching state and the clock sit behind one mutex. The
+// router sleeps on its segment's doorbell (a futex) when idle. An exception in the router
+// fails the chip (never the process).
 // Destruction: the chip says it is leaving in the store and keeps forwarding until every chip
 // has said so (bounded by 10 s), then stops the router; pending requests fail.
 #pragma once
@@ -47,6 +51,10 @@ struct FabricOptions {
   std::string group_name = "default";
   Milliseconds timeout = kDefaultTimeout;         // bounds the set-up through the store
   std::size_t ring_bytes = std::size_t{1} << 20;  // per incoming link; a power of two
+  // The most the messages from one source rank whose receive is not posted yet may hold here
+  // (their bytes plus 128 per message), and the most a chip queues to forward on one link; past
+  // either the chip fails. 0: C10D_MAX_UNEXPECTED_BYTES, else 1 GiB.
+  std::uint64_t max_unexpected_bytes = 0;
 };
 
 struct LinkStats {
