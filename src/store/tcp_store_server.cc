@@ -1097,10 +1097,17 @@ TCPStoreServer::TCPStoreServer(store::ServerOptions options)
   asio::co_spawn(s.io, s.accept_loop(s.acceptor), asio::detached);
   if (s.options.local_socket) s.open_local_acceptor();
   s.thread = std::thread([&s] {
-    try {
-      s.run();
-    } catch (const std::exception& e) {
-      C10D_LOG_ERROR("store server :{}: io thread failed: {}", s.port, e.what());
+    // No handler should throw; one that does is logged and the server goes on serving (Asio
+    // allows run() again after a handler threw), so nothing leaves the thread.
+    for (;;) {
+      try {
+        s.run();
+        return;
+      } catch (const std::exception& e) {
+        C10D_LOG_ERROR("store server :{}: a handler on the io thread failed: {}", s.port, e.what());
+      } catch (...) {
+        C10D_LOG_ERROR("store server :{}: a handler on the io thread failed", s.port);
+      }
     }
   });
   C10D_LOG_INFO("store server listening on {}:{}{}", host, s.port,

@@ -149,6 +149,40 @@ TEST(ProcessGroupTCPTest, LostPeerFailsEveryRanksPendingAndLaterOpsNamingIt) {
   });
 }
 
+// A Work callback that throws runs on the thread that completes the op: on the worker it used
+// to unwind the worker thread (std::terminate). Now the group fails with an error that says so,
+// and later ops fail with it; the process lives. Rank 1 comes late, so the worker completes
+// rank 0's op (a waiter would have run it inline).
+TEST(ProcessGroupTCPTest, AWorkCallbackThatThrowsOnTheWorkerFailsTheGroupNotTheProcess) {
+  ProcessGroupTCPOptions options;
+  options.shared_memory = false;
+  std::atomic<bool> called{false};
+  run_group(
+      2,
+      [&](int r, std::shared_ptr<ProcessGroup>& pg) {
+        auto t = filled(4, 1.0f);
+        if (r == 1) {
+          std::this_thread::sleep_for(200ms);
+          pg->all_reduce({t})->wait(10s);
+          return;
+        }
+        auto work = pg->all_reduce({t});
+        work->future()->add_callback([&](Future&) {
+          called = true;
+          throw std::runtime_error("callback exploded");
+        });
+        for (auto until = Clock::now() + 10s; !called && Clock::now() < until;) {
+          std::this_thread::sleep_for(5ms);
+        }
+        ASSERT_TRUE(called);
+        EXPECT_TRUE(work->is_completed());
+        const std::string what = error_of<Error>(pg->all_reduce({t}));
+        EXPECT_NE(what.find("worker thread"), std::string::npos) << what;
+        EXPECT_NE(what.find("callback exploded"), std::string::npos) << what;
+      },
+      options);
+}
+
 TEST(ProcessGroupTCPTest, AbortReleasesAWaiterBlockedOnAPeerThatNeverComes) {
   run_group(2, [](int r, std::shared_ptr<ProcessGroup>& pg) {
     if (r == 1) {

@@ -143,6 +143,17 @@ struct PendingOp {
   std::vector<Tensor> outputs;  // p2p result
 };
 
+// The message of an exception, for an error that wraps it.
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an exception of unknown type";
+  }
+}
+
 struct PostedP2P {
   std::shared_ptr<Work> work;
   std::vector<std::unique_ptr<transport::Request>> requests;
@@ -182,7 +193,7 @@ class TransportProcessGroup final : public ProcessGroup,
     }
     ring_.order = options_.ring_order;
     hooks_ = options_.hooks;
-    worker_ = std::thread([this] { work_loop(); });
+    worker_ = std::thread([this] { run_thread("worker", &TransportProcessGroup::work_loop); });
   }
 
   ~TransportProcessGroup() override {
@@ -506,6 +517,34 @@ class TransportProcessGroup final : public ProcessGroup,
                                      : InlineSchedule::Front::kOther;
   }
 
+  // A thread's body: `loop` until it returns. Ops catch their own errors; anything that still
+  // escapes (a Work callback that throws, say) fails the group, and the thread ends, instead of
+  // std::terminate ending the process. The completer's ops fail too: nobody tests them now.
+  void run_thread(const char* name, void (TransportProcessGroup::*loop)()) {
+    try {
+      (this->*loop)();
+      return;
+    } catch (...) {
+      const std::string what = what_of(std::current_exception());
+      C10D_LOG_ERROR("rank {}: the {} thread of group {} failed: {}", rank(), name,
+                     options_.group_id, what);
+      const auto error = std::make_exception_ptr(Error(fmt::format(
+          "rank {}: the {} thread of group {} failed: {}", rank(), name, options_.group_id, what)));
+      std::list<PostedP2P> orphans;
+      {
+        std::lock_guard lock(mu_);
+        if (loop == &TransportProcessGroup::complete_loop) orphans.swap(posted_);
+      }
+      try {
+        fail(error);
+        for (auto& p : orphans) p.work->finish_with_error(error);
+      } catch (...) {  // a callback threw again: the group has failed all the same
+        C10D_LOG_ERROR("rank {}: while failing group {}: {}", rank(), options_.group_id,
+                       what_of(std::current_exception()));
+      }
+    }
+  }
+
   void work_loop() {
     for (;;) {
       PendingOp op;
@@ -617,7 +656,10 @@ class TransportProcessGroup final : public ProcessGroup,
         // at once: nothing may count as running then (the destructor would abort the transport,
         // which a subgroup shares with its parent).
         running_ = false;
-        if (!completer_.joinable()) completer_ = std::thread([this] { complete_loop(); });
+        if (!completer_.joinable()) {
+          completer_ = std::thread(
+              [this] { run_thread("completer", &TransportProcessGroup::complete_loop); });
+        }
       }
       p2p_cv_.notify_all();
       return {.handed_off = true};

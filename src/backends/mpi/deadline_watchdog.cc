@@ -3,7 +3,10 @@
 #include <time.h>
 
 #include <algorithm>
+#include <exception>
 #include <utility>
+
+#include "core/logging.h"
 
 namespace c10d::mpi {
 
@@ -24,10 +27,17 @@ DeadlineWatchdog::Clock::time_point DeadlineWatchdog::deadline_in(Clock::duratio
 
 DeadlineWatchdog::DeadlineWatchdog(std::mutex& mu, std::function<std::string()> describe,
                                    std::function<void(const std::string&)> expire)
-    : mu_(mu),
-      describe_(std::move(describe)),
-      expire_(std::move(expire)),
-      thread_([this] { loop(); }) {}
+    : mu_(mu), describe_(std::move(describe)), expire_(std::move(expire)), thread_([this] {
+        // Nothing below should throw; if something does, it is logged and the thread ends (a
+        // blocking call is then no longer bounded) instead of std::terminate ending the process.
+        try {
+          loop();
+        } catch (const std::exception& e) {
+          C10D_LOG_ERROR("the MPI deadline watchdog failed: {}", e.what());
+        } catch (...) {
+          C10D_LOG_ERROR("the MPI deadline watchdog failed");
+        }
+      }) {}
 
 DeadlineWatchdog::~DeadlineWatchdog() {
   {
@@ -50,10 +60,18 @@ void DeadlineWatchdog::loop() {
     const auto now = Clock::now();
     const bool watching = watching_.load(std::memory_order_acquire);
     if (watching && now >= deadline_) {
-      const std::string what = describe_();
+      std::string what = "a blocking MPI call";
+      try {
+        what = describe_();
+      } catch (...) {  // expire all the same, unnamed
+      }
       unwatch();
       lock.unlock();
-      expire_(what);
+      try {
+        expire_(what);
+      } catch (const std::exception& e) {
+        C10D_LOG_ERROR("the MPI deadline watchdog could not end {}: {}", what, e.what());
+      }
       lock.lock();
       continue;
     }

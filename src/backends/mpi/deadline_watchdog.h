@@ -15,7 +15,8 @@
 //
 // Threads: one thread of its own, started by the constructor and joined by the destructor
 // (which does not wait for a watched call: it stops watching). `expire` runs on that thread,
-// without the mutex. Lifetime: the mutex must outlive the watchdog.
+// without the mutex; what it or `describe` throws is logged, and never leaves the thread.
+// Lifetime: the mutex must outlive the watchdog.
 #pragma once
 
 #include <atomic>

@@ -101,6 +101,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The message of an exception, for an error that wraps it.
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an exception of unknown type";
+  }
+}
+
 // ---- MPI runtime: initialization, the serialization mutex, datatypes and reduce ops ----
 
 // libnbc, Open MPI's nonblocking collectives, runs every in-place MPI_Iallreduce on fewer than
@@ -558,7 +569,7 @@ class ProcessGroupMPI final : public ProcessGroup,
             MPI_Abort(MPI_COMM_WORLD, 1);
           });
     }
-    worker_ = std::thread([this] { work_loop(); });
+    worker_ = std::thread([this] { run_worker(); });
   }
 
   ~ProcessGroupMPI() override {
@@ -1229,9 +1240,32 @@ class ProcessGroupMPI final : public ProcessGroup,
         });
   }
 
+  // The worker thread's body. The loop catches what its ops throw; anything that still escapes
+  // it (a Work callback that throws, say) fails the group, and the loop starts again to give up
+  // what it holds (worker_coll_, worker_p2p_: MPI may still use their buffers) and to serve the
+  // destructor, instead of std::terminate ending the process.
+  void run_worker() {
+    for (;;) {
+      try {
+        work_loop();
+        return;
+      } catch (...) {
+        const std::string what = what_of(std::current_exception());
+        C10D_LOG_ERROR("rank {}: the worker thread of MPI group {} failed: {}", rank(), name_,
+                       what);
+        try {
+          fail(std::make_exception_ptr(Error(fmt::format(
+              "rank {}: the worker thread of MPI group {} failed: {}", rank(), name_, what))));
+        } catch (...) {  // a callback threw again: the group has failed all the same
+        }
+      }
+    }
+  }
+
   void work_loop() {
-    std::optional<Active> coll;  // the collective the worker started (nonblocking) and tests
-    std::list<Active> p2p;       // posted sends and recvs
+    // Members, not locals: what the worker holds outlives an exception (run_worker).
+    std::optional<Active>& coll = worker_coll_;  // the collective it started and tests
+    std::list<Active>& p2p = worker_p2p_;        // posted sends and recvs
     auto nap = std::chrono::microseconds(0);
     auto last_progress = Clock::now();
     bool failure_handled = false;  // the failure_ seen has been applied to what this loop holds
@@ -1254,19 +1288,21 @@ class ProcessGroupMPI final : public ProcessGroup,
         if (!failed) take_startable_locked(start);
       }
       if (failed) {
-        // Destroyed or failed: everything this worker holds fails with the reason.
+        // Destroyed or failed: everything this worker holds fails with the reason (each op
+        // given up and dropped before its callbacks run, which may throw).
         if (coll) {
           auto work = coll->work;
           give_up(*coll);
           coll.reset();
           work->finish_with_error(failed);
         }
-        for (auto& a : p2p) {
+        while (!p2p.empty()) {
+          Active a = std::move(p2p.front());
+          p2p.pop_front();
           auto work = a.work;
           give_up(a);
           work->finish_with_error(failed);
         }
-        p2p.clear();
         if (stop) return;
         failure_handled = true;
         continue;  // sleeps until more work or the destructor
@@ -1421,6 +1457,9 @@ class ProcessGroupMPI final : public ProcessGroup,
   // A collective is in flight, the worker's or inline; set under mu_, cleared without it.
   std::atomic<bool> coll_running_{false};
   std::optional<Active> adopted_;  // started by a waiter that stopped waiting
+  // The worker thread's alone (work_loop).
+  std::optional<Active> worker_coll_;
+  std::list<Active> worker_p2p_;
   // Work's wait hook for collectives (run_inline), shared by every Work.
   std::shared_ptr<const Work::WaitHook> wait_hook_;
   // Watches blocking collectives (comms_.blocking); destroyed after the worker is joined.
