@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <utility>
 
 #include "c10d/errors.h"
@@ -29,6 +30,9 @@ struct Fd {
 }  // namespace
 
 SharedSegment SharedSegment::create(const std::string& name, std::size_t bytes) {
+  C10D_CHECK(bytes > 0 && bytes <= static_cast<std::size_t>(std::numeric_limits<off_t>::max()),
+             "shared memory {}: a size of {} bytes is out of range [1, {}]", name, bytes,
+             std::numeric_limits<off_t>::max());
   Fd fd{::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600)};
   if (fd.fd < 0) {
     C10D_THROW(NetworkError, "cannot create shared memory {}: {}", name, std::strerror(errno));

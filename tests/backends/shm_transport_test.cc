@@ -1,8 +1,9 @@
 // ShmTransport with every rank a thread over a shared HashStore (one host, so every pair goes
 // through shared memory): exact bytes in either order, FIFO per tag, interleaved tags, messages
 // many times the ring's size (including one whose receive is posted while it is arriving), empty
-// messages, size mismatches, the all-reduce algorithms, abort, deadlines, and nothing left in
-// /dev/shm after set-up.
+// messages, size mismatches, the all-reduce algorithms, abort, deadlines, nothing left in
+// /dev/shm after set-up, and ring sizes bounded (tests/fault/bounds_test.cc has the
+// environment's).
 #include "backends/gloo_like/shm_transport.h"
 
 #include <gtest/gtest.h>
@@ -205,6 +206,18 @@ TEST(ShmTransportTest, NoSegmentIsLeftInDevShmAfterSetUp) {
     set_up.arrive_and_wait();  // every rank's constructor has returned
     EXPECT_EQ(ours(), before);
   });
+}
+
+TEST(ShmTransportTest, RingSizeOptionAboveTheBoundIsRefused) {
+  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(2000));
+  try {
+    ShmTransport t(store, 0, 1,
+                   ShmTransportOptions{.group_name = "huge", .ring_bytes = std::size_t{1} << 62});
+    ADD_FAILURE() << "a ring of 2^62 bytes must be refused";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("4611686018427387904"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("1073741824"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ShmTransportTest, RingSizesThatAreNotPowersOfTwoAreRefused) {

@@ -8,9 +8,10 @@
 // each rank publishes its host key (shm_host_key) in the store under
 // "<group_name>/shm/host/<rank>"; the ranks whose keys equal this rank's are its same-host
 // peers. A rank with such peers creates its segment of incoming rings, publishes its name,
-// maps each same-host peer's segment (checking magic, version, rank, ring count and size, and
-// naming both sides' values on a mismatch), says so in the store, and unlinks its own name once
-// every same-host peer has mapped it, so nothing is left in /dev/shm after set-up.
+// maps each same-host peer's segment (checking its size, then magic, version, rank, ring count,
+// ring size and pid, and naming both sides' values on a mismatch), says so in the store, and
+// unlinks its own name once every same-host peer has mapped it, so nothing is left in /dev/shm
+// after set-up.
 //
 // Segment "/c10d-shm-<pid>-<random>", one per rank (host byte order, little-endian):
 //
@@ -66,8 +67,9 @@ namespace c10d::gloo_like {
 struct ShmTransportOptions {
   std::string group_name = "default";
   Milliseconds timeout = kDefaultTimeout;  // bounds the set-up through the store
-  // Per ordered pair of same-host ranks; a power of two, at least 64 KiB. 0: C10D_SHM_RING_BYTES,
-  // else 1 MiB (8 ranks on a host then hold 56 MiB of /dev/shm).
+  // Per ordered pair of same-host ranks; a power of two from 64 KiB to 1 GiB. 0:
+  // C10D_SHM_RING_BYTES (the same bounds), else 1 MiB (8 ranks on a host then hold 56 MiB of
+  // /dev/shm).
   std::size_t ring_bytes = 0;
 };
 
@@ -77,7 +79,8 @@ struct ShmTransportOptions {
 std::string shm_host_key();
 
 // Whether the TCP backend sends to same-host peers through shared memory: C10D_SHM, default on
-// ("0" turns it off and sends everything over TCP).
+// ("0", "false", "no" or "off" turn it off and send everything over TCP; anything but a boolean
+// is an InvalidArgument naming it).
 bool shm_enabled_from_env();
 
 class ShmTransport final : public transport::Transport {

@@ -59,6 +59,8 @@ inline constexpr std::size_t kPacketHeaderBytes = 128;
 inline constexpr std::size_t kMaxRouteHops = 56;
 inline constexpr std::size_t kMaxReasonBytes = 1024;
 inline constexpr std::size_t kDefaultRingBytes = std::size_t{1} << 20;
+// The header keeps the ring size in a u32; rings are far smaller than that anyway.
+inline constexpr std::size_t kMaxRingBytes = std::size_t{1} << 30;
 inline constexpr std::size_t kMaxPayloadBytes = std::size_t{64} << 10;
 
 enum ChipState : std::uint32_t { kRunning = 0, kLeaving = 1, kAborted = 2 };
@@ -111,6 +113,7 @@ struct PacketHeader {
 static_assert(sizeof(PacketHeader) == kPacketHeaderBytes && offsetof(PacketHeader, head) == 56 &&
               offsetof(PacketHeader, route) == 72);
 
+// Callers bound ring_bytes by kMaxRingBytes and rings by 2 x 8 axes, so this cannot overflow.
 inline std::size_t segment_bytes(std::size_t rings, std::size_t ring_bytes) {
   return kChipHeaderBytes + rings * (kRingHeaderBytes + ring_bytes);
 }

@@ -59,14 +59,26 @@ void IciTransport::Chip::set_up() {
       const std::string key = prefix + "ready/" + std::to_string(peer);
       store->wait(std::span<const std::string>(&key, 1), timeout);
       SharedSegment seg = SharedSegment::open(store->get_string(key));
-      const auto* h = reinterpret_cast<const ChipHeader*>(seg.data());
-      if (seg.size() < segment_bytes(rings, options.ring_bytes) || h->magic != kSegmentMagic ||
-          h->version != kLayoutVersion || h->rank != peer || h->world != n ||
-          h->ring_bytes != options.ring_bytes) {
+      // The size first, so that the header read next lies within the mapping.
+      if (seg.size() < segment_bytes(rings, options.ring_bytes)) {
         C10D_THROW(NetworkError,
-                   "ICI rank {}: the segment {} of neighbour rank {} does not match this fabric "
-                   "(magic, version, rank, world size {} or ring size {})",
-                   rank, seg.name(), peer, n, options.ring_bytes);
+                   "ICI rank {}: the segment {} of neighbour rank {} holds {} bytes, not the {} of "
+                   "{} rings of {} bytes",
+                   rank, seg.name(), peer, seg.size(), segment_bytes(rings, options.ring_bytes),
+                   rings, options.ring_bytes);
+      }
+      const auto* h = reinterpret_cast<const ChipHeader*>(seg.data());
+      if (h->magic != kSegmentMagic || h->version != kLayoutVersion || h->rank != peer ||
+          h->world != n || h->rings != rings || h->ring_bytes != options.ring_bytes ||
+          h->pid <= 0) {
+        C10D_THROW(NetworkError,
+                   "ICI rank {}: the segment {} of neighbour rank {} does not match this fabric: "
+                   "magic {:#x} version {} rank {} world size {} rings {} ring bytes {} pid {} "
+                   "there, magic {:#x} version {} rank {} world size {} rings {} ring bytes {} and "
+                   "a pid expected",
+                   rank, seg.name(), peer, h->magic, h->version, h->rank, h->world, h->rings,
+                   h->ring_bytes, h->pid, kSegmentMagic, kLayoutVersion, peer, n, rings,
+                   options.ring_bytes);
       }
       it = neighbours.emplace(peer, std::move(seg)).first;
       neighbour_list.push_back(reinterpret_cast<ChipHeader*>(it->second.data()));
