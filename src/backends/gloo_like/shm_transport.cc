@@ -21,6 +21,7 @@
 
 #include "c10d/errors.h"
 #include "core/check.h"
+#include "core/fault_point.h"
 #include "core/host.h"
 #include "core/parse.h"
 #include "core/spin_wait.h"
@@ -44,6 +45,8 @@ constexpr std::size_t kMessageHeaderBytes = 64;
 constexpr std::size_t kDefaultRingBytes = std::size_t{1} << 20;
 constexpr std::size_t kMinRingBytes = std::size_t{64} << 10;
 constexpr std::size_t kMaxRingBytes = std::size_t{1} << 30;
+// The segment names' kind (shared_memory.h: "/c10d-shm-<owner>-<nonce>").
+constexpr std::string_view kSegmentKind = "c10d-shm";
 // Bytes copied between publications of a ring position: the other side starts on a chunk as
 // soon as it is in, so a large message's two copies overlap.
 constexpr std::uint64_t kChunk = std::uint64_t{128} << 10;
@@ -552,6 +555,10 @@ struct ShmTransport::Impl {
 
   // ---- Set-up ----
 
+  // Set-up. core::fault_point marks each step where a process that dies leaves something
+  // different behind (tests/fault/setup_leak_test.cc kills a rank at each):
+  //   shm:before_create, shm:after_create, shm:after_publish, shm:after_map,
+  //   shm:after_all_mapped.
   void setup(Store& store, const ShmTransportOptions& options) {
     const auto deadline = Clock::now() + options.timeout;  // timeout checked: no overflow
     const auto left = [&] {
@@ -589,10 +596,15 @@ struct ShmTransport::Impl {
       return RingView{reinterpret_cast<RingHeader*>(r), r + kRingHeaderBytes, ring_bytes};
     };
 
+    // The segments that ranks killed before they unlinked theirs left here (earlier jobs, or
+    // this host's other jobs), before this one takes room in /dev/shm.
+    transport::reclaim_orphan_segments(kSegmentKind);
+    core::fault_point("shm:before_create");
     std::random_device rd;
     const std::uint64_t nonce = (std::uint64_t{rd()} << 32) ^ rd();
-    own = transport::SharedSegment::create(fmt::format("/c10d-shm-{}-{:016x}", ::getpid(), nonce),
-                                           bytes);
+    own = transport::SharedSegment::create(
+        transport::owned_segment_name(kSegmentKind, fmt::format("{:016x}", nonce)), bytes);
+    core::fault_point("shm:after_create");
     auto* h = new (own.data()) SegmentHeader{};
     h->magic = kSegmentMagic;
     h->version = kVersion;
@@ -603,6 +615,7 @@ struct ShmTransport::Impl {
     for (std::size_t i = 0; i < rings; ++i) new (ring_at(own.data(), i).header) RingHeader{};
     own_header = h;
     store.set(key("segment", rank), own.name());
+    core::fault_point("shm:after_publish");
 
     for (int q : local) {
       if (q == rank) continue;
@@ -637,12 +650,14 @@ struct ShmTransport::Impl {
       p.in = ring_at(own.data(), ring_of(q, rank));
       peer_index[static_cast<std::size_t>(q)] = static_cast<int>(peers.size() - 1);
     }
+    core::fault_point("shm:after_map");
     store.set(key("mapped", rank), "1");
     std::vector<std::string> mapped;
     for (int q : local) {
       if (q != rank) mapped.push_back(key("mapped", q));
     }
     store.wait(mapped, left());
+    core::fault_point("shm:after_all_mapped");
     own.unlink();  // every same-host peer holds its mapping now
   }
 };

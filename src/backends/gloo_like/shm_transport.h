@@ -11,9 +11,12 @@
 // maps each same-host peer's segment (checking its size, then magic, version, rank, ring count,
 // ring size and pid, and naming both sides' values on a mismatch), says so in the store, and
 // unlinks its own name once every same-host peer has mapped it, so nothing is left in /dev/shm
-// after set-up.
+// after set-up. A rank killed before that cannot unlink: its segment's name says which process
+// owned it (transport/shared_memory.h), and every set-up on the host first reclaims the
+// segments of processes that are gone, so a crashed job's leftovers never fill /dev/shm.
 //
-// Segment "/c10d-shm-<pid>-<random>", one per rank (host byte order, little-endian):
+// Segment "/c10d-shm-<pid namespace>-<pid>-<start time>-<random>", one per rank, mode 0600
+// (host byte order, little-endian):
 //
 //   offset 0   SegmentHeader (4096 bytes)
 //              +0  u32 magic "C1SM"   +4  u32 version (1)   +8  i32 rank   +12 u32 rings

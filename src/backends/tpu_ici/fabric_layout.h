@@ -3,8 +3,10 @@
 // a chip creates its own segment and maps those of its torus neighbours, so chips exchange bytes
 // only with neighbours; far messages are forwarded hop by hop by each chip's router thread.
 //
-// Segment "/c10d-ici-<token>-<rank>" (the token comes from rank 0 through the store; the name is
-// unlinked once every chip has mapped its neighbours):
+// Segment "/c10d-ici-<pid namespace>-<pid>-<start time>-<token>-<rank>", mode 0600 (named after
+// its owner process as transport/shared_memory.h says; the token comes from rank 0 through the
+// store; the name is unlinked once every chip has mapped its neighbours, and a set-up first
+// reclaims the segments of chips whose process is gone):
 //
 //   offset 0      ChipHeader (4096 bytes)
 //                 +0   u32 magic "C1IS"       +4  u32 version (1)
