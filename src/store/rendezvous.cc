@@ -153,6 +153,19 @@ bool resolve_external(const InitUrl& url) {
   return *parsed.value;
 }
 
+// What tells this job from another started on the same file:// path at the same time: C10D_RUN_ID,
+// else Slurm's job and step ids, else mpirun's job id; empty when none is set.
+std::string run_id() {
+  if (auto id = env_var("C10D_RUN_ID"); id && !id->empty()) return *id;
+  const auto slurm_job = env_var("SLURM_JOB_ID");
+  const auto slurm_step = env_var("SLURM_STEP_ID");
+  if (slurm_job && slurm_step) return "slurm:" + *slurm_job + "." + *slurm_step;
+  for (const char* name : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
+    if (auto id = env_var(name); id && !id->empty()) return "mpirun:" + *id;
+  }
+  return "";
+}
+
 std::string bracket_if_v6(const std::string& host) {
   return host.find(':') == std::string::npos ? host : "[" + host + "]";
 }
@@ -238,7 +251,8 @@ RendezvousResult rendezvous(std::string_view init_method, int rank, int world_si
     C10D_CHECK(!url.external, "init method '{}': ?external applies to tcp:// only", init_method);
     C10D_LOG_INFO("rendezvous: rank {} of {} opens the file store {}", result.rank,
                   result.world_size, url.body);
-    result.store = std::make_shared<FileStore>(url.body, timeout);
+    result.store = std::make_shared<FileStore>(
+        url.body, timeout, FileStoreJob{result.rank, result.world_size, run_id()});
   } else if (mpirun) {
     result.store = store::open_mpirun_store(*mpirun, result.rank, timeout);
   } else {

@@ -15,6 +15,8 @@
 //                   when every total is world size x VALUE, else "MIXED <total>" and exits 4
 //                   (a rank of another job in the group: the file:// tests run two jobs with
 //                   different values).
+//   hold            prints "READY" once the group is made and one all_reduce is done, then
+//                   sleeps 60 s (the test kills it, leaving what a killed job leaves).
 //   stall           (MPI backend, blocking collectives) rank 0 calls all_reduce with a 2 s
 //                   timeout that rank 1 never joins: wait(100 ms) must throw TimeoutError
 //                   ("WAITER_TIMEOUT") while the worker runs the blocking call, then the
@@ -46,9 +48,17 @@ int run(const std::string& scenario, int victim) {
   if (std::getenv("C10D_TIMEOUT_MS") == nullptr) options.timeout = 30s;
   auto pg = c10d::init_process_group(options);
   const int rank = pg->rank();
-  if (scenario == "sum") {
+  if (scenario == "sum" || scenario == "hold") {
     const float value = static_cast<float>(victim);
     auto v = c10d::Tensor::from_vector(std::vector<float>(16, value), c10d::DType::kFloat32);
+    if (scenario == "hold") {
+      pg->all_reduce({v})->wait(30s);
+      fmt::print("READY\n");
+      std::fflush(stdout);
+      std::this_thread::sleep_for(60s);
+      fmt::print("UNEXPECTED: not killed\n");
+      return 1;
+    }
     fmt::print("READY\n");
     std::fflush(stdout);
     if (const char* hold = std::getenv("C10D_TEST_HOLD_MS")) {
@@ -193,7 +203,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: pg_fault_child kill VICTIM | mismatch | split_mismatch | ok | stall | "
-                 "sum VALUE\n");
+                 "sum VALUE | hold\n");
     return 2;
   }
   try {
