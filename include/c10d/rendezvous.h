@@ -8,7 +8,14 @@
 //                                           MASTER_PORT set, rank 0 hosts the store on
 //                                           127.0.0.1 and tells the others its port through
 //                                           the job's session directory (one host only).
-//   file:///path[?rank=R&world_size=N]      a FileStore at /path.
+//   file:///path[?rank=R&world_size=N]      a FileStore at /path, as rank R of a job of N
+//                                           (FileStoreJob, store.h): rank 0 deletes what an
+//                                           earlier run left there and starts afresh, the
+//                                           other ranks read nothing before that, the last
+//                                           rank to leave deletes the file, and a path a
+//                                           live job holds is refused ("in use by another
+//                                           job"). C10D_RUN_ID (else Slurm's or mpirun's job
+//                                           id) tells apart jobs started on one path at once.
 //
 // Rank and world size come from, in order: the arguments (when >= 0), the URL's query, the
 // environment (RANK/WORLD_SIZE, then OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE). When a server

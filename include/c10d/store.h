@@ -104,12 +104,30 @@ class HashStore : public Store {
   std::unique_ptr<State> state_;
 };
 
+// What makes a FileStore one rank of a job that meets in the file (file:// rendezvous).
+struct FileStoreJob {
+  int rank = -1;
+  int world_size = -1;
+  // Tells apart jobs started on one path at the same time; empty: none. rendezvous() takes
+  // C10D_RUN_ID, else Slurm's job and step ids, else mpirun's job id.
+  std::string run_id;
+};
+
 // Store in a file, shared by processes (on one machine, or on a shared file system with working
 // fcntl locks). Every operation takes an exclusive lock on the file, replays what other
 // processes appended since, and appends its own record; waits poll with backoff.
+//
+// With a FileStoreJob, the store is that rank of a job meeting in the file, and the job owns the
+// file for as long as any of its ranks' stores lives (docs/store.md): rank 0 deletes a file left by
+// an earlier run and starts a new generation of it; every other rank's constructor waits (up to
+// `timeout`) for that generation, so it never answers from an earlier run's keys; the last store to
+// go deletes the file. A file that a live job holds is refused: StoreError "FileStore '<path>' is
+// in use by another job", naming that job's generation. A plain FileStore may read a job's file
+// while the job runs, and fails (StoreError) once the job has deleted it.
 class FileStore : public Store {
  public:
   FileStore(std::filesystem::path path, Milliseconds timeout = kDefaultTimeout);
+  FileStore(std::filesystem::path path, Milliseconds timeout, const FileStoreJob& job);
   ~FileStore() override;
   void set(std::string_view key, std::span<const std::uint8_t> value) override;
   Bytes get(std::string_view key) override;

@@ -3,19 +3,18 @@
 // takes it from the rank it waits for).
 #pragma once
 
-#include <cstdlib>
 #include <thread>
+
+#include "core/parse.h"
 
 namespace c10d::core {
 
 // The job's processes on this host: LOCAL_WORLD_SIZE (c10drun, torchrun) or mpirun's
-// OMPI_COMM_WORLD_LOCAL_SIZE; 1 when neither is set.
+// OMPI_COMM_WORLD_LOCAL_SIZE, each in [1, 2^20] (else an InvalidArgument naming it); 1 when
+// neither is set.
 inline int local_processes() {
   for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
-    if (const char* v = std::getenv(name)) {
-      const int n = std::atoi(v);
-      if (n > 0) return n;
-    }
+    if (const auto n = env_int(name, 1, std::int64_t{1} << 20)) return static_cast<int>(*n);
   }
   return 1;
 }

@@ -13,9 +13,10 @@
 #include <sched.h>
 
 #include <chrono>
-#include <cstdlib>
+#include <cstdint>
 
 #include "core/host.h"
+#include "core/parse.h"
 
 namespace c10d::core {
 
@@ -26,12 +27,14 @@ inline std::chrono::microseconds hot_spin() {
   return has_own_core() ? kHotSpin : std::chrono::microseconds(0);
 }
 
-// The whole polling window: 50 µs, or C10D_SPIN_US (0 turns polling off).
+// The longest C10D_SPIN_US: a second of polling is far past any use (and far from overflow).
+inline constexpr std::int64_t kMaxSpinUs = 1'000'000;
+
+// The whole polling window: 50 µs, or C10D_SPIN_US in [0, kMaxSpinUs] (0 turns polling off;
+// anything else is an InvalidArgument naming it, thrown by the first call).
 inline std::chrono::microseconds spin_window() {
-  static const std::chrono::microseconds window = [] {
-    const char* env = std::getenv("C10D_SPIN_US");
-    return std::chrono::microseconds(env != nullptr && *env != '\0' ? std::atol(env) : 50);
-  }();
+  static const std::chrono::microseconds window(
+      env_int("C10D_SPIN_US", 0, kMaxSpinUs).value_or(50));
   return window;
 }
 

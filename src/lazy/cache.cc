@@ -1,7 +1,9 @@
 #include "lazy/cache.h"
 
-#include <cstdlib>
+#include <cstdint>
 #include <string>
+
+#include "core/parse.h"
 
 namespace c10d::lazy {
 
@@ -43,11 +45,9 @@ void ProgramCache::evict_locked() {
 }
 
 ProgramCache& program_cache() {
-  static ProgramCache cache([] {
-    const char* env = std::getenv("C10D_LAZY_CACHE");
-    if (env != nullptr && *env != '\0') return static_cast<std::size_t>(std::stoull(env));
-    return std::size_t{64};
-  }());
+  // C10D_LAZY_CACHE in [0, 2^20] programs (each holds compiled kernels and buffers).
+  static ProgramCache cache(static_cast<std::size_t>(
+      core::env_uint("C10D_LAZY_CACHE", 0, std::uint64_t{1} << 20).value_or(64)));
   return cache;
 }
 

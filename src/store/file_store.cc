@@ -1,17 +1,9 @@
-// FileStore: a Store kept in an append-only log file that processes share.
+// FileStore: a Store kept in an append-only log file that processes share (the file's layout
+// and locks are drawn in file_log.h).
 //
-// Every operation opens the file, takes an exclusive lock on it, replays the records other
-// stores appended since this one last read into a local map, appends its own records and
-// unlocks. The map is a cache of the log; the file is the truth. Waits poll with backoff.
-//
-// Record layout (all integers little-endian):
-//
-//    0        4      5            9                17
-//    +--------+------+------------+----------------+-------------+---------------+
-//    | magic  | kind | key length | value length   | key bytes   | value bytes   |
-//    | u32    | u8   | u32        | u64            |             |               |
-//    +--------+------+------------+----------------+-------------+---------------+
-//    magic = 0x46303143, the bytes "C10F"; kind: 1 set, 2 delete (no value), 3 append.
+// Every operation opens the file, takes the operation lock, replays the records other stores
+// appended since this one last read into a local map, appends its own records and unlocks. The
+// map is a cache of the log; the file is the truth. Waits poll with backoff.
 //
 // Lengths are checked against StoreLimits before anything is allocated. A torn tail -- the file
 // ends inside a record's header or body -- can only be left by a writer that died mid-append (a
@@ -20,25 +12,36 @@
 // writer's operation never happened (of a dead multi_set, a prefix of the keys may remain).
 // Every store's read offset is at or before the cut: stores replay only whole records, and a torn
 // record starts at the end of the file. A complete header with a bad magic, kind or length is
-// corruption, as is a file shorter than what a store has already read: a StoreError naming the
-// path and the offset.
-// Locks are open-file-description locks (F_OFD_SETLK; flock where those do not exist): they
-// exclude other open files of the same process too, so two FileStores on one path in one
-// process behave as two processes would.
-#include <fcntl.h>
-#include <sys/file.h>
+// corruption, as is a file shorter than what a store has already read, or another file at the
+// path than the one it read (deleted and made again): a StoreError naming the path.
+//
+// Jobs (FileStoreJob; what file:// rendezvous makes): the ranks of a job meet in a generation of
+// the file, so that nothing is read from an earlier run's file or from another live job's.
+//  - Rank 0 starts it. Under the operation lock, when no live process holds the lease byte, it
+//    deletes whatever is at the path and writes a new file whose first record is the
+//    generation (a random id, the world size, the run id, its host and pid); then it takes the
+//    lease (shared) and its rank byte (exclusive). When a live generation with its rank 0 holds
+//    the file, rank 0 fails at once: the file is in use by another job. When only other
+//    members of one still run, it waits for them to end, for up to kEndingGrace.
+//  - Every other rank's constructor waits (up to its timeout) until the file holds a live
+//    generation whose rank 0 is there, so no key of an earlier run ever reaches its caller (an
+//    empty file, one without a generation, or one whose members are all gone was left by an
+//    earlier run). It joins when the world size and the
+//    run id match and its rank byte is free, taking the lease and its rank byte; otherwise the
+//    file is in use by another job, and it fails at once.
+//  - Members hold their locks through one open file for the store's life; the kernel drops them
+//    when the process ends, however it ends. The last member to leave deletes the file.
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -46,179 +49,42 @@
 #include "c10d/store.h"
 #include "core/check.h"
 #include "core/logging.h"
+#include "core/parse.h"
+#include "store/file_log.h"
 #include "store/store_util.h"
 
 namespace c10d {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-constexpr std::uint32_t kRecordMagic = 0x46303143;  // "C10F" as little-endian bytes
-constexpr std::size_t kRecordHeaderBytes = 17;
-enum class RecordKind : std::uint8_t { kSet = 1, kDelete = 2, kAppend = 3 };
+using store::file::Clock;
+using store::file::Fd;
+using store::file::Generation;
+using store::file::get_le;
+using store::file::held_by_others;
+using store::file::kLeaseByte;
+using store::file::kRecordHeaderBytes;
+using store::file::kRecordMagic;
+using store::file::LockedFile;
+using store::file::rank_byte;
+using store::file::RecordKind;
+using store::file::sleep_backoff;
 
 const StoreLimits kLimits{};
 
-// Polling intervals: waits for keys back off from 1 ms to 50 ms; lock retries start shorter,
-// since a lock is held only for the few system calls of one operation.
+// Waits for keys (and for a generation to join) back off from 1 ms to 50 ms.
 constexpr std::chrono::microseconds kWaitBackoffFirst{1000};
 constexpr std::chrono::microseconds kWaitBackoffMax{50000};
-constexpr std::chrono::microseconds kLockBackoffFirst{50};
-constexpr std::chrono::microseconds kLockBackoffMax{5000};
-
-// Sleeps `backoff`, but not past the deadline, then doubles it up to `max`.
-void sleep_backoff(std::chrono::microseconds& backoff, std::chrono::microseconds max,
-                   Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
-  std::this_thread::sleep_for(std::min(backoff, std::max(left, std::chrono::microseconds(0))));
-  backoff = std::min(backoff * 2, max);
-}
+// The longest run id (C10D_RUN_ID) a generation records.
+constexpr std::size_t kMaxRunIdBytes = 256;
+// How long rank 0 waits for the ranks of a job whose rank 0 has left to end (a job that is
+// ending: its ranks leave one by one) before it calls the file in use.
+constexpr Milliseconds kEndingGrace{5000};
+// How long a leaving member tries for the lock before it gives up deleting the file.
+constexpr Milliseconds kLeaveTimeout{5000};
 
 std::int64_t elapsed_ms(Clock::time_point start) {
   return std::chrono::duration_cast<Milliseconds>(Clock::now() - start).count();
 }
-
-void put_le(std::string& out, std::uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-
-std::uint64_t get_le(const std::uint8_t* in, int bytes) {
-  std::uint64_t value = 0;
-  for (int i = 0; i < bytes; ++i) value |= std::uint64_t{in[i]} << (8 * i);
-  return value;
-}
-
-// Owns a file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-Fd open_file(const std::string& path) {
-  int fd;
-  do {
-    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) C10D_THROW(StoreError, "FileStore '{}': cannot open: {}", path, std::strerror(errno));
-  return Fd(fd);
-}
-
-// The file, open and exclusively locked for the lifetime of this object.
-class LockedFile {
- public:
-  LockedFile(const std::string& path, Clock::time_point deadline)
-      : path_(path), fd_(open_file(path)) {
-    const Clock::time_point start = Clock::now();
-    std::chrono::microseconds backoff = kLockBackoffFirst;
-    while (!try_lock()) {
-      if (Clock::now() >= deadline) {
-        C10D_THROW(TimeoutError, "FileStore '{}': could not lock the file within {} ms", path_,
-                   elapsed_ms(start));
-      }
-      sleep_backoff(backoff, kLockBackoffMax, deadline);
-    }
-    struct stat st {};
-    if (::fstat(fd_.get(), &st) != 0) fail("fstat");
-    size_ = static_cast<std::uint64_t>(st.st_size);
-  }
-  ~LockedFile() { unlock(); }  // closing the fd afterwards would release the lock anyway
-  LockedFile(const LockedFile&) = delete;
-  LockedFile& operator=(const LockedFile&) = delete;
-
-  std::uint64_t size() const { return size_; }
-
-  // Reads exactly `n` bytes at `offset`; the caller has checked they lie within size().
-  void read_at(std::uint8_t* out, std::size_t n, std::uint64_t offset) const {
-    while (n > 0) {
-      const ssize_t got = ::pread(fd_.get(), out, n, static_cast<off_t>(offset));
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) fail("read");
-      if (got == 0) {
-        C10D_THROW(StoreError, "FileStore '{}': the file ended early at offset {}", path_, offset);
-      }
-      out += got;
-      n -= static_cast<std::size_t>(got);
-      offset += static_cast<std::uint64_t>(got);
-    }
-  }
-
-  // Appends `bytes` at the end (the caller has replayed up to it). On failure, cuts the file
-  // back so no torn record is left for other readers, and throws StoreError.
-  void append(const std::string& bytes) {
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t put = ::pwrite(fd_.get(), bytes.data() + done, bytes.size() - done,
-                                   static_cast<off_t>(size_ + done));
-      if (put < 0 && errno == EINTR) continue;
-      if (put < 0) {
-        const int saved = errno;
-        if (::ftruncate(fd_.get(), static_cast<off_t>(size_)) != 0) {
-          C10D_LOG_ERROR("FileStore '{}': could not cut a torn record at offset {} (replay will)",
-                         path_, size_);
-        }
-        errno = saved;
-        fail("write");
-      }
-      done += static_cast<std::size_t>(put);
-    }
-    size_ += bytes.size();
-  }
-
-  // Cuts the file back to `size` bytes (dropping a torn tail).
-  void truncate(std::uint64_t size) {
-    int rc;
-    do {
-      rc = ::ftruncate(fd_.get(), static_cast<off_t>(size));
-    } while (rc != 0 && errno == EINTR);
-    if (rc != 0) fail("ftruncate");
-    size_ = size;
-  }
-
- private:
-  bool try_lock() {
-    for (;;) {
-#ifdef F_OFD_SETLK
-      struct flock request {};
-      request.l_type = F_WRLCK;
-      request.l_whence = SEEK_SET;  // l_start = l_len = 0: the whole file, however long
-      if (::fcntl(fd_.get(), F_OFD_SETLK, &request) == 0) return true;
-      if (errno == EAGAIN || errno == EACCES) return false;
-#else
-      if (::flock(fd_.get(), LOCK_EX | LOCK_NB) == 0) return true;
-      if (errno == EWOULDBLOCK) return false;
-#endif
-      if (errno != EINTR) fail("lock");
-    }
-  }
-
-  void unlock() {
-#ifdef F_OFD_SETLK
-    struct flock request {};
-    request.l_type = F_UNLCK;
-    request.l_whence = SEEK_SET;
-    (void)::fcntl(fd_.get(), F_OFD_SETLK, &request);
-#else
-    (void)::flock(fd_.get(), LOCK_UN);
-#endif
-  }
-
-  [[noreturn]] void fail(const char* what) const {
-    C10D_THROW(StoreError, "FileStore '{}': {} failed: {}", path_, what, std::strerror(errno));
-  }
-
-  const std::string& path_;
-  Fd fd_;
-  std::uint64_t size_ = 0;
-};
 
 std::string who(const std::string& path) { return fmt::format("FileStore '{}'", path); }
 void check_key(const std::string& path, std::string_view key) {
@@ -245,14 +111,47 @@ struct FileStore::State {
   std::mutex mu;           // serializes this object's operations on the cache and the file
   std::map<std::string, Bytes, std::less<>> values;  // GUARDED_BY(mu)
   std::uint64_t offset = 0;  // GUARDED_BY(mu): bytes of the log replayed into `values`
+  // GUARDED_BY(mu): the file those bytes came from (set by the first read).
+  bool bound = false;
+  dev_t device = 0;
+  ino_t inode = 0;
+  std::optional<Generation> generation;  // GUARDED_BY(mu): the file's, when it has one
+  // A job's member: its rank and the open file holding its lease and rank locks.
+  std::optional<FileStoreJob> job;
+  Fd membership;
 
   // Runs fn(file) with the file locked and `values` up to date; fn appends through write().
   template <typename Fn>
   auto transact(Clock::time_point deadline, Fn&& fn) {
     std::lock_guard<std::mutex> lock(mu);
     LockedFile file(name, deadline);
+    check_same_file(file);
     replay(file);
     return fn(file);
+  }
+
+  // What this store read came from the file now at the path, or the store has read nothing.
+  void check_same_file(const LockedFile& file) {
+    if (bound && (file.device() != device || file.inode() != inode)) {
+      if (offset != 0) {
+        C10D_THROW(StoreError,
+                   "FileStore '{}': the file was deleted and made again since this store read "
+                   "{} bytes of it (a file:// job's last rank deletes it when it leaves, and a "
+                   "new job's rank 0 starts over): whatever this store knew is gone",
+                   name, offset);
+      }
+    }
+    bound = true;
+    device = file.device();
+    inode = file.inode();
+  }
+
+  // Drops everything read, to read a (possibly other) file from its start.
+  void forget() {
+    values.clear();
+    offset = 0;
+    bound = false;
+    generation.reset();
   }
 
   // Applies the records appended since `offset`, cutting off a torn tail (see the top).
@@ -274,7 +173,7 @@ struct FileStore::State {
       const std::uint64_t key_len = get_le(&header[5], 4);
       const std::uint64_t value_len = get_le(&header[9], 8);
       if (magic != kRecordMagic) corrupt(fmt::format("bad record magic {:#010x}", magic));
-      if (kind < 1 || kind > 3) corrupt(fmt::format("unknown record kind {}", kind));
+      if (kind < 1 || kind > 4) corrupt(fmt::format("unknown record kind {}", kind));
       if (key_len > kLimits.max_key_bytes || value_len > kLimits.max_value_bytes) {
         corrupt(fmt::format("a key of {} / value of {} bytes, over the limits {} / {}", key_len,
                             value_len, kLimits.max_key_bytes, kLimits.max_value_bytes));
@@ -289,6 +188,15 @@ struct FileStore::State {
       Bytes value(value_len);
       file.read_at(value.data(), value.size(), offset + kRecordHeaderBytes + key_len);
       const auto record_kind = static_cast<RecordKind>(kind);
+      if (record_kind == RecordKind::kGeneration) {
+        if (offset != 0) corrupt("a generation record past the start of the file");
+        generation = Generation::decode(
+            std::move(key),
+            std::string_view(reinterpret_cast<const char*>(value.data()), value.size()));
+        if (!generation) corrupt("a generation record that does not describe one");
+        offset += kRecordHeaderBytes + body;
+        continue;
+      }
       if (record_kind == RecordKind::kAppend) {
         auto it = values.find(key);
         if (it != values.end() && it->second.size() + value.size() > kLimits.max_value_bytes) {
@@ -339,15 +247,7 @@ struct FileStore::State {
 
   static std::string encode(RecordKind kind, std::string_view key,
                             std::span<const std::uint8_t> value) {
-    std::string out;
-    out.reserve(kRecordHeaderBytes + key.size() + value.size());
-    put_le(out, kRecordMagic, 4);
-    put_le(out, static_cast<std::uint8_t>(kind), 1);
-    put_le(out, key.size(), 4);
-    put_le(out, value.size(), 8);
-    out.append(key);
-    out.append(reinterpret_cast<const char*>(value.data()), value.size());
-    return out;
+    return store::file::encode(kind, key, value);
   }
 
   std::vector<std::string> missing(std::span<const std::string> keys) const {
@@ -383,14 +283,147 @@ struct FileStore::State {
       sleep_backoff(backoff, kWaitBackoffMax, deadline);
     }
   }
+
+  // ---- Jobs (see the top) ----
+
+  [[noreturn]] void in_use(const FileStoreJob& me, const std::string& why) const {
+    C10D_THROW(StoreError,
+               "FileStore '{}' is in use by another job: its {} still has live members{}; this "
+               "is rank {} of {} (run id '{}'). Give each job a file of its own, or wait for the "
+               "other to end",
+               name, generation ? generation->describe() : "file", why, me.rank, me.world_size,
+               me.run_id);
+  }
+
+  // Makes this store rank `me.rank` of the file's current generation (rank 0: of a new one).
+  void join(const FileStoreJob& me, Milliseconds timeout) {
+    const Clock::time_point start = Clock::now();
+    const Clock::time_point deadline = deadline_after(timeout);
+    std::chrono::microseconds backoff = kWaitBackoffFirst;
+    std::string found;  // what the file held at the last look, for the timeout message
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        LockedFile file(name, deadline);
+        forget();  // not a member yet: every look reads the file afresh
+        check_same_file(file);
+        replay(file);
+        const bool live = held_by_others(file.fd(), F_WRLCK, kLeaseByte, name);
+        const bool led = live && held_by_others(file.fd(), F_WRLCK, rank_byte(0), name);
+        if (me.rank == 0 && !live) {
+          if (file.size() > 0) {
+            // An earlier run's file (or a file that is no job's): start from a new one.
+            if (::unlink(name.c_str()) != 0 && errno != ENOENT) {
+              C10D_THROW(StoreError, "FileStore '{}': cannot delete the stale file: {}", name,
+                         std::strerror(errno));
+            }
+            C10D_LOG_INFO("FileStore '{}': rank 0 deleted a file no live job holds ({})", name,
+                          generation ? generation->describe() : "no generation");
+            continue;
+          }
+          start_generation(file, me);
+          return;
+        }
+        if (me.rank == 0 && led) in_use(me, "");
+        if (me.rank != 0 && generation && led) {
+          if (generation->world_size != me.world_size) {
+            in_use(me,
+                   fmt::format(", and {} ranks, not {}", generation->world_size, me.world_size));
+          }
+          if (generation->run_id != me.run_id) {
+            in_use(me, fmt::format(", and run id '{}', not '{}'", generation->run_id, me.run_id));
+          }
+          if (held_by_others(file.fd(), F_WRLCK, rank_byte(me.rank), name)) {
+            in_use(me, fmt::format(", and its rank {} is a live process already", me.rank));
+          }
+          take_membership(file, me);
+          return;
+        }
+        if (!generation) {
+          found = file.size() == 0 ? "the file is empty" : "the file holds no generation";
+        } else if (!live) {
+          found = "the file holds " + generation->describe() + " of an earlier job, all gone";
+        } else {
+          found = "the file holds " + generation->describe() +
+                  ", whose rank 0 has left while other members still run";
+        }
+      }
+      if (me.rank == 0 && (Clock::now() - start >= kEndingGrace || Clock::now() >= deadline)) {
+        in_use(me, fmt::format(" but not its rank 0 (waited {} ms for them to end)",
+                               elapsed_ms(start)));
+      }
+      if (Clock::now() >= deadline) {
+        C10D_THROW(TimeoutError,
+                   "FileStore '{}': rank {} of {} timed out after {} ms (timeout {} ms) waiting "
+                   "for rank 0 to start this job's generation ({})",
+                   name, me.rank, me.world_size, elapsed_ms(start), timeout.count(), found);
+      }
+      sleep_backoff(backoff, kWaitBackoffMax, deadline);
+    }
+  }
+
+  // Under the operation lock, in an empty file no live job holds.
+  void start_generation(LockedFile& file, const FileStoreJob& me) {
+    Generation g = Generation::start(me.world_size, me.run_id);
+    const std::string text = g.encode();
+    file.append(encode(RecordKind::kGeneration, g.id,
+                       {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()}));
+    offset = file.size();
+    generation = std::move(g);
+    take_membership(file, me);
+    C10D_LOG_INFO("FileStore '{}': rank 0 started {}", name, generation->describe());
+  }
+
+  // Under the operation lock: takes the lease and the rank's byte through this open file, and
+  // keeps it open for the store's life.
+  void take_membership(LockedFile& file, const FileStoreJob& me) {
+    if (!store::file::try_lock(file.fd(), F_RDLCK, kLeaseByte, name) ||
+        !store::file::try_lock(file.fd(), F_WRLCK, rank_byte(me.rank), name)) {
+      in_use(me, fmt::format(", and its rank {} is a live process already", me.rank));
+    }
+    job = me;
+    membership = file.keep();
+  }
+
+  // The member leaves; the last one out deletes the file. Never throws.
+  void leave() noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu);
+      LockedFile file(name, deadline_after(kLeaveTimeout));
+      store::file::unlock(membership.get(), rank_byte(job->rank));
+      store::file::unlock(membership.get(), kLeaseByte);
+      if (file.device() == device && file.inode() == inode &&
+          !held_by_others(file.fd(), F_WRLCK, kLeaseByte, name)) {
+        ::unlink(name.c_str());
+      }
+    } catch (const std::exception& e) {
+      C10D_LOG_WARN("FileStore '{}': rank {} could not tidy up as it left: {}", name, job->rank,
+                    e.what());
+    }
+    membership = Fd();  // whatever happened above, the locks go with the open file
+  }
 };
 
 FileStore::FileStore(std::filesystem::path path, Milliseconds timeout)
     : Store(timeout), state_(std::make_unique<State>(std::move(path))) {
-  open_file(state_->name);  // creates the file, and reports a bad path now rather than later
+  // Creates the file, and reports a bad path now rather than later.
+  LockedFile file(state_->name, deadline_after(timeout));
 }
 
-FileStore::~FileStore() = default;
+FileStore::FileStore(std::filesystem::path path, Milliseconds timeout, const FileStoreJob& job)
+    : Store(timeout), state_(std::make_unique<State>(std::move(path))) {
+  C10D_CHECK(job.world_size >= 1 && job.rank >= 0 && job.rank < job.world_size,
+             "FileStore '{}': rank {} is outside a job of {} ranks", state_->name, job.rank,
+             job.world_size);
+  C10D_CHECK(job.run_id.size() <= kMaxRunIdBytes && job.run_id.find('\n') == std::string::npos,
+             "FileStore '{}': run id '{}' must be one line of at most {} bytes", state_->name,
+             job.run_id, kMaxRunIdBytes);
+  state_->join(job, timeout);
+}
+
+FileStore::~FileStore() {
+  if (state_->job) state_->leave();
+}
 
 const std::filesystem::path& FileStore::path() const { return state_->path; }
 

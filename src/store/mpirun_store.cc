@@ -2,15 +2,16 @@
 
 #include <unistd.h>
 
-#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <thread>
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "core/parse.h"
 
 namespace c10d::store {
 namespace {
@@ -21,11 +22,9 @@ std::optional<std::string> env(const char* name) {
   return std::string(v);
 }
 
-int env_int(const char* name) {
-  const auto text = env(name);
-  int value = -1;
-  if (text) std::from_chars(text->data(), text->data() + text->size(), value);
-  return value;
+// mpirun's counts: a malformed one is an InvalidArgument naming it (never a partial parse).
+int env_count(const char* name) {
+  return static_cast<int>(core::env_int(name, 1, std::numeric_limits<int>::max()).value_or(-1));
 }
 
 }  // namespace
@@ -35,8 +34,8 @@ std::optional<MpirunJob> mpirun_job() {
       env("PMIX_NAMESPACE") ? env("PMIX_NAMESPACE") : env("OMPI_MCA_ess_base_jobid");
   if (!job_id || !env("OMPI_COMM_WORLD_SIZE")) return std::nullopt;
   MpirunJob job;
-  job.size = env_int("OMPI_COMM_WORLD_SIZE");
-  job.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+  job.size = env_count("OMPI_COMM_WORLD_SIZE");
+  job.local_size = env_count("OMPI_COMM_WORLD_LOCAL_SIZE");
   std::filesystem::path dir;
   if (auto session = env("OMPI_MCA_orte_jobfam_session_dir")) {
     dir = *session;

@@ -6,7 +6,6 @@
 // check runs before anything touches the network or the file system.
 #include "c10d/rendezvous.h"
 
-#include <charconv>
 #include <cstdlib>
 #include <limits>
 #include <optional>
@@ -17,47 +16,15 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "core/parse.h"
 #include "store/mpirun_store.h"
 
 namespace c10d {
 namespace {
 
-// A parsed value or the reason there is none; helpers return this instead of throwing so that
-// the caller decides what context to add to the message.
-template <typename T>
-struct Parsed {
-  std::optional<T> value;
-  std::string error;  // set when !value
-
-  static Parsed ok(T v) { return Parsed{std::move(v), {}}; }
-  static Parsed fail(std::string why) { return Parsed{std::nullopt, std::move(why)}; }
-};
-
-// A decimal integer in [lo, hi]: digits only (an optional '-'), nothing else around them.
-Parsed<long long> parse_integer(std::string_view text, long long lo, long long hi) {
-  if (text.empty()) return Parsed<long long>::fail("is empty");
-  long long value = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec == std::errc::result_out_of_range) {
-    return Parsed<long long>::fail(fmt::format("'{}' is out of range", text));
-  }
-  if (ec != std::errc() || ptr != end) {
-    return Parsed<long long>::fail(fmt::format("'{}' is not an integer", text));
-  }
-  if (value < lo || value > hi) {
-    return Parsed<long long>::fail(fmt::format("{} is out of range [{}, {}]", value, lo, hi));
-  }
-  return Parsed<long long>::ok(value);
-}
-
-Parsed<bool> parse_flag(std::string_view text) {
-  if (text == "1" || text == "true" || text == "yes" || text == "on") return Parsed<bool>::ok(true);
-  if (text.empty() || text == "0" || text == "false" || text == "no" || text == "off") {
-    return Parsed<bool>::ok(false);
-  }
-  return Parsed<bool>::fail(fmt::format("'{}' is not a boolean (1/0, true/false)", text));
-}
+// Numbers and flags parse strictly (core/parse.h: the whole text, within its bounds).
+using core::parse_flag;
+using core::parse_int;
 
 // The variable's value, or nullopt when it is not set.
 std::optional<std::string> env_var(const char* name) {
@@ -106,7 +73,7 @@ InitUrl parse_url(std::string_view text) {
     if (name == "rank" || name == "world_size") {
       auto& slot = name == "rank" ? url.rank : url.world_size;
       C10D_CHECK(!slot, "init method '{}': query parameter '{}' given twice", text, name);
-      auto parsed = parse_integer(value, 0, kMaxWorldSize);
+      auto parsed = parse_int(value, 0, kMaxWorldSize);
       C10D_CHECK(parsed.value, "init method '{}': query parameter {}: {}", text, name,
                  parsed.error);
       slot = static_cast<int>(*parsed.value);
@@ -154,7 +121,7 @@ std::pair<std::string, std::uint16_t> parse_host_port(std::string_view hp, std::
   }
   C10D_CHECK(!host.empty(), "{}: missing host (expected tcp://host:port)", where);
   C10D_CHECK(has_port, "{}: missing port (expected tcp://host:port)", where);
-  auto port = parse_integer(port_text, 0, 65535);
+  auto port = parse_int(port_text, 0, 65535);
   C10D_CHECK(port.value, "{}: port {}", where, port.error);
   return {std::string(host), static_cast<std::uint16_t>(*port.value)};
 }
@@ -168,7 +135,7 @@ int resolve_count(std::string_view what, int argument, std::optional<int> from_q
   for (const char* name : {primary_env, mpi_env}) {
     auto value = env_var(name);
     if (!value) continue;
-    auto parsed = parse_integer(*value, 0, kMaxWorldSize);
+    auto parsed = parse_int(*value, 0, kMaxWorldSize);
     C10D_CHECK(parsed.value, "{} for init method '{}': {} {}", what, url, name, parsed.error);
     return static_cast<int>(*parsed.value);
   }
@@ -184,6 +151,19 @@ bool resolve_external(const InitUrl& url) {
   auto parsed = parse_flag(*value);
   C10D_CHECK(parsed.value, "C10D_STORE_EXTERNAL {}", parsed.error);
   return *parsed.value;
+}
+
+// What tells this job from another started on the same file:// path at the same time: C10D_RUN_ID,
+// else Slurm's job and step ids, else mpirun's job id; empty when none is set.
+std::string run_id() {
+  if (auto id = env_var("C10D_RUN_ID"); id && !id->empty()) return *id;
+  const auto slurm_job = env_var("SLURM_JOB_ID");
+  const auto slurm_step = env_var("SLURM_STEP_ID");
+  if (slurm_job && slurm_step) return "slurm:" + *slurm_job + "." + *slurm_step;
+  for (const char* name : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
+    if (auto id = env_var(name); id && !id->empty()) return "mpirun:" + *id;
+  }
+  return "";
 }
 
 std::string bracket_if_v6(const std::string& host) {
@@ -245,7 +225,7 @@ RendezvousResult rendezvous(std::string_view init_method, int rank, int world_si
     C10D_CHECK(!host.empty(), "env:// needs MASTER_ADDR (set but empty)");
     auto port_text = env_var("MASTER_PORT");
     C10D_CHECK(port_text, "env:// needs MASTER_PORT (not set)");
-    auto parsed = parse_integer(*port_text, 0, 65535);
+    auto parsed = parse_int(*port_text, 0, 65535);
     C10D_CHECK(parsed.value, "env:// MASTER_PORT {}", parsed.error);
     port = static_cast<std::uint16_t>(*parsed.value);
   } else {
@@ -271,7 +251,8 @@ RendezvousResult rendezvous(std::string_view init_method, int rank, int world_si
     C10D_CHECK(!url.external, "init method '{}': ?external applies to tcp:// only", init_method);
     C10D_LOG_INFO("rendezvous: rank {} of {} opens the file store {}", result.rank,
                   result.world_size, url.body);
-    result.store = std::make_shared<FileStore>(url.body, timeout);
+    result.store = std::make_shared<FileStore>(
+        url.body, timeout, FileStoreJob{result.rank, result.world_size, run_id()});
   } else if (mpirun) {
     result.store = store::open_mpirun_store(*mpirun, result.rank, timeout);
   } else {

@@ -1,11 +1,16 @@
 // ShmTransport with every rank a thread over a shared HashStore (one host, so every pair goes
 // through shared memory): exact bytes in either order, FIFO per tag, interleaved tags, messages
 // many times the ring's size (including one whose receive is posted while it is arriving), empty
-// messages, size mismatches, the all-reduce algorithms, abort, deadlines, and nothing left in
-// /dev/shm after set-up.
+// messages, size mismatches, the all-reduce algorithms, abort, deadlines, nothing left in
+// /dev/shm after set-up, and ring sizes bounded (tests/fault/bounds_test.cc has the
+// environment's).
 #include "backends/gloo_like/shm_transport.h"
 
+#include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
@@ -16,6 +21,7 @@
 #include "../algorithms/ranks.h"
 #include "c10d/errors.h"
 #include "c10d/store.h"
+#include "transport/shared_memory.h"
 #include "transport_test_util.h"
 
 namespace c10d::gloo_like {
@@ -223,20 +229,43 @@ TEST(ShmTransportTest, AReceiveThatNeverComesTimesOutNamingIt) {
   });
 }
 
+// Only this process's segments count: other tests (and jobs) on the host make and remove their
+// own at any time. One stands in for them here, made while the ranks set up.
 TEST(ShmTransportTest, NoSegmentIsLeftInDevShmAfterSetUp) {
-  const auto ours = [] {
-    int n = 0;
+  const std::string mine = transport::own_segment_prefix("c10d-shm");
+  const auto ours = [&] {
+    std::vector<std::string> names;
     for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
-      n += e.path().filename().string().starts_with("c10d-shm-");
+      const std::string name = e.path().filename().string();
+      if (name.starts_with(mine)) names.push_back(name);
     }
-    return n;
+    return names;
   };
-  const int before = ours();
+  // Another live process's segment (this one's parent: alive, and not us).
+  const std::string other = fmt::format("/c10d-shm-{}-{}", ::getppid(), "someone-else");
   std::latch set_up(3);
-  run_ranks(3, [&](int, transport::Transport&) {
+  run_ranks(3, [&](int r, transport::Transport&) {
+    if (r == 0) {
+      const int fd = ::shm_open(other.c_str(), O_CREAT | O_RDWR, 0600);
+      if (fd >= 0) ::close(fd);
+    }
     set_up.arrive_and_wait();  // every rank's constructor has returned
-    EXPECT_EQ(ours(), before);
+    const auto left = ours();
+    EXPECT_TRUE(left.empty()) << left.front();
   });
+  ::shm_unlink(other.c_str());
+}
+
+TEST(ShmTransportTest, RingSizeOptionAboveTheBoundIsRefused) {
+  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(2000));
+  try {
+    ShmTransport t(store, 0, 1,
+                   ShmTransportOptions{.group_name = "huge", .ring_bytes = std::size_t{1} << 62});
+    ADD_FAILURE() << "a ring of 2^62 bytes must be refused";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("4611686018427387904"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("1073741824"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ShmTransportTest, RingSizesThatAreNotPowersOfTwoAreRefused) {

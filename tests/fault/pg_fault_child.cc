@@ -10,18 +10,28 @@
 //   split_mismatch  the same, but rank 1 calls all_to_all with (even) split sizes while the
 //                   others pass none (the MPI backend calls MPI_Alltoallv and MPI_Alltoall).
 //   ok              20 all_reduces, checked; prints "OK" and exits 0.
+//   sum VALUE       prints "READY" once the group is made, sleeps C10D_TEST_HOLD_MS (default
+//                   0), then all_reduces VALUE five times: prints "SUM <total>" and exits 0
+//                   when every total is world size x VALUE, else "MIXED <total>" and exits 4
+//                   (a rank of another job in the group: the file:// tests run two jobs with
+//                   different values).
+//   hold            prints "READY" once the group is made and one all_reduce is done, then
+//                   sleeps 60 s (the test kills it, leaving what a killed job leaves).
 //   stall           (MPI backend, blocking collectives) rank 0 calls all_reduce with a 2 s
 //                   timeout that rank 1 never joins: wait(100 ms) must throw TimeoutError
 //                   ("WAITER_TIMEOUT") while the worker runs the blocking call, then the
 //                   watchdog must end the job at the op's deadline. No rank may get further
 //                   ("UNEXPECTED").
-// Any other outcome prints "UNEXPECTED ..." and exits 1. Every wait is bounded (30 s).
+// Any other outcome prints "UNEXPECTED ..." and exits 1. Every wait is bounded (30 s, or
+// C10D_TIMEOUT_MS).
 #include <fmt/format.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,9 +45,37 @@ using Clock = std::chrono::steady_clock;
 
 int run(const std::string& scenario, int victim) {
   c10d::InitOptions options;
-  options.timeout = 30s;
+  if (std::getenv("C10D_TIMEOUT_MS") == nullptr) options.timeout = 30s;
   auto pg = c10d::init_process_group(options);
   const int rank = pg->rank();
+  if (scenario == "sum" || scenario == "hold") {
+    const float value = static_cast<float>(victim);
+    auto v = c10d::Tensor::from_vector(std::vector<float>(16, value), c10d::DType::kFloat32);
+    if (scenario == "hold") {
+      pg->all_reduce({v})->wait(30s);
+      fmt::print("READY\n");
+      std::fflush(stdout);
+      std::this_thread::sleep_for(60s);
+      fmt::print("UNEXPECTED: not killed\n");
+      return 1;
+    }
+    fmt::print("READY\n");
+    std::fflush(stdout);
+    if (const char* hold = std::getenv("C10D_TEST_HOLD_MS")) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(hold)));
+    }
+    for (int i = 0; i < 5; ++i) {
+      float* d = v.data<float>();
+      std::fill(d, d + v.numel(), value);
+      pg->all_reduce({v})->wait(30s);
+      if (d[0] != value * static_cast<float>(pg->size())) {
+        fmt::print("MIXED {}\n", d[0]);
+        return 4;
+      }
+    }
+    fmt::print("SUM {}\n", v.data<float>()[0]);
+    return 0;
+  }
   auto t = c10d::Tensor::empty({1 << 20}, c10d::DType::kFloat32);
   if (scenario == "mismatch" || scenario == "split_mismatch") {
     std::shared_ptr<c10d::Work> work;
@@ -164,7 +202,8 @@ int run(const std::string& scenario, int victim) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: pg_fault_child kill VICTIM | mismatch | split_mismatch | ok | stall\n");
+                 "usage: pg_fault_child kill VICTIM | mismatch | split_mismatch | ok | stall | "
+                 "sum VALUE | hold\n");
     return 2;
   }
   try {

@@ -44,7 +44,9 @@
 #include "backends/common/op_checks.h"
 #include "c10d/errors.h"
 #include "core/check.h"
+#include "core/host.h"
 #include "core/logging.h"
+#include "core/parse.h"
 #include "core/spin_wait.h"
 #include "transport/sub_transport.h"
 
@@ -185,8 +187,9 @@ class TransportProcessGroup final : public ProcessGroup,
     algo_ = parse_algo(algo, options_.algo.empty() ? "C10D_ALGO" : "the algo option");
     C10D_CHECK(options_.group_id < transport::kMaxGroups, "group id {} is not below {}",
                options_.group_id, transport::kMaxGroups);
-    C10D_CHECK(options_.timeout.count() > 0, "the group timeout must be positive, not {} ms",
-               options_.timeout.count());
+    core::check_timeout(options_.timeout, "the group");
+    core::spin_window();   // a malformed C10D_SPIN_US fails the group's creation, not a wait
+    core::has_own_core();  // and a malformed LOCAL_WORLD_SIZE too
     if (!options_.ring_order.empty()) {
       C10D_CHECK(static_cast<int>(options_.ring_order.size()) == size(),
                  "ring order lists {} ranks for a group of {}", options_.ring_order.size(), size());
@@ -435,7 +438,7 @@ class TransportProcessGroup final : public ProcessGroup,
   std::shared_ptr<Work> push(std::string_view op, PendingOp p,
                              std::optional<Milliseconds> timeout) {
     const Milliseconds t = timeout.value_or(options_.timeout);
-    C10D_CHECK(t.count() > 0, "{}: the timeout must be positive, not {} ms", op, t.count());
+    core::check_timeout(t, op);
     p.timeout = t;
     p.fingerprint.set_op(op);
     std::shared_ptr<Work> work;

@@ -9,6 +9,7 @@
 #include "c10d/init.h"
 #include "core/check.h"
 #include "core/logging.h"
+#include "core/parse.h"
 
 namespace c10d {
 
@@ -16,6 +17,7 @@ std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> stor
                                                      int world_size,
                                                      const ProcessGroupTCPOptions& options) {
   C10D_CHECK(store != nullptr, "make_process_group_tcp: needs a store");
+  core::check_timeout(options.timeout, "make_process_group_tcp");
   gloo_like::TCPTransportOptions transport_options;
   transport_options.host = options.host;
   if (const char* env = std::getenv("C10D_HOST");

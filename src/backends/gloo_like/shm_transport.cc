@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <vector>
@@ -22,7 +23,9 @@
 #include "backends/gloo_like/shm_layout.h"
 #include "c10d/errors.h"
 #include "core/check.h"
+#include "core/fault_point.h"
 #include "core/host.h"
+#include "core/parse.h"
 #include "core/spin_wait.h"
 #include "transport/shared_memory.h"
 #include "transport/unexpected_buffer.h"
@@ -37,6 +40,9 @@ using transport::Tag;
 
 constexpr std::size_t kDefaultRingBytes = std::size_t{1} << 20;
 constexpr std::size_t kMinRingBytes = std::size_t{64} << 10;
+constexpr std::size_t kMaxRingBytes = std::size_t{1} << 30;
+// The segment names' kind (shared_memory.h: "/c10d-shm-<owner>-<nonce>").
+constexpr std::string_view kSegmentKind = "c10d-shm";
 // Bytes copied between publications of a ring position: the other side starts on a chunk as
 // soon as it is in, so a large message's two copies overlap.
 constexpr std::uint64_t kChunk = std::uint64_t{128} << 10;
@@ -130,16 +136,31 @@ struct Peer {
 };
 
 std::size_t ring_bytes_from(std::size_t requested) {
-  std::size_t bytes = requested;
-  if (bytes == 0) {
-    const char* env = std::getenv("C10D_SHM_RING_BYTES");
-    bytes = env != nullptr && *env != '\0' ? std::strtoull(env, nullptr, 10) : kDefaultRingBytes;
+  if (requested == 0) {
+    const std::size_t bytes = core::env_uint("C10D_SHM_RING_BYTES", kMinRingBytes, kMaxRingBytes)
+                                  .value_or(kDefaultRingBytes);
+    C10D_CHECK(std::has_single_bit(bytes),
+               "C10D_SHM_RING_BYTES={}: the shared-memory ring size must be a power of two in "
+               "[{}, {}]",
+               bytes, kMinRingBytes, kMaxRingBytes);
+    return bytes;
   }
-  C10D_CHECK(bytes >= kMinRingBytes && std::has_single_bit(bytes),
-             "shared-memory ring size {} (C10D_SHM_RING_BYTES) must be a power of two of at least "
-             "{} bytes",
-             bytes, kMinRingBytes);
-  return bytes;
+  C10D_CHECK(
+      requested >= kMinRingBytes && requested <= kMaxRingBytes && std::has_single_bit(requested),
+      "ShmTransportOptions::ring_bytes {}: the shared-memory ring size must be a power of "
+      "two in [{}, {}]",
+      requested, kMinRingBytes, kMaxRingBytes);
+  return requested;
+}
+
+// Bytes of a segment of `rings` rings of `ring_bytes`, or InvalidArgument should that not fit.
+std::size_t segment_bytes(std::size_t rings, std::size_t ring_bytes) {
+  const auto bytes =
+      core::checked_mul_add(rings, kRingHeaderBytes + ring_bytes, kSegmentHeaderBytes);
+  C10D_CHECK(bytes.has_value(),
+             "a shared-memory segment of {} rings of {} bytes does not fit in {} bytes", rings,
+             ring_bytes, std::numeric_limits<std::size_t>::max());
+  return *bytes;
 }
 
 std::string read_first_line(const char* path) {
@@ -161,10 +182,7 @@ std::string shm_host_key() {
                      st.st_dev, st.st_ino);
 }
 
-bool shm_enabled_from_env() {
-  const char* v = std::getenv("C10D_SHM");
-  return v == nullptr || std::string_view(v) != "0";
-}
+bool shm_enabled_from_env() { return core::env_flag("C10D_SHM").value_or(true); }
 
 struct ShmTransport::Impl {
   int rank = 0;
@@ -536,8 +554,12 @@ struct ShmTransport::Impl {
 
   // ---- Set-up ----
 
+  // Set-up. core::fault_point marks each step where a process that dies leaves something
+  // different behind (tests/fault/setup_leak_test.cc kills a rank at each):
+  //   shm:before_create, shm:after_create, shm:after_publish, shm:after_map,
+  //   shm:after_all_mapped.
   void setup(Store& store, const ShmTransportOptions& options) {
-    const auto deadline = Clock::now() + options.timeout;
+    const auto deadline = Clock::now() + options.timeout;  // timeout checked: no overflow
     const auto left = [&] {
       return std::max(Milliseconds(1),
                       std::chrono::duration_cast<Milliseconds>(deadline - Clock::now()));
@@ -562,6 +584,7 @@ struct ShmTransport::Impl {
     if (local.size() <= 1) return;
 
     const auto rings = static_cast<std::uint32_t>(local.size() - 1);
+    const std::size_t bytes = segment_bytes(rings, ring_bytes);
     // Ring index of `from` in the segment of `to`: its place among `to`'s same-host peers.
     const auto ring_of = [&](int from, int to) {
       const auto at = std::find(local.begin(), local.end(), from) - local.begin();
@@ -572,11 +595,15 @@ struct ShmTransport::Impl {
       return RingView{reinterpret_cast<RingHeader*>(r), r + kRingHeaderBytes, ring_bytes};
     };
 
+    // The segments that ranks killed before they unlinked theirs left here (earlier jobs, or
+    // this host's other jobs), before this one takes room in /dev/shm.
+    transport::reclaim_orphan_segments(kSegmentKind);
+    core::fault_point("shm:before_create");
     std::random_device rd;
     const std::uint64_t nonce = (std::uint64_t{rd()} << 32) ^ rd();
     own = transport::SharedSegment::create(
-        fmt::format("/c10d-shm-{}-{:016x}", ::getpid(), nonce),
-        kSegmentHeaderBytes + rings * (kRingHeaderBytes + ring_bytes));
+        transport::owned_segment_name(kSegmentKind, fmt::format("{:016x}", nonce)), bytes);
+    core::fault_point("shm:after_create");
     auto* h = new (own.data()) SegmentHeader{};
     h->magic = kSegmentMagic;
     h->version = kVersion;
@@ -587,6 +614,7 @@ struct ShmTransport::Impl {
     for (std::size_t i = 0; i < rings; ++i) new (ring_at(own.data(), i).header) RingHeader{};
     own_header = h;
     store.set(key("segment", rank), own.name());
+    core::fault_point("shm:after_publish");
 
     for (int q : local) {
       if (q == rank) continue;
@@ -595,31 +623,40 @@ struct ShmTransport::Impl {
       Peer& p = peers.emplace_back();
       p.rank = q;
       p.segment = transport::SharedSegment::open(std::string(name.begin(), name.end()));
+      // Every field read from the peer's segment is checked before it is used: its size first,
+      // so that the header itself lies within the mapping.
+      if (p.segment.size() < bytes) {
+        C10D_THROW(InvalidArgument,
+                   "rank {}: the shared memory {} of same-host rank {} holds {} bytes, not the {} "
+                   "of {} rings of {} bytes (different c10d builds, or C10D_SHM_RING_BYTES "
+                   "differs between ranks?)",
+                   rank, p.segment.name(), q, p.segment.size(), bytes, rings, ring_bytes);
+      }
       p.header = reinterpret_cast<SegmentHeader*>(p.segment.data());
       const SegmentHeader& ph = *p.header;
-      if (p.segment.size() < kSegmentHeaderBytes || ph.magic != kSegmentMagic ||
-          ph.version != kVersion || ph.rank != q || ph.rings != rings ||
-          ph.ring_bytes != ring_bytes ||
-          p.segment.size() < kSegmentHeaderBytes + rings * (kRingHeaderBytes + ring_bytes)) {
+      if (ph.magic != kSegmentMagic || ph.version != kVersion || ph.rank != q ||
+          ph.rings != rings || ph.ring_bytes != ring_bytes || ph.pid <= 0) {
         C10D_THROW(InvalidArgument,
                    "rank {}: the shared memory of same-host rank {} does not match this rank's: "
-                   "magic {:#x} version {} rank {} rings {} ring bytes {} there, magic {:#x} "
-                   "version {} rank {} rings {} ring bytes {} expected (different c10d builds, or "
-                   "C10D_SHM_RING_BYTES differs between ranks?)",
-                   rank, q, ph.magic, ph.version, ph.rank, ph.rings, ph.ring_bytes, kSegmentMagic,
-                   kVersion, q, rings, ring_bytes);
+                   "magic {:#x} version {} rank {} rings {} ring bytes {} pid {} there, magic "
+                   "{:#x} version {} rank {} rings {} ring bytes {} and a pid expected "
+                   "(different c10d builds, or C10D_SHM_RING_BYTES differs between ranks?)",
+                   rank, q, ph.magic, ph.version, ph.rank, ph.rings, ph.ring_bytes, ph.pid,
+                   kSegmentMagic, kVersion, q, rings, ring_bytes);
       }
       p.pid = ph.pid;
       p.out = ring_at(p.segment.data(), ring_of(rank, q));
       p.in = ring_at(own.data(), ring_of(q, rank));
       peer_index[static_cast<std::size_t>(q)] = static_cast<int>(peers.size() - 1);
     }
+    core::fault_point("shm:after_map");
     store.set(key("mapped", rank), "1");
     std::vector<std::string> mapped;
     for (int q : local) {
       if (q != rank) mapped.push_back(key("mapped", q));
     }
     store.wait(mapped, left());
+    core::fault_point("shm:after_all_mapped");
     own.unlink();  // every same-host peer holds its mapping now
   }
 };
@@ -652,10 +689,14 @@ ShmTransport::ShmTransport(std::shared_ptr<Store> store, int rank, int world_siz
   C10D_CHECK(store != nullptr, "ShmTransport rank {}: needs a store", rank);
   C10D_CHECK(world_size >= 1 && rank >= 0 && rank < world_size,
              "ShmTransport: rank {} is outside a world of size {}", rank, world_size);
+  core::check_timeout(options.timeout, fmt::format("ShmTransport rank {}", rank));
   impl_->rank = rank;
   impl_->world = world_size;
   impl_->ring_bytes = ring_bytes_from(options.ring_bytes);
   impl_->max_unexpected = transport::max_unexpected_bytes(options.max_unexpected_bytes);
+  // A malformed C10D_SPIN_US or LOCAL_WORLD_SIZE fails here, not in a wait.
+  core::spin_window();
+  core::has_own_core();
   impl_->setup(*store, options);
 }
 

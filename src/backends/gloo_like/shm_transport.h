@@ -8,12 +8,16 @@
 // each rank publishes its host key (shm_host_key) in the store under
 // "<group_name>/shm/host/<rank>"; the ranks whose keys equal this rank's are its same-host
 // peers. A rank with such peers creates its segment of incoming rings, publishes its name,
-// maps each same-host peer's segment (checking magic, version, rank, ring count and size, and
-// naming both sides' values on a mismatch), says so in the store, and unlinks its own name once
-// every same-host peer has mapped it, so nothing is left in /dev/shm after set-up.
+// maps each same-host peer's segment (checking its size, then magic, version, rank, ring count,
+// ring size and pid, and naming both sides' values on a mismatch), says so in the store, and
+// unlinks its own name once every same-host peer has mapped it, so nothing is left in /dev/shm
+// after set-up. A rank killed before that cannot unlink: its segment's name says which process
+// owned it (transport/shared_memory.h), and every set-up on the host first reclaims the
+// segments of processes that are gone, so a crashed job's leftovers never fill /dev/shm.
 //
-// Segment "/c10d-shm-<pid>-<random>", one per rank (host byte order, little-endian; the structs
-// and the check of a message header are in shm_layout.h):
+// Segment "/c10d-shm-<pid namespace>-<pid>-<start time>-<random>", one per rank, mode 0600
+// (host byte order, little-endian; the structs and the check of a message header are in
+// shm_layout.h):
 //
 //   offset 0   SegmentHeader (4096 bytes)
 //              +0  u32 magic "C1SM"   +4  u32 version (1)   +8  i32 rank   +12 u32 rings
@@ -73,8 +77,9 @@ namespace c10d::gloo_like {
 struct ShmTransportOptions {
   std::string group_name = "default";
   Milliseconds timeout = kDefaultTimeout;  // bounds the set-up through the store
-  // Per ordered pair of same-host ranks; a power of two, at least 64 KiB. 0: C10D_SHM_RING_BYTES,
-  // else 1 MiB (8 ranks on a host then hold 56 MiB of /dev/shm).
+  // Per ordered pair of same-host ranks; a power of two from 64 KiB to 1 GiB. 0:
+  // C10D_SHM_RING_BYTES (the same bounds), else 1 MiB (8 ranks on a host then hold 56 MiB of
+  // /dev/shm).
   std::size_t ring_bytes = 0;
   // The most the messages of one peer whose receive is not posted yet may hold (their bytes plus
   // 128 per message); past it the transport fails. 0: C10D_MAX_UNEXPECTED_BYTES, else 1 GiB.
@@ -87,7 +92,8 @@ struct ShmTransportOptions {
 std::string shm_host_key();
 
 // Whether the TCP backend sends to same-host peers through shared memory: C10D_SHM, default on
-// ("0" turns it off and sends everything over TCP).
+// ("0", "false", "no" or "off" turn it off and send everything over TCP; anything but a boolean
+// is an InvalidArgument naming it).
 bool shm_enabled_from_env();
 
 class ShmTransport final : public transport::Transport {

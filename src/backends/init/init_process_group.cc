@@ -1,6 +1,5 @@
 // init_process_group (include/c10d/init.h): fills InitOptions from the environment, meets the
 // other ranks through rendezvous(), and builds the chosen backend's group.
-#include <charconv>
 #include <cstdlib>
 #include <string_view>
 
@@ -8,6 +7,7 @@
 #include "c10d/init.h"
 #include "c10d/rendezvous.h"
 #include "core/check.h"
+#include "core/parse.h"
 
 namespace c10d {
 namespace {
@@ -20,18 +20,11 @@ std::string from_env(const std::string& value, const char* name, const char* fal
 
 Milliseconds timeout_from(const std::optional<Milliseconds>& given) {
   if (given) {
-    C10D_CHECK(given->count() > 0, "init_process_group: timeout must be positive, not {} ms",
-               given->count());
+    core::check_timeout(*given, "init_process_group");
     return *given;
   }
-  const char* env = std::getenv("C10D_TIMEOUT_MS");
-  if (env == nullptr || *env == '\0') return kDefaultTimeout;
-  long long ms = 0;
-  const std::string_view text(env);
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ms);
-  C10D_CHECK(ec == std::errc() && end == text.data() + text.size() && ms > 0,
-             "C10D_TIMEOUT_MS '{}' is not a positive number of milliseconds", text);
-  return Milliseconds(ms);
+  const auto ms = core::env_int("C10D_TIMEOUT_MS", 1, core::kMaxTimeout.count());
+  return ms ? Milliseconds(*ms) : kDefaultTimeout;
 }
 
 }  // namespace

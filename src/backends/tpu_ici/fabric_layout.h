@@ -3,8 +3,10 @@
 // a chip creates its own segment and maps those of its torus neighbours, so chips exchange bytes
 // only with neighbours; far messages are forwarded hop by hop by each chip's router thread.
 //
-// Segment "/c10d-ici-<token>-<rank>" (the token comes from rank 0 through the store; the name is
-// unlinked once every chip has mapped its neighbours):
+// Segment "/c10d-ici-<pid namespace>-<pid>-<start time>-<token>-<rank>", mode 0600 (named after
+// its owner process as transport/shared_memory.h says; the token comes from rank 0 through the
+// store; the name is unlinked once every chip has mapped its neighbours, and a set-up first
+// reclaims the segments of chips whose process is gone):
 //
 //   offset 0      ChipHeader (4096 bytes)
 //                 +0   u32 magic "C1IS"       +4  u32 version (1)
@@ -61,6 +63,8 @@ inline constexpr std::size_t kPacketHeaderBytes = 128;
 inline constexpr std::size_t kMaxRouteHops = 56;
 inline constexpr std::size_t kMaxReasonBytes = 1024;
 inline constexpr std::size_t kDefaultRingBytes = std::size_t{1} << 20;
+// The header keeps the ring size in a u32; rings are far smaller than that anyway.
+inline constexpr std::size_t kMaxRingBytes = std::size_t{1} << 30;
 inline constexpr std::size_t kMaxPayloadBytes = std::size_t{64} << 10;
 // A packet whose message claims more is refused (the bound of the TCP transport's frames).
 inline constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 40;
@@ -115,6 +119,7 @@ struct PacketHeader {
 static_assert(sizeof(PacketHeader) == kPacketHeaderBytes && offsetof(PacketHeader, head) == 56 &&
               offsetof(PacketHeader, route) == 72);
 
+// Callers bound ring_bytes by kMaxRingBytes and rings by 2 x 8 axes, so this cannot overflow.
 inline std::size_t segment_bytes(std::size_t rings, std::size_t ring_bytes) {
   return kChipHeaderBytes + rings * (kRingHeaderBytes + ring_bytes);
 }

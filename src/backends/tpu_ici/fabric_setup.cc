@@ -5,11 +5,19 @@
 
 #include "backends/tpu_ici/chip.h"
 #include "core/check.h"
+#include "core/fault_point.h"
 
 namespace c10d::tpu_ici {
 
 using namespace fabric;
 
+namespace {
+constexpr std::string_view kSegmentKind = "c10d-ici";
+}  // namespace
+
+// core::fault_point marks each step where a process that dies leaves something different behind
+// (tests/fault/setup_leak_test.cc kills a chip at each): ici:before_create, ici:after_create,
+// ici:after_publish, ici:after_map, ici:after_all_mapped.
 void IciTransport::Chip::set_up() {
   const int n = torus.size();
   const auto timeout = options.timeout;
@@ -31,8 +39,13 @@ void IciTransport::Chip::set_up() {
     std::byte* r = base + kChipHeaderBytes + k * (kRingHeaderBytes + options.ring_bytes);
     return ByteRing(reinterpret_cast<RingHeader*>(r), r + kRingHeaderBytes, options.ring_bytes);
   };
-  own = SharedSegment::create(fmt::format("/c10d-ici-{}-{}", token, rank),
-                              segment_bytes(rings, options.ring_bytes));
+  // What chips killed before they unlinked their segments left on this host goes first.
+  transport::reclaim_orphan_segments(kSegmentKind);
+  core::fault_point("ici:before_create");
+  own = SharedSegment::create(
+      transport::owned_segment_name(kSegmentKind, fmt::format("{}-{}", token, rank)),
+      segment_bytes(rings, options.ring_bytes));
+  core::fault_point("ici:after_create");
   header = new (own.data()) ChipHeader();
   header->magic = kSegmentMagic;
   header->version = kLayoutVersion;
@@ -50,6 +63,7 @@ void IciTransport::Chip::set_up() {
     if (torus.neighbour(rank, static_cast<Hop>(k ^ 1)) >= 0) in[k] = ring_at(own.data(), k);
   }
   store->set(prefix + "ready/" + std::to_string(rank), own.name());
+  core::fault_point("ici:after_publish");
 
   for (std::size_t k = 0; k < rings; ++k) {
     const int peer = torus.neighbour(rank, static_cast<Hop>(k));
@@ -59,14 +73,26 @@ void IciTransport::Chip::set_up() {
       const std::string key = prefix + "ready/" + std::to_string(peer);
       store->wait(std::span<const std::string>(&key, 1), timeout);
       SharedSegment seg = SharedSegment::open(store->get_string(key));
-      const auto* h = reinterpret_cast<const ChipHeader*>(seg.data());
-      if (seg.size() < segment_bytes(rings, options.ring_bytes) || h->magic != kSegmentMagic ||
-          h->version != kLayoutVersion || h->rank != peer || h->world != n ||
-          h->ring_bytes != options.ring_bytes) {
+      // The size first, so that the header read next lies within the mapping.
+      if (seg.size() < segment_bytes(rings, options.ring_bytes)) {
         C10D_THROW(NetworkError,
-                   "ICI rank {}: the segment {} of neighbour rank {} does not match this fabric "
-                   "(magic, version, rank, world size {} or ring size {})",
-                   rank, seg.name(), peer, n, options.ring_bytes);
+                   "ICI rank {}: the segment {} of neighbour rank {} holds {} bytes, not the {} of "
+                   "{} rings of {} bytes",
+                   rank, seg.name(), peer, seg.size(), segment_bytes(rings, options.ring_bytes),
+                   rings, options.ring_bytes);
+      }
+      const auto* h = reinterpret_cast<const ChipHeader*>(seg.data());
+      if (h->magic != kSegmentMagic || h->version != kLayoutVersion || h->rank != peer ||
+          h->world != n || h->rings != rings || h->ring_bytes != options.ring_bytes ||
+          h->pid <= 0) {
+        C10D_THROW(NetworkError,
+                   "ICI rank {}: the segment {} of neighbour rank {} does not match this fabric: "
+                   "magic {:#x} version {} rank {} world size {} rings {} ring bytes {} pid {} "
+                   "there, magic {:#x} version {} rank {} world size {} rings {} ring bytes {} and "
+                   "a pid expected",
+                   rank, seg.name(), peer, h->magic, h->version, h->rank, h->world, h->rings,
+                   h->ring_bytes, h->pid, kSegmentMagic, kLayoutVersion, peer, n, rings,
+                   options.ring_bytes);
       }
       it = neighbours.emplace(peer, std::move(seg)).first;
       neighbour_list.push_back(reinterpret_cast<ChipHeader*>(it->second.data()));
@@ -78,9 +104,11 @@ void IciTransport::Chip::set_up() {
     const int writer = torus.neighbour(rank, static_cast<Hop>(k ^ 1));
     if (writer >= 0) in_header[k] = reinterpret_cast<ChipHeader*>(neighbours.at(writer).data());
   }
+  core::fault_point("ici:after_map");
   if (store->add(prefix + "mapped", 1) == n) store->set(prefix + "all_mapped", "1");
   const std::string all = prefix + "all_mapped";
   store->wait(std::span<const std::string>(&all, 1), timeout);
+  core::fault_point("ici:after_all_mapped");
   own.unlink();
 
   links.resize(rings);

@@ -8,6 +8,7 @@
 
 #include "backends/tpu_ici/chip.h"
 #include "core/check.h"
+#include "core/parse.h"
 #include "core/spin_wait.h"
 
 namespace c10d::tpu_ici {
@@ -79,9 +80,11 @@ IciTransport::IciTransport(std::shared_ptr<Store> store, int rank, Torus torus,
   C10D_CHECK(store != nullptr, "IciTransport: needs a store");
   C10D_CHECK(rank >= 0 && rank < torus.size(), "IciTransport: rank {} outside a torus of {}", rank,
              torus.size());
-  C10D_CHECK(std::has_single_bit(options.ring_bytes) && options.ring_bytes >= 4 * kMaxPayloadBytes,
-             "IciTransport: ring bytes {} must be a power of two of at least {}",
-             options.ring_bytes, 4 * kMaxPayloadBytes);
+  C10D_CHECK(std::has_single_bit(options.ring_bytes) &&
+                 options.ring_bytes >= 4 * kMaxPayloadBytes && options.ring_bytes <= kMaxRingBytes,
+             "IciTransport: FabricOptions::ring_bytes {} must be a power of two in [{}, {}]",
+             options.ring_bytes, 4 * kMaxPayloadBytes, kMaxRingBytes);
+  core::check_timeout(options.timeout, fmt::format("IciTransport rank {}", rank));
   options.max_unexpected_bytes = transport::max_unexpected_bytes(options.max_unexpected_bytes);
   chip_ = std::make_shared<Chip>(std::move(store), rank, std::move(torus), std::move(options));
   chip_->set_up();

@@ -1,7 +1,6 @@
 // make_process_group_ici (include/c10d/init.h): the ICI fabric's transport under the shared
 // TransportProcessGroup, with the torus algorithms and simulated timing of ici_hooks.h;
 // ici_link_report() finds the fabric through backends::transport_of().
-#include <charconv>
 #include <cstdlib>
 
 #include "backends/common/transport_process_group.h"
@@ -9,6 +8,7 @@
 #include "backends/tpu_ici/ici_transport.h"
 #include "c10d/init.h"
 #include "core/check.h"
+#include "core/parse.h"
 
 namespace c10d {
 namespace {
@@ -21,16 +21,11 @@ std::string env_or(const std::string& value, const char* name) {
   return env == nullptr ? std::string() : std::string(env);
 }
 
-double number_or(double value, const char* name, double scale) {
+// The option when set (> 0), else the variable (checked against [lo, hi] in its own unit) times
+// `scale`, else 0 (the preset's value).
+double number_or(double value, const char* name, double lo, double hi, double scale) {
   if (value > 0) return value;
-  const char* env = std::getenv(name);
-  if (env == nullptr || *env == '\0') return 0;
-  double v = 0;
-  const std::string_view text(env);
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  C10D_CHECK(ec == std::errc() && end == text.data() + text.size() && v > 0,
-             "{} '{}' is not a positive number", name, text);
-  return v * scale;
+  return core::env_double(name, lo, hi).value_or(0) * scale;
 }
 
 }  // namespace
@@ -45,8 +40,10 @@ std::shared_ptr<ProcessGroup> make_process_group_ici(std::shared_ptr<Store> stor
   spec.preset = env_or(options.preset, "C10D_ICI_PRESET");
   spec.topology = env_or(options.topology, "C10D_ICI_TOPOLOGY");
   spec.wrap = env_or(options.wrap, "C10D_ICI_WRAP");
-  spec.link_bandwidth = number_or(options.link_bandwidth, "C10D_ICI_LINK_GBPS", 1e9);
-  spec.hop_latency = number_or(options.hop_latency, "C10D_ICI_HOP_LATENCY_US", 1e-6);
+  // From 1 MB/s to 1 PB/s per link, and from 1 ns to 1 s per hop: beyond those the simulated
+  // times lose their meaning (and 0 would mean "the preset's").
+  spec.link_bandwidth = number_or(options.link_bandwidth, "C10D_ICI_LINK_GBPS", 1e-3, 1e6, 1e9);
+  spec.hop_latency = number_or(options.hop_latency, "C10D_ICI_HOP_LATENCY_US", 1e-3, 1e6, 1e-6);
   spec.down_links = env_or(options.down_links, "C10D_ICI_DOWN_LINKS");
   tpu_ici::Torus torus = tpu_ici::make_torus(spec, world_size);
   const std::vector<int> ring = torus.ring_order();

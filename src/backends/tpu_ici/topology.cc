@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cmath>
 #include <deque>
 
 #include "c10d/errors.h"
@@ -59,9 +60,11 @@ Torus::Torus(std::vector<int> dims, std::vector<bool> wrap, double link_bandwidt
       latency_(hop_latency) {
   C10D_CHECK(!dims_.empty() && dims_.size() == wrap_.size() && dims_.size() <= 8,
              "ICI torus: {} axes with {} wrap flags (1 to 8 axes)", dims_.size(), wrap_.size());
-  C10D_CHECK(bandwidth_ > 0 && hop_latency >= 0,
-             "ICI torus: link bandwidth {} B/s and hop latency {} s must be positive", bandwidth_,
-             hop_latency);
+  C10D_CHECK(
+      bandwidth_ > 0 && std::isfinite(bandwidth_) && hop_latency >= 0 && std::isfinite(hop_latency),
+      "ICI torus: link bandwidth {} B/s and hop latency {} s must be finite, the bandwidth "
+      "positive",
+      bandwidth_, hop_latency);
   for (std::size_t a = 0; a < dims_.size(); ++a) {
     C10D_CHECK(dims_[a] >= 1, "ICI torus: axis {} has size {}", a, dims_[a]);
     C10D_CHECK(size_ <= (1 << 24) / dims_[a], "ICI torus: more than 2^24 chips");
