@@ -2,12 +2,12 @@
 #include "transport/unexpected_buffer.h"
 
 #include <algorithm>
-#include <charconv>
-#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "core/check.h"
+#include "core/parse.h"
 
 namespace c10d::transport {
 
@@ -55,34 +55,20 @@ void UnexpectedBuffer::release() {
 }
 
 std::uint64_t parse_max_unexpected_bytes(std::string_view text) {
-  std::uint64_t value = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  const char* fault = nullptr;
-  if (text.empty()) {
-    fault = "empty";
-  } else if (ec == std::errc::result_out_of_range) {
-    fault = "out of range (above 2^64 - 1)";
-  } else if (ec != std::errc() || ptr != end) {
-    fault = "not a decimal integer";
-  } else if (value == 0) {
-    fault = "zero";
-  }
-  if (fault != nullptr) {
+  const auto parsed = core::parse_uint(text, 1, std::numeric_limits<std::uint64_t>::max());
+  if (!parsed.value) {
     C10D_THROW(InvalidArgument,
-               "{}=\"{}\" is {}: it must be a positive number of bytes, the most a transport "
-               "holds for the messages of one peer whose receive is not posted yet (unset: {})",
-               kMaxUnexpectedBytesVariable, text, fault, kDefaultMaxUnexpectedBytes);
+               "{}=\"{}\": {}: it must be a positive number of bytes, the most a transport holds "
+               "for the messages of one peer whose receive is not posted yet (unset: {})",
+               kMaxUnexpectedBytesVariable, text, parsed.error, kDefaultMaxUnexpectedBytes);
   }
-  return value;
+  return *parsed.value;
 }
 
 std::uint64_t max_unexpected_bytes(std::uint64_t option) {
   if (option != 0) return option;
-  const std::string name(kMaxUnexpectedBytesVariable);
-  const char* env = std::getenv(name.c_str());
-  if (env == nullptr || *env == '\0') return kDefaultMaxUnexpectedBytes;  // as unset
-  return parse_max_unexpected_bytes(env);
+  const auto env = core::env_text(std::string(kMaxUnexpectedBytesVariable).c_str());
+  return env ? parse_max_unexpected_bytes(*env) : kDefaultMaxUnexpectedBytes;  // empty: as unset
 }
 
 std::exception_ptr unexpected_limit_error(std::string_view who, int peer, std::uint64_t held,

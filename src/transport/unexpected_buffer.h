@@ -65,7 +65,7 @@ class UnexpectedBuffer {
 
 // `option` when nonzero, else C10D_MAX_UNEXPECTED_BYTES when set and not empty, else the default.
 // Throws InvalidArgument naming the variable when its value is not a positive decimal byte count
-// that fits 64 bits.
+// that fits 64 bits (parsed by core::parse_uint, the parser of every number users write).
 std::uint64_t max_unexpected_bytes(std::uint64_t option);
 // The value of C10D_MAX_UNEXPECTED_BYTES as max_unexpected_bytes reads it (throws alike).
 std::uint64_t parse_max_unexpected_bytes(std::string_view text);

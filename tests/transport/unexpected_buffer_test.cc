@@ -92,16 +92,17 @@ TEST(MaxUnexpectedBytesTest, TheOptionWinsThenTheVariableThenTheDefault) {
 TEST(MaxUnexpectedBytesTest, GarbageZeroAndOverflowAreRefusedNamingTheVariableAndTheFault) {
   EXPECT_EQ(parse_max_unexpected_bytes("18446744073709551615"), ~std::uint64_t{0});
   EXPECT_EQ(parse_max_unexpected_bytes("1"), 1u);
-  const std::pair<const char*, const char*> bad[] = {{"", "empty"},
-                                                     {"0", "zero"},
-                                                     {"18446744073709551616", "out of range"},
-                                                     {"-1", "not a decimal integer"},
-                                                     {"+5", "not a decimal integer"},
-                                                     {" 5", "not a decimal integer"},
-                                                     {"5 ", "not a decimal integer"},
-                                                     {"1G", "not a decimal integer"},
-                                                     {"0x10", "not a decimal integer"},
-                                                     {"lots", "not a decimal integer"}};
+  // The faults in core::parse_uint's words, after the variable and its value.
+  const std::pair<const char*, const char*> bad[] = {{"", "is empty"},
+                                                     {"0", "0 is out of range [1, "},
+                                                     {"18446744073709551616", "is out of range"},
+                                                     {"-1", "not a whole number"},
+                                                     {"+5", "not a whole number"},
+                                                     {" 5", "not a whole number"},
+                                                     {"5 ", "not a whole number"},
+                                                     {"1G", "not a whole number"},
+                                                     {"0x10", "not a whole number"},
+                                                     {"lots", "not a whole number"}};
   for (const auto& [text, fault] : bad) {
     try {
       parse_max_unexpected_bytes(text);
