@@ -212,7 +212,8 @@ class TCPStoreServer;
 // The server bounds what a client may cost it (docs/store.md, "Exhaustion"): a multi_get whose
 // answer would exceed StoreLimits::max_response_bytes, or a large answer the server has no room
 // for while other clients leave theirs unread, fails with StoreError and the connection serves
-// on.
+// on; a request of 64 KiB or more that finds no room among other clients' large requests fails
+// with StoreError and the connection is closed (the next call reconnects).
 class TCPStore : public Store {
  public:
   explicit TCPStore(TCPStoreOptions options);

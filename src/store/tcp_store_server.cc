@@ -57,6 +57,10 @@ constexpr std::size_t kLargeAnswerBytes = 64 * 1024;
 // Once its frame is done, a buffer larger than this is given back (the input one shrinks to
 // kInitialReadBuffer): one large GET or SET must not pin its size for the connection's life.
 constexpr std::size_t kKeepBufferBytes = 64 * 1024;
+// Request frames at least this large hold room under ServerOptions::max_pending_input_bytes
+// before their body is read; smaller ones never wait, so good clients' small requests are
+// served whoever holds the room. An input buffer grows past this only for a frame with room.
+constexpr std::size_t kLargeFrameBytes = kKeepBufferBytes;
 // The largest HELLO or AUTH body (AUTH: a 32-byte MAC), with room to spare.
 constexpr std::uint64_t kMaxHandshakeBody = 64;
 // A derived connection cap (ServerOptions::max_connections = 0) when there is no file limit.
@@ -75,9 +79,11 @@ enum class Event : std::uint8_t {
   kRefused,
   kStalled,
   kBusy,
+  kReadStalled,
+  kStarved,
   kAcceptFailed,
 };
-constexpr std::size_t kEventKinds = 7;
+constexpr std::size_t kEventKinds = 9;
 
 // For the summary line: "N more <this> in the last 10 s".
 std::string_view event_summary(Event e) {
@@ -94,6 +100,10 @@ std::string_view event_summary(Event e) {
       return "connections closed for not reading their answers";
     case Event::kBusy:
       return "answers refused at the limit on unread answers";
+    case Event::kReadStalled:
+      return "connections closed for a request stalled mid-frame";
+    case Event::kStarved:
+      return "connections closed for no room for a large request";
     case Event::kAcceptFailed:
       return "failed accepts";
   }
@@ -133,7 +143,11 @@ struct TCPStoreServer::Impl {
 
   struct Connection {
     Connection(Socket s, std::string p, asio::io_context& io)
-        : socket(std::move(s)), peer(std::move(p)), handshake_timer(io), write_timer(io) {}
+        : socket(std::move(s)),
+          peer(std::move(p)),
+          handshake_timer(io),
+          write_timer(io),
+          read_timer(io) {}
     ~Connection() { *alive = false; }
     Socket socket;
     std::string peer;
@@ -143,6 +157,12 @@ struct TCPStoreServer::Impl {
     asio::steady_timer handshake_timer;
     // Closes the connection when a write is not taken in time (see flush()).
     asio::steady_timer write_timer;
+    // Closes the connection when a begun frame stops arriving (see watch_read()). Armed once
+    // per stall, not per read: its handler re-arms while bytes keep coming.
+    asio::steady_timer read_timer;
+    bool read_timer_armed = false;
+    bool mid_frame = false;        // waiting in fill() for the rest of a begun frame
+    Clock::time_point last_input;  // since then no byte has arrived (while mid_frame)
     // Read by the timers' handlers, which may already be queued when the connection ends.
     std::shared_ptr<bool> alive = std::make_shared<bool>(true);
     Phase phase = Phase::kHello;
@@ -153,7 +173,14 @@ struct TCPStoreServer::Impl {
     std::list<Connection*>::iterator handshake_at;
     Waiter* waiter = nullptr;                  // the wait this connection is parked in, if any
     asio::steady_timer* room_timer = nullptr;  // set while it waits for room for an answer
-    std::uint64_t write_seq = 0;               // tells the write timer which write it watches
+    // Room held under max_pending_input_bytes for the large frame being read or served; while
+    // it waits for that room, its place in `input_queue`, the room it wants and its timer.
+    std::size_t in_reserved = 0;
+    bool in_input_queue = false;
+    std::list<Connection*>::iterator input_queue_at;
+    std::size_t input_wanted = 0;
+    asio::steady_timer* input_room_timer = nullptr;
+    std::uint64_t write_seq = 0;  // tells the write timer which write it watches
     bool writing = false;
     // Frames read (unread bytes are in[begin, end)) and answers not yet written.
     Bytes in;
@@ -185,6 +212,10 @@ struct TCPStoreServer::Impl {
   std::list<Connection*> handshaking;
   // Timers of connections waiting for room for a large answer; cancelled when answers drain.
   std::vector<asio::steady_timer*> room_waiters;
+  // Connections waiting for room for a large request frame, first come first served (a large
+  // frame is not passed over forever by smaller ones), and the room held now.
+  std::list<Connection*> input_queue;
+  std::size_t input_reserved = 0;
   bool stopping = false;
   std::array<LogGate, kEventKinds> log_gates{};
   Clock::time_point log_window_start = Clock::now();
@@ -195,13 +226,15 @@ struct TCPStoreServer::Impl {
 
   store::ServerOptions options;
   std::size_t output_limit = 0;  // max_pending_output_bytes, resolved
+  std::size_t input_limit = 0;   // max_pending_input_bytes, resolved
   std::uint16_t port = 0;
   std::atomic<std::uint64_t> local_accepted{0};
   std::atomic<std::uint64_t> accepted{0}, open{0}, rejected{0}, requests{0}, held{0}, keys{0};
-  std::atomic<std::uint64_t> refused{0}, evicted{0}, stalled{0};
-  // Bytes of answers built and not yet written, and the capacity of every connection's
-  // buffers. Written on the io thread only; atomic so that stats() may read them.
-  std::atomic<std::uint64_t> pending_output{0}, buffer_bytes{0};
+  std::atomic<std::uint64_t> refused{0}, evicted{0}, stalled{0}, read_stalled{0}, starved{0};
+  // Bytes of answers built and not yet written, room held by large request frames, and the
+  // capacity of every connection's buffers. Written on the io thread only; atomic so that
+  // stats() may read them.
+  std::atomic<std::uint64_t> pending_output{0}, pending_input{0}, buffer_bytes{0};
   std::once_flag stop_once;
 
   asio::io_context io{1};
@@ -294,6 +327,7 @@ struct TCPStoreServer::Impl {
     error_code ignored;
     if (reset) c.socket.set_option(socket_base::linger(true, 0), ignored);
     c.socket.close(ignored);
+    if (c.input_room_timer != nullptr) c.input_room_timer->cancel();
   }
 
   // Before serving a new connection. Near the cap (3/4 of it), connections still in their
@@ -357,16 +391,103 @@ struct TCPStoreServer::Impl {
     c.buffers_counted = buffers_now;
   }
 
-  // After a frame: an input buffer grown for a large one goes back to a few KiB.
+  // After a frame: an input buffer grown for a large one goes back to a few KiB, so that it
+  // may give back its room. (A buffer is grown to exactly its frame, so nothing follows the
+  // frame in it; the copy is for safety.)
   void shrink_input(Connection& c) {
+    if (c.in.size() <= kKeepBufferBytes) return;
     const std::size_t unread = c.end - c.begin;
-    if (c.in.size() <= kKeepBufferBytes || unread > kInitialReadBuffer) return;
-    Bytes fresh(kInitialReadBuffer);
+    Bytes fresh(std::max(kInitialReadBuffer, unread));
     std::memcpy(fresh.data(), c.in.data() + c.begin, unread);
     c.in.swap(fresh);
     c.begin = 0;
     c.end = unread;
     account(c);
+  }
+
+  // ---- room for large request frames (max_pending_input_bytes) ----
+
+  // Never past input_limit: callers check `bytes <= input_limit - input_reserved`.
+  void take_input_room(Connection& c, std::size_t bytes) {
+    c.in_reserved = bytes;
+    input_reserved += bytes;
+    pending_input.store(input_reserved, std::memory_order_relaxed);
+  }
+
+  // Once its frame has been served (or the connection ends): its room goes to the waiters.
+  void release_input_room(Connection& c) {
+    if (c.in_reserved == 0) return;
+    input_reserved -= c.in_reserved;
+    c.in_reserved = 0;
+    pending_input.store(input_reserved, std::memory_order_relaxed);
+    grant_input_room();
+  }
+
+  void leave_input_queue(Connection& c) {
+    if (!c.in_input_queue) return;
+    input_queue.erase(c.input_queue_at);
+    c.in_input_queue = false;
+  }
+
+  // Gives room to the waiters in order while the first one fits, and wakes them.
+  void grant_input_room() {
+    while (!input_queue.empty()) {
+      Connection& c = *input_queue.front();
+      if (c.input_wanted > input_limit - input_reserved) return;
+      leave_input_queue(c);
+      take_input_room(c, c.input_wanted);
+      if (c.input_room_timer != nullptr) c.input_room_timer->cancel();
+    }
+  }
+
+  // Room for a `frame`-byte request before its body is read. Without room the connection is
+  // not read, so TCP holds its client back; it waits behind earlier waiters up to read_timeout.
+  // False when no room came (or the connection was closed, or the server is stopping).
+  awaitable<bool> reserve_input_room(Connection& c, std::size_t frame) {
+    if (input_queue.empty() && frame <= input_limit - input_reserved) {
+      take_input_room(c, frame);
+      co_return true;
+    }
+    // Its client may be waiting for these (the HELLO answer, say) before it sends the rest.
+    if (!c.out.empty()) co_await flush(c);
+    if (c.closed || stopping) co_return false;
+    c.input_wanted = frame;
+    c.input_queue_at = input_queue.insert(input_queue.end(), &c);
+    c.in_input_queue = true;
+    asio::steady_timer t(io);
+    t.expires_after(options.read_timeout);
+    c.input_room_timer = &t;
+    error_code ec;
+    co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
+    c.input_room_timer = nullptr;
+    if (c.in_input_queue) {  // not granted: its time is up, or it is being closed
+      leave_input_queue(c);
+      grant_input_room();  // it may have stood before waiters that fit
+    }
+    co_return c.in_reserved > 0 && !c.closed && !stopping;
+  }
+
+  // Called while `c` waits in fill() with part of a frame buffered: unless bytes keep coming,
+  // the connection is closed read_timeout after the last one (or after the wait began).
+  void watch_read(Connection& c) {
+    if (c.read_timer_armed) return;
+    c.read_timer_armed = true;
+    c.read_timer.expires_at(c.last_input + options.read_timeout);
+    c.read_timer.async_wait([this, &c, alive = c.alive](error_code ec) {
+      if (ec || !*alive) return;
+      c.read_timer_armed = false;
+      if (!c.mid_frame || c.closed) return;
+      if (Clock::now() < c.last_input + options.read_timeout) {
+        watch_read(c);  // bytes came meanwhile
+        return;
+      }
+      read_stalled.fetch_add(1, std::memory_order_relaxed);
+      close_connection(c, Event::kReadStalled,
+                       fmt::format("{} bytes of a request frame buffered and no more arrived "
+                                   "within {} ms",
+                                   c.end - c.begin, options.read_timeout.count()),
+                       /*reset=*/true);
+    });
   }
 
   // After a write: the output buffer is emptied, and given back when it grew large.
@@ -768,7 +889,10 @@ struct TCPStoreServer::Impl {
         note_rejected(conn, Event::kBadInput, e.what());
       }
     }
+    conn.mid_frame = false;
     leave_handshaking(conn);
+    leave_input_queue(conn);
+    release_input_room(conn);
     connections.erase(&conn);
     open.fetch_sub(1, std::memory_order_relaxed);
     Bytes().swap(conn.in);
@@ -800,14 +924,25 @@ struct TCPStoreServer::Impl {
       while (end - begin < need) {
         // The buffer grows with the bytes that actually arrive (at most doubling), never to a
         // size a header merely claims: a client that announces 64 MiB and sends nothing costs
-        // a few KiB.
+        // a few KiB (and holds its room for read_timeout). Grown to exactly that size, so the
+        // room covers the capacity.
         if (end == in.size()) {
-          in.resize(std::min(need, 2 * in.size()));
+          const std::size_t grown = std::min(need, 2 * in.size());
+          in.reserve(grown);
+          in.resize(grown);
           account(conn);
+        }
+        // Part of a frame is here: the rest must follow within read_timeout of now, the last
+        // read (or the start of this wait). Whole frames, the usual case, never get here.
+        conn.mid_frame = end > begin;
+        if (conn.mid_frame) {
+          conn.last_input = Clock::now();
+          watch_read(conn);
         }
         end += co_await conn.socket.async_read_some(asio::buffer(in.data() + end, in.size() - end),
                                                     use_awaitable);
       }
+      conn.mid_frame = false;
     };
 
     for (;;) {
@@ -837,6 +972,18 @@ struct TCPStoreServer::Impl {
         break;
       }
       const std::size_t frame = store::wire::kHeaderBytes + static_cast<std::size_t>(h.body_bytes);
+      if (frame >= kLargeFrameBytes && !co_await reserve_input_room(conn, frame)) {
+        if (conn.closed || stopping) break;
+        starved.fetch_add(1, std::memory_order_relaxed);
+        const std::string why = fmt::format(
+            "its {}-byte {} request found no room within {} ms: the server holds {} bytes of "
+            "large requests, its limit (ServerOptions::max_pending_input_bytes) is {} bytes",
+            frame, store::wire::kind_name(static_cast<Kind>(h.kind)), options.read_timeout.count(),
+            input_reserved, input_limit);
+        store::wire::encode_error(out, static_cast<Kind>(h.kind), Status::kBusy, why);
+        note_rejected(conn, Event::kStarved, why);
+        break;
+      }
       if (end - begin < frame) co_await fill(frame);
       const Kind kind = static_cast<Kind>(h.kind);
       // Before the handshake is done only its own frame is read; anything else is refused
@@ -902,6 +1049,7 @@ struct TCPStoreServer::Impl {
       if (begin == end) begin = end = 0;
       shrink_input(conn);
       account(conn);
+      release_input_room(conn);
       if (!keep) break;
       if (out.size() >= kFlushBytes) co_await flush(conn);
     }
@@ -1035,6 +1183,7 @@ struct TCPStoreServer::Impl {
       c->socket.close(ec);
       if (c->waiter != nullptr) c->waiter->timer.cancel();
       if (c->room_timer != nullptr) c->room_timer->cancel();
+      if (c->input_room_timer != nullptr) c->input_room_timer->cancel();
     }
   }
 };
@@ -1063,6 +1212,13 @@ TCPStoreServer::TCPStoreServer(store::ServerOptions options)
              "store server: max_pending_output_bytes {} cannot hold one answer of "
              "max_response_bytes {}",
              s.output_limit, l.max_response_bytes);
+  s.input_limit = s.options.max_pending_input_bytes != 0 ? s.options.max_pending_input_bytes
+                  : l.max_frame_bytes > SIZE_MAX / 4     ? SIZE_MAX
+                                                         : 4 * l.max_frame_bytes;
+  C10D_CHECK(s.input_limit >= l.max_frame_bytes,
+             "store server: max_pending_input_bytes {} cannot hold one request of "
+             "max_frame_bytes {}",
+             s.input_limit, l.max_frame_bytes);
   s.spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const std::string& host = s.options.host;
   error_code ec;
@@ -1148,10 +1304,13 @@ store::ServerStats TCPStoreServer::stats() const {
   st.connections_refused = s.refused.load();
   st.connections_evicted = s.evicted.load();
   st.connections_stalled = s.stalled.load();
+  st.connections_read_stalled = s.read_stalled.load();
+  st.connections_starved = s.starved.load();
   st.requests = s.requests.load();
   st.waits_held = s.held.load();
   st.keys = s.keys.load();
   st.pending_output_bytes = s.pending_output.load();
+  st.pending_input_bytes = s.pending_input.load();
   st.buffer_bytes = s.buffer_bytes.load();
   return st;
 }

@@ -16,7 +16,12 @@
 // before it is built and refused with kResponseTooLarge); answers not yet written to their
 // clients hold at most max_pending_output_bytes in all (a large answer waits for room, then is
 // refused with kBusy); an answer its client does not read within write_timeout closes that
-// connection; a connection's buffers shrink back to a few KiB after a large frame. At most
+// connection; a connection's buffers shrink back to a few KiB after a large frame. Request
+// frames of 64 KiB or more hold room for their whole size under max_pending_input_bytes, over
+// all connections, from their header until they are served; one that finds no room is not read
+// (TCP holds its client back) until room frees, first come first served, or read_timeout
+// passes, which closes its connection. Smaller frames never wait. A connection whose begun
+// frame stops arriving for read_timeout is closed. At most
 // max_connections are served: near the cap, connections still in their handshake are closed
 // oldest first, so clients that shake hands at once keep being served; past it, a new connection
 // is closed at once. Log lines about closed connections are rate-limited per kind (a few, then
@@ -66,6 +71,16 @@ struct ServerOptions {
   // A write its client does not take within this (it does not read its answers) closes the
   // connection.
   Milliseconds write_timeout{30000};
+  // Bytes of request frames being read or served, over all connections. A frame of 64 KiB or
+  // more holds room for its whole size from its header until it has been served; one that
+  // does not fit waits, first come first served and without its connection being read, up to
+  // read_timeout, then its connection is answered kBusy and closed. Smaller frames never wait
+  // (a connection buffers at most 64 KiB of them). 0: four frames of limits.max_frame_bytes;
+  // otherwise at least one.
+  std::size_t max_pending_input_bytes = 0;
+  // How long a large frame waits for room under max_pending_input_bytes; and a connection whose
+  // begun frame gets no further byte for this long is closed (idle between frames is fine).
+  Milliseconds read_timeout{30000};
 };
 
 struct ServerStats {
@@ -73,15 +88,20 @@ struct ServerStats {
   std::uint64_t local_connections_accepted = 0;  // through the Unix socket
   std::uint64_t connections_open = 0;
   // Closed by the server for any reason but stop(): bad input, limits, auth, a handshake not
-  // done in time, and the three below.
+  // done in time, and the five below.
   std::uint64_t connections_rejected = 0;
   std::uint64_t connections_refused = 0;  // closed at once: over max_connections
   std::uint64_t connections_evicted = 0;  // in their handshake, closed to make room
   std::uint64_t connections_stalled = 0;  // an answer not taken within write_timeout
+  // A begun request frame that got no further byte within read_timeout.
+  std::uint64_t connections_read_stalled = 0;
+  // A large request frame that found no room under max_pending_input_bytes within read_timeout.
+  std::uint64_t connections_starved = 0;
   std::uint64_t requests = 0;
   std::uint64_t waits_held = 0;  // right now
   std::uint64_t keys = 0;
   std::uint64_t pending_output_bytes = 0;  // right now: answers built, not yet written
+  std::uint64_t pending_input_bytes = 0;   // right now: room held by large request frames
   std::uint64_t buffer_bytes = 0;          // right now: capacity of every connection's buffers
 };
 

@@ -617,5 +617,157 @@ TEST(ExhaustionTest, NearTheCapSlowHandshakesAreClosedEarly) {
   EXPECT_EQ(server.stats().connections_evicted, 6u);
 }
 
+// A SET of `value_bytes` on key `key`, without its last byte: the server has a nearly complete
+// frame to hold and waits for the rest.
+Bytes set_without_last_byte(const std::string& key, std::size_t value_bytes) {
+  Bytes frame = request(Kind::kSet, [&](Bytes& f) {
+    store::wire::put_string(f, key);
+    store::wire::put_bytes(f, Bytes(value_bytes, 9));
+  });
+  frame.pop_back();
+  return frame;
+}
+
+// Twelve connections each send all but the last byte of an 8 MiB SET. Without a bound the
+// server would hold all twelve frames (96 MiB; 900 connections of 65 MiB frames by default).
+// It holds room for two (max_pending_input_bytes); the others are not read and, after
+// read_timeout, closed; those that got room and then stalled are closed read_timeout after
+// their last byte. Small requests of a good client are served throughout, and once the attack
+// is gone a large one is too.
+TEST(ExhaustionTest, PartialLargeRequestsAreBoundedInTotalAndClosed) {
+  store::ServerOptions o;
+  o.limits.max_value_bytes = 8u << 20;
+  o.limits.max_frame_bytes = 9u << 20;
+  o.limits.max_response_bytes = 9u << 20;
+  o.max_pending_input_bytes = 18u << 20;  // two frames
+  o.read_timeout = 1500ms;
+  TCPStoreServer server(o);
+  TCPStore good(client_of(server.port()));
+  good.set("warm", std::string_view("up"));
+  ASSERT_EQ(good.get_string("warm"), "up");
+  const Bytes attack = concat(RawClient::hello(), set_without_last_byte("big", 8u << 20));
+  const std::size_t rss_before = resident_bytes();
+
+  constexpr int kAttackers = 12;
+  std::vector<std::unique_ptr<RawClient>> attackers;
+  for (int i = 0; i < kAttackers; ++i) {
+    attackers.push_back(std::make_unique<RawClient>(server.port()));
+  }
+  // Each on its own thread: a connection the server does not read blocks its sender until the
+  // kernel's buffers take the rest or the server closes it.
+  std::vector<std::thread> senders;
+  for (auto& a : attackers) senders.emplace_back([&a, &attack] { a->send(attack); });
+
+  std::atomic<bool> watching{true};
+  std::size_t peak_input = 0, peak_buffers = 0, peak_rss = 0;
+  std::thread watch([&] {
+    while (watching) {
+      const auto st = server.stats();
+      peak_input = std::max<std::size_t>(peak_input, st.pending_input_bytes);
+      peak_buffers = std::max<std::size_t>(peak_buffers, st.buffer_bytes);
+      peak_rss = std::max(peak_rss, resident_bytes());
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  // The attack in place: as much as it may hold is held.
+  EXPECT_TRUE(eventually([&] { return server.stats().pending_input_bytes >= (16u << 20); }, 3s))
+      << server.stats().pending_input_bytes;
+  std::this_thread::sleep_for(300ms);
+  {
+    const auto start = std::chrono::steady_clock::now();
+    good.set("small", std::string_view("served"));
+    EXPECT_EQ(good.get_string("small"), "served");
+    EXPECT_EQ(good.add("n", 1), 1);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 500ms)
+        << "small requests waited behind the large ones";
+  }
+  watching = false;
+  watch.join();
+  EXPECT_LE(peak_input, 18u << 20);
+  EXPECT_LT(peak_buffers, (18u << 20) + (1u << 20))
+      << "the server buffered " << peak_buffers << " bytes of partial requests";
+  // The two frames, and what the allocator keeps of the buffers they grew through.
+  EXPECT_LT(peak_rss, rss_before + (48u << 20))
+      << "RSS grew from " << rss_before << " to " << peak_rss;
+
+  for (auto& a : attackers) EXPECT_TRUE(a->closed_by_server(6s));
+  for (auto& t : senders) t.join();
+  const auto st = server.stats();
+  EXPECT_GE(st.connections_read_stalled, 2u);
+  EXPECT_GE(st.connections_starved, 1u);
+  EXPECT_EQ(st.connections_read_stalled + st.connections_starved, std::uint64_t{kAttackers});
+  EXPECT_TRUE(eventually([&] { return server.stats().pending_input_bytes == 0; }));
+  EXPECT_FALSE(good.check(std::vector<std::string>{"big"}));  // no partial SET was applied
+  good.set("big", Bytes(8u << 20, 4));
+  EXPECT_EQ(good.get("big").size(), 8u << 20);
+}
+
+// A large request that finds no room waits, unread, and is served as soon as room frees: here
+// when the connection holding it stalls and is closed.
+TEST(ExhaustionTest, LargeRequestWaitsForRoomAndIsServedWhenItFrees) {
+  store::ServerOptions o;
+  o.limits.max_value_bytes = 4u << 20;
+  o.limits.max_frame_bytes = 5u << 20;
+  o.limits.max_response_bytes = 5u << 20;
+  o.max_pending_input_bytes = 5u << 20;  // one frame
+  o.read_timeout = 800ms;
+  TCPStoreServer server(o);
+  RawClient holder(server.port());
+  holder.send(concat(RawClient::hello(), set_without_last_byte("held", 4u << 20)));
+  ASSERT_TRUE(eventually([&] { return server.stats().pending_input_bytes > 0; }));
+  std::this_thread::sleep_for(100ms);
+
+  TCPStore good(client_of(server.port()));
+  const auto start = std::chrono::steady_clock::now();
+  good.set("big", Bytes(4u << 20, 6));
+  EXPECT_TRUE(good.check(std::vector<std::string>{"big"}));  // answered once the SET is served
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, 400ms) << "the SET did not wait for room";
+  EXPECT_LT(waited, 3s);
+  EXPECT_TRUE(holder.closed_by_server(1s));
+  EXPECT_EQ(server.stats().connections_read_stalled, 1u);
+  EXPECT_EQ(server.stats().connections_starved, 0u);
+  EXPECT_EQ(good.get("big").size(), 4u << 20);
+  EXPECT_FALSE(good.check(std::vector<std::string>{"held"}));
+}
+
+// A connection whose begun frame stops arriving is closed read_timeout after its last byte,
+// whether it stopped in the header or in the body; one that keeps sending, however slowly, or
+// that idles between frames, is served.
+TEST(ExhaustionTest, RequestStalledMidFrameIsClosed) {
+  store::ServerOptions o;
+  o.read_timeout = 700ms;
+  TCPStoreServer server(o);
+  const Bytes get = get_request("k");
+  std::vector<std::unique_ptr<RawClient>> stalled;
+  for (std::size_t cut : {std::size_t{5}, get.size() - 1}) {  // in the header; in the body
+    stalled.push_back(std::make_unique<RawClient>(server.port()));
+    stalled.back()->send(concat(RawClient::hello(), Bytes(get.begin(), get.begin() + cut)));
+    ASSERT_TRUE(stalled.back()->read_answer(3s));
+  }
+  RawClient idle(server.port());
+  idle.send(RawClient::hello());
+  ASSERT_TRUE(idle.read_answer(3s));
+  RawClient slow(server.port());
+  slow.send(RawClient::hello());
+  ASSERT_TRUE(slow.read_answer(3s));
+  const Bytes num_keys = request(Kind::kNumKeys, [](Bytes&) {});
+
+  // `slow` sends one byte every 100 ms: 16 bytes over 1.6 s, far past the timeout in all.
+  for (std::uint8_t b : num_keys) {
+    slow.send(Bytes{b});
+    std::this_thread::sleep_for(100ms);
+  }
+  auto a = slow.read_answer(3s);
+  ASSERT_TRUE(a) << "a slow but steady request was not served";
+  EXPECT_EQ(a->status, Status::kOk);
+  for (auto& s : stalled) EXPECT_TRUE(s->closed_now());
+  idle.send(num_keys);
+  a = idle.read_answer(3s);
+  ASSERT_TRUE(a) << "a connection idle between frames was closed";
+  EXPECT_EQ(a->status, Status::kOk);
+  EXPECT_EQ(server.stats().connections_read_stalled, 2u);
+}
+
 }  // namespace
 }  // namespace c10d

@@ -360,6 +360,10 @@ TEST_F(TCPStoreTest, InconsistentServerLimitsAreRefused) {
   o.max_pending_output_bytes = 1u << 20;  // less than one answer
   msg = message_of<InvalidArgument>([&] { TCPStoreServer server(o); });
   EXPECT_NE(msg.find("max_pending_output_bytes"), std::string::npos) << msg;
+  o = store::ServerOptions{};
+  o.max_pending_input_bytes = 1u << 20;  // less than one request
+  msg = message_of<InvalidArgument>([&] { TCPStoreServer server(o); });
+  EXPECT_NE(msg.find("max_pending_input_bytes"), std::string::npos) << msg;
   bad = StoreLimits{};
   bad.max_value_bytes = 1ull << 33;  // does not fit the wire's u32 lengths
   bad.max_frame_bytes = 1ull << 34;
