@@ -6,11 +6,14 @@
 //
 // Set-up (in the constructor, every rank of the group takes part; bounded by options.timeout):
 // each rank publishes its host key (shm_host_key) in the store under
-// "<group_name>/shm/host/<rank>"; the ranks whose keys equal this rank's are its same-host
-// peers. A rank with such peers creates its segment of incoming rings, publishes its name,
-// maps each same-host peer's segment (checking magic, version, rank, ring count and size, and
-// naming both sides' values on a mismatch), says so in the store, and unlinks its own name once
-// every same-host peer has mapped it, so nothing is left in /dev/shm after set-up.
+// "<group_name>/shm/<N>/host/<rank>" (N: the set-up's attempt number, setup_watch.h, so that keys
+// an earlier group of this name left are never read); the ranks whose keys equal this rank's are
+// its same-host peers. A rank with such peers creates its segment of incoming rings, publishes
+// its name, maps each same-host peer's segment (checking magic, version, rank, ring count and
+// size, and naming both sides' values on a mismatch), says so in the store, and unlinks its own
+// name once every same-host peer has mapped it, so nothing is left in /dev/shm after set-up. A
+// rank whose set-up fails (a bad C10D_SHM_RING_BYTES, no room in /dev/shm) records why in the
+// store, and the others' waits fail within a fraction of a second naming it (setup_watch.h).
 //
 // Segment "/c10d-shm-<pid>-<random>", one per rank (host byte order, little-endian):
 //
@@ -48,7 +51,9 @@
 // The channel cannot see a peer that dies; the TCP connections that the backend keeps to every
 // rank do (TCPTransportOptions::on_abort passes their failure here), and a sleeping waiter
 // also checks every 100 ms that each same-host peer's process still exists. A corrupt message
-// header aborts the transport with a NetworkError naming the peer.
+// header aborts the transport with a NetworkError naming the peer. A request that times out
+// throws transport::PeerTimeout with when this rank last read a message header from the peer and
+// its tag.
 #pragma once
 
 #include <chrono>
@@ -57,6 +62,7 @@
 #include <span>
 #include <string>
 
+#include "backends/common/setup_watch.h"
 #include "c10d/store.h"
 #include "c10d/types.h"
 #include "transport/transport.h"
@@ -69,6 +75,9 @@ struct ShmTransportOptions {
   // Per ordered pair of same-host ranks; a power of two, at least 64 KiB. 0: C10D_SHM_RING_BYTES,
   // else 1 MiB (8 ranks on a host then hold 56 MiB of /dev/shm).
   std::size_t ring_bytes = 0;
+  // Where the set-up's waits look for another rank's set-up failure, and where this rank records
+  // its own (setup_watch.h). Null: the transport makes its own.
+  std::shared_ptr<backends::SetupWatch> setup_watch;
 };
 
 // This host's identity for finding same-host peers: C10D_SHM_HOST when set (tests use it to make
