@@ -235,8 +235,13 @@ void InProcWorld::wait(Op& op, Clock::time_point deadline) {
   if (!op.cv.wait_until(lock, deadline, [&] { return op.done.load(std::memory_order_relaxed); })) {
     const auto pending_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - op.posted_at).count();
-    C10D_THROW(TimeoutError, "{} timed out: no matching {} from rank {} {} ms after posting",
-               op.describe(), op.is_send ? "irecv" : "isend", op.peer, pending_ms);
+    throw PeerTimeout(
+        core::with_location(
+            __FILE__, __LINE__,
+            fmt::format("{} timed out: no matching {} from rank {} {} ms after "
+                        "posting",
+                        op.describe(), op.is_send ? "irecv" : "isend", op.peer, pending_ms)),
+        op.peer);
   }
   lock.unlock();
   if (op.error) std::rethrow_exception(op.error);

@@ -3,7 +3,8 @@
 // connection is made, the parent's carry the bytes. The view does not touch tags: a subgroup's
 // ops are told apart from its parent's by the group id in their tags (transport.h).
 //
-// abort() aborts the parent: the connections are shared, so a view cannot fail alone.
+// abort() aborts the parent: the connections are shared, so a view cannot fail alone. Requests
+// are the parent's, so a timed-out one names its peer by the parent's rank.
 // Thread-safety and request lifetime are the parent's.
 #pragma once
 
@@ -24,6 +25,11 @@ class SubTransport final : public Transport {
   std::unique_ptr<Request> isend(int peer, Tag tag, std::span<const std::byte> data) override;
   std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data) override;
   void abort(std::exception_ptr reason) override { parent_->abort(std::move(reason)); }
+  // The parent's: the requests are the parent's, so their PeerTimeout names the parent's ranks.
+  StallReport find_stalled(int peer, std::string_view doing,
+                           std::chrono::milliseconds window) override {
+    return parent_->find_stalled(peer, doing, window);
+  }
 
  private:
   int parent_rank(int peer) const;

@@ -13,6 +13,13 @@ std::string tag_string(Tag tag) {
   return fmt::format("group {} seq {}", group, tag & ((Tag{1} << 40) - 1));
 }
 
+std::string heard_string(const PeerActivity& heard, std::string_view frame) {
+  if (!heard.known) return "nothing heard from it since set-up";
+  const double seconds = std::chrono::duration<double>(heard.ago).count();
+  return fmt::format("last heard from it {:.1f} s ago: a frame of {}", seconds,
+                     frame.empty() ? tag_string(heard.tag) : std::string(frame));
+}
+
 void wait_all(std::span<const std::unique_ptr<Request>> requests, Clock::time_point deadline) {
   for (const auto& r : requests) {
     if (r) r->wait(deadline);

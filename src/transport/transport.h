@@ -14,10 +14,15 @@
 // Buffers: neither side copies on posting. A send's span must stay valid and unchanged, and a
 // receive's span untouched, until the request completes (or the transport is aborted).
 //
-// Errors and deadlines: wait() takes an absolute deadline and throws TimeoutError naming the
-// peer, the direction, the tag and the bytes; a peer that is gone (or an abort()) fails every
-// pending and later request with the NetworkError the backend raised, naming that peer. Nothing
-// blocks without a deadline.
+// Errors and deadlines: wait() takes an absolute deadline and throws PeerTimeout (a
+// TimeoutError) naming the peer, the direction, the tag and the bytes, and what this rank last
+// heard from that peer where the transport keeps track; a peer that is gone (or an abort())
+// fails every pending and later request with the NetworkError the backend raised, naming that
+// peer. Nothing blocks without a deadline.
+//
+// Stalls: a process group whose op timed out asks find_stalled() which rank it was waiting for
+// in the end (the peer it waited on may itself be waiting for another). A transport whose ranks
+// share a store follows that chain there; the others name the peer waited on.
 //
 // Thread-safety: isend/irecv/abort may be called from any thread; one Request is waited on by
 // one thread at a time.
@@ -30,6 +35,10 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
+
+#include "c10d/errors.h"
 
 namespace c10d::transport {
 
@@ -57,6 +66,44 @@ constexpr Tag control_tag(std::uint32_t group, std::uint64_t sequence) {
 
 std::string tag_string(Tag tag);  // "group 3 seq 17" or "group 3 user tag 5"
 
+// What a rank last heard from a peer: when the last frame (message header) from it arrived and
+// its tag.
+struct PeerActivity {
+  bool known = false;  // false: nothing heard since the transport was set up
+  Clock::duration ago{};
+  Tag tag = 0;
+};
+// "last heard from it 4.9 s ago: a frame of group 0 seq 11", or "nothing heard from it since
+// set-up". `frame` names the frame's op (e.g. "all_reduce #11"); empty: tag_string.
+std::string heard_string(const PeerActivity& heard, std::string_view frame = {});
+
+// The TimeoutError of a request that waited for `peer` past its deadline, and of a process
+// group's op that timed out, naming the rank it found stalled in the end (peer -1: none, the
+// ranks wait for each other).
+class PeerTimeout : public TimeoutError {
+ public:
+  PeerTimeout(const std::string& what, int peer, PeerActivity heard = {})
+      : TimeoutError(what), peer_(peer), heard_(heard) {}
+  int peer() const { return peer_; }
+  const PeerActivity& heard() const { return heard_; }
+
+ private:
+  int peer_;
+  PeerActivity heard_;
+};
+
+// What find_stalled learned: the ranks that wait, each for the next, from the peer this rank
+// waited for on, and the rank at the end of that chain.
+struct StallReport {
+  struct Hop {
+    int rank = -1;
+    int awaits = -1;    // the rank `rank` waits for
+    std::string doing;  // its op, e.g. "all_reduce #12"
+  };
+  int suspect = -1;  // the rank that waits for no one known: the stalled one; -1: a cycle
+  std::vector<Hop> chain;
+};
+
 class Request {
  public:
   virtual ~Request() = default;
@@ -79,6 +126,17 @@ class Transport {
   // Fails every pending and later request of this rank with `reason`, and releases every
   // waiter. Idempotent: the first reason sticks.
   virtual void abort(std::exception_ptr reason) = 0;
+
+  // This rank's `doing` (e.g. "all_reduce #12") timed out waiting for `peer`: records that where
+  // the other ranks can read it and follows their records (peer waits for Q, Q for R...) to the
+  // rank that waits for no one, waiting up to `window` for ranks that time out a little later.
+  // Blocks up to about `window`. Default: `peer`, with no chain.
+  virtual StallReport find_stalled(int peer, std::string_view doing,
+                                   std::chrono::milliseconds window) {
+    (void)doing;
+    (void)window;
+    return {peer, {}};
+  }
 };
 
 // Waits for every request in order, each against the same deadline.

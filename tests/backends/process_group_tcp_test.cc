@@ -1,8 +1,8 @@
 // The TCP ProcessGroup with every rank a thread over real loopback sockets: the group behaviour
 // the conformance suite does not cover (it checks values): peer loss fails every rank quickly,
 // naming the lost rank; abort releases waiters; DETAIL fingerprints catch mismatched calls;
-// timeouts; subgroups share the connections; point-to-point does not block collectives; the
-// algorithm override is checked.
+// timeouts; set-up failures; subgroups share the connections; point-to-point does not block
+// collectives; the algorithm override is checked.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -218,6 +218,36 @@ TEST(ProcessGroupTCPTest, OpTimeoutFailsTheOpAndNamesIt) {
   });
 }
 
+// Rank 2 never joins the barrier. Rank 0's barrier times out waiting for it (the dissemination
+// barrier's first round receives from rank 2), and says what it last heard from it; rank 1,
+// whose own timeout is far off, fails at once through the abort, which names rank 2 as the rank
+// that made no progress rather than rank 0, which gave up.
+TEST(ProcessGroupTCPTest, TimedOutOpNamesTheRankItWaitedForToEveryRank) {
+  run_group(3, [](int r, std::shared_ptr<ProcessGroup>& pg) {
+    pg->barrier()->wait(20s);
+    if (r == 2) {
+      std::this_thread::sleep_for(3s);
+      return;
+    }
+    BarrierOptions opts;
+    opts.timeout = r == 0 ? 300ms : 20000ms;
+    const auto start = Clock::now();
+    if (r == 0) {
+      const std::string message = error_of<TimeoutError>(pg->barrier(opts));
+      EXPECT_NE(message.find("rank 0: barrier #1 (group 0) timed out after 300 ms waiting for "
+                             "rank 2 (last heard from it"),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("rank 2 made no progress"), std::string::npos) << message;
+    } else {
+      const std::string message = error_of<NetworkError>(pg->barrier(opts));
+      EXPECT_NE(message.find("peer rank 2 made no progress (rank 0 reports"), std::string::npos)
+          << message;
+    }
+    EXPECT_LT(Clock::now() - start, 2500ms);
+  });
+}
+
 // An op that names no timeout gets the group's.
 TEST(ProcessGroupTCPTest, AnOpWithoutATimeoutTakesTheGroups) {
   ProcessGroupTCPOptions options;
@@ -414,6 +444,59 @@ void run_file_init(int n, const std::string& name,
   std::remove(path.c_str());
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
+  }
+}
+
+// Runs make_process_group_tcp on `n` threads over `store` (group "again"), rank 1 with a host
+// that is no address when `rank1_fails`, rank 0 starting `rank0_late` after the others; every
+// rank's error message ("" for none) and how long each took.
+struct SetUpOutcome {
+  std::vector<std::string> errors;
+  std::vector<Clock::duration> took;
+};
+SetUpOutcome set_up_group(const std::shared_ptr<Store>& store, int n, bool rank1_fails,
+                          Milliseconds rank0_late = Milliseconds(0)) {
+  SetUpOutcome outcome{std::vector<std::string>(static_cast<std::size_t>(n)),
+                       std::vector<Clock::duration>(static_cast<std::size_t>(n))};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      if (r == 0) std::this_thread::sleep_for(rank0_late);
+      const auto start = Clock::now();
+      ProcessGroupTCPOptions options;
+      options.group_name = "again";
+      options.timeout = 30s;
+      if (r == 1 && rank1_fails) options.host = "not-an-address";
+      try {
+        auto pg = make_process_group_tcp(store, r, n, options);
+        pg->barrier()->wait(20s);
+      } catch (const Error& e) {
+        outcome.errors[static_cast<std::size_t>(r)] = e.what();
+      }
+      outcome.took[static_cast<std::size_t>(r)] = Clock::now() - start;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return outcome;
+}
+
+// A rank that fails its set-up fails the others' within seconds, naming it and why, even the
+// rank 0 that starts after the failure is recorded; a later group of the same name on the same
+// store does not see that failure.
+TEST(ProcessGroupTCPTest, SetUpFailureIsNamedToEveryRankAndNotToTheNextGroupOfTheName) {
+  auto store = std::make_shared<HashStore>(30s);
+  const SetUpOutcome failed = set_up_group(store, 3, /*rank1_fails=*/true, 1000ms);
+  for (int r = 0; r < 3; ++r) {
+    const std::string& message = failed.errors[static_cast<std::size_t>(r)];
+    EXPECT_NE(message.find("not-an-address"), std::string::npos) << "rank " << r << ": " << message;
+    EXPECT_LT(failed.took[static_cast<std::size_t>(r)], 10s) << "rank " << r;
+    if (r != 1) {
+      EXPECT_NE(message.find("failed on rank 1"), std::string::npos) << message;
+    }
+  }
+  const SetUpOutcome again = set_up_group(store, 3, /*rank1_fails=*/false);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(again.errors[static_cast<std::size_t>(r)], "") << "rank " << r;
   }
 }
 

@@ -45,7 +45,9 @@ class FakeShmPeer {
   FakeShmPeer(Store& store, const std::string& group, std::size_t ring_bytes)
       : ring_bytes_(ring_bytes) {
     using namespace shm;
-    const std::string prefix = group + "/shm/";
+    // Numbered as a real rank numbers its set-up (backends/common/setup_watch.h).
+    const std::int64_t attempt = store.add(group + "/setup/attempt/1", 1);
+    const std::string prefix = group + "/shm/" + std::to_string(attempt) + "/";
     store.set(prefix + "host/1", shm_host_key());
     own_ = transport::SharedSegment::create(
         "/c10d-fake-shm-" + std::to_string(::getpid()) + "-" + group, ring_offset(1, ring_bytes));

@@ -426,6 +426,13 @@ TEST(TCPTransportTest, AbortNoticeRoundTripsAndCutsLongMessages) {
   const AbortNotice back = decode_abort_notice(std::span(frame).subspan(16));
   EXPECT_EQ(back.lost_rank, 3);
   EXPECT_EQ(back.message, "rank 0: connection to peer rank 3 lost");
+  EXPECT_FALSE(back.stalled);
+  // A rank that made no progress travels as -2 - rank.
+  const auto stalled = encode_abort_notice({2, "rank 1: all_reduce #4 timed out", true});
+  EXPECT_EQ(static_cast<std::int32_t>(get_le<std::uint32_t>(stalled.data() + 16)), -4);
+  const AbortNotice stalled_back = decode_abort_notice(std::span(stalled).subspan(16));
+  EXPECT_EQ(stalled_back.lost_rank, 2);
+  EXPECT_TRUE(stalled_back.stalled);
   const auto long_frame = encode_abort_notice({-1, std::string(10000, 'x')});
   EXPECT_EQ(long_frame.size(), 16 + 4 + kMaxAbortMessageBytes);
   EXPECT_EQ(decode_abort_notice(std::span(long_frame).subspan(16)).lost_rank, -1);

@@ -17,6 +17,13 @@
 //                   different values).
 //   hold            prints "READY" once the group is made and one all_reduce is done, then
 //                   sleeps 60 s (the test kills it, leaving what a killed job leaves).
+//   setup_fail VICTIM HOW
+//                   rank VICTIM fails its set-up with a genuinely bad setting: HOW "shm", an
+//                   impossible C10D_SHM_RING_BYTES; "host", a C10D_HOST that is no address.
+//                   Every rank prints "SETUP_FAILED <ms> <message>" (ms since it began
+//                   init_process_group) and exits 3.
+//   freeze VICTIM   as kill, with a 3 s timeout per all_reduce, but rank VICTIM stops itself
+//                   (SIGSTOP) in its 20th; the others print "FAILED <ms> <message>" and exit 3.
 //   stall           (MPI backend, blocking collectives) rank 0 calls all_reduce with a 2 s
 //                   timeout that rank 1 never joins: wait(100 ms) must throw TimeoutError
 //                   ("WAITER_TIMEOUT") while the worker runs the blocking call, then the
@@ -43,9 +50,28 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-int run(const std::string& scenario, int victim) {
+int run(const std::string& scenario, int victim, const std::string& how) {
   c10d::InitOptions options;
   if (std::getenv("C10D_TIMEOUT_MS") == nullptr) options.timeout = 30s;
+  if (scenario == "setup_fail") {
+    const char* rank_env = std::getenv("RANK");
+    if (rank_env != nullptr && std::atoi(rank_env) == victim) {
+      if (how == "shm") ::setenv("C10D_SHM_RING_BYTES", "1000", 1);  // not a power of two
+      if (how == "host") ::setenv("C10D_HOST", "not-an-address", 1);
+    }
+    const auto started = Clock::now();
+    try {
+      c10d::init_process_group(options);
+    } catch (const c10d::Error& e) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+      fmt::print("SETUP_FAILED {} {}\n", ms, e.what());
+      std::fflush(stdout);
+      return 3;
+    }
+    fmt::print("UNEXPECTED: the set-up succeeded\n");
+    return 1;
+  }
   auto pg = c10d::init_process_group(options);
   const int rank = pg->rank();
   if (scenario == "sum" || scenario == "hold") {
@@ -170,10 +196,12 @@ int run(const std::string& scenario, int victim) {
     float* d = t.data<float>();
     for (std::int64_t j = 0; j < t.numel(); ++j) d[j] = 1.0f;
     const auto issued = Clock::now();
-    auto work = pg->all_reduce({t});
-    if (scenario == "kill" && rank == victim && i == 19) {
+    c10d::AllreduceOptions opts;
+    if (scenario == "freeze") opts.timeout = 3000ms;
+    auto work = pg->all_reduce({t}, opts);
+    if ((scenario == "kill" || scenario == "freeze") && rank == victim && i == 19) {
       std::this_thread::sleep_for(2ms);  // let the all_reduce get onto the wire
-      ::raise(SIGKILL);
+      ::raise(scenario == "kill" ? SIGKILL : SIGSTOP);
     }
     try {
       work->wait(30s);
@@ -202,12 +230,12 @@ int run(const std::string& scenario, int victim) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: pg_fault_child kill VICTIM | mismatch | split_mismatch | ok | stall | "
-                 "sum VALUE | hold\n");
+                 "usage: pg_fault_child kill VICTIM | freeze VICTIM | setup_fail VICTIM shm|host | "
+                 "mismatch | split_mismatch | ok | stall | sum VALUE | hold\n");
     return 2;
   }
   try {
-    return run(argv[1], argc > 2 ? std::atoi(argv[2]) : -1);
+    return run(argv[1], argc > 2 ? std::atoi(argv[2]) : -1, argc > 3 ? argv[3] : "");
   } catch (const std::exception& e) {
     fmt::print("UNEXPECTED: {}\n", e.what());
     return 1;

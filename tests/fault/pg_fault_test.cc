@@ -1,7 +1,9 @@
 // Fault tests of the TCP process group with real processes: a rank killed with SIGKILL in the
 // middle of an all_reduce makes every other rank fail within 5 s with an error naming it, and
-// c10drun exit non-zero naming it; mismatched collectives under C10D_DEBUG=DETAIL fail on every
-// rank with both calls named.
+// c10drun exit non-zero naming it; a rank that fails its set-up makes the others' set-up fail
+// within seconds naming it and its reason; a rank stopped with SIGSTOP is named by the ranks
+// that time out waiting for it, and by c10drun, as the rank that made no progress; mismatched
+// collectives under C10D_DEBUG=DETAIL fail on every rank with both calls named.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -9,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <memory>
 #include <regex>
 #include <vector>
@@ -110,6 +113,105 @@ TEST(ProcessGroupFaultTest, KilledStoreHostingRankZeroStillFailsEveryOtherRankQu
     EXPECT_EQ(exit.code, 3) << child.describe();
     EXPECT_NE(child.out().find("rank 0"), std::string::npos) << child.out();
   }
+}
+
+// Every rank of `ranks` ends within `within` of `start`, exits 3, and prints "SETUP_FAILED" and
+// `reason`; every rank but `victim` names it ("failed on rank V").
+void expect_set_up_failure_named(Ranks& ranks, int victim,
+                                 std::chrono::steady_clock::time_point start,
+                                 std::chrono::seconds within, const std::string& reason) {
+  for (std::size_t r = 0; r < ranks.children.size(); ++r) {
+    auto& child = *ranks.children[r];
+    const auto exit = child.wait(start + within);
+    EXPECT_FALSE(exit.timed_out) << "rank " << r << " still running after " << within.count()
+                                 << " s: " << child.out();
+    EXPECT_EQ(exit.code, 3) << child.describe() << child.out() << child.err();
+    const std::string out = child.out();
+    EXPECT_NE(out.find("SETUP_FAILED"), std::string::npos) << "rank " << r << ": " << out;
+    EXPECT_NE(out.find(reason), std::string::npos) << "rank " << r << ": " << out;
+    if (static_cast<int>(r) != victim) {
+      EXPECT_NE(out.find("failed on rank " + std::to_string(victim)), std::string::npos)
+          << "rank " << r << ": " << out;
+    }
+  }
+}
+
+// Rank 1 cannot set up its shared memory (C10D_SHM_RING_BYTES is not a power of two): the other
+// ranks, waiting in the shared-memory set-up for its host key, fail within seconds naming rank
+// 1 and its reason, instead of waiting out their 30 s set-up timeout and blaming a missing key.
+TEST(ProcessGroupFaultTest, RankThatFailsSharedMemorySetUpIsNamedToTheOthersWithinSeconds) {
+  const auto start = std::chrono::steady_clock::now();
+  Ranks ranks(4, {"setup_fail", "1", "shm"});
+  expect_set_up_failure_named(ranks, 1, start, 10s, "C10D_SHM_RING_BYTES");
+}
+
+// The same for a failure in the TCP transport's set-up, of rank 0 (the others wait for its
+// address in the store, or for it to accept), with shared memory off.
+TEST(ProcessGroupFaultTest, RankThatFailsTcpSetUpIsNamedToTheOthersWithinSeconds) {
+  const auto start = std::chrono::steady_clock::now();
+  Ranks ranks(3, {"setup_fail", "0", "host"}, {{"C10D_SHM", "0"}});
+  expect_set_up_failure_named(ranks, 0, start, 10s, "not-an-address");
+}
+
+// Rank `victim` of `n` stops (SIGSTOP) in the middle of an all_reduce. The ranks whose ops time
+// out waiting (3 s) follow each other's waits to it, and every other rank names it as the one
+// that made no progress, not the rank that gave up first.
+void expect_stopped_rank_named(int n, int victim, const EnvChanges& env) {
+  Ranks ranks(n, {"freeze", std::to_string(victim)}, env);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string named = "rank " + std::to_string(victim) + " made no progress";
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    auto& child = *ranks.children[static_cast<std::size_t>(r)];
+    const auto exit = child.wait(start + 60s);
+    EXPECT_FALSE(exit.timed_out) << "rank " << r << ": " << child.out();
+    EXPECT_EQ(exit.code, 3) << child.describe() << child.out() << child.err();
+    const std::string out = child.out();
+    EXPECT_NE(out.find("FAILED"), std::string::npos) << out;
+    EXPECT_NE(out.find(named), std::string::npos) << "rank " << r << ": " << out;
+  }
+  auto& stopped = *ranks.children[static_cast<std::size_t>(victim)];
+  EXPECT_TRUE(stopped.running()) << stopped.describe();  // stopped, not dead
+  stopped.send_signal(SIGKILL);
+  EXPECT_FALSE(stopped.wait(std::chrono::steady_clock::now() + 10s).timed_out);
+}
+
+// Same-host ranks exchange their bytes through shared memory...
+TEST(ProcessGroupFaultTest, StoppedRankIsNamedByEveryOtherRankAsTheOneThatMadeNoProgress) {
+  expect_stopped_rank_named(4, 2, {});
+}
+
+// ... and over TCP with C10D_SHM=0.
+TEST(ProcessGroupFaultTest, StoppedRankIsNamedByEveryOtherRankOverTcp) {
+  expect_stopped_rank_named(3, 1, {{"C10D_SHM", "0"}});
+}
+
+// The same under c10drun: the launcher reports rank 2, stopped, as the cause (with the ranks
+// that timed out waiting for it), not the first rank that failed, and leaves nothing running.
+TEST(ProcessGroupFaultTest, LauncherReportsTheStoppedRankAsTheCause) {
+  TempDir dir;
+  ChildProcess launcher({launcher_path(), "--nproc-per-node", "4", "--grace-period-ms", "2000",
+                         child_path(), "freeze", "2"},
+                        {}, dir.path(), "c10drun");
+  const auto exit = launcher.wait(std::chrono::steady_clock::now() + 90s);
+  EXPECT_FALSE(exit.timed_out);
+  EXPECT_NE(exit.code, 0) << launcher.describe();
+  const std::string err = launcher.err();
+  const std::string out = launcher.out();
+  const std::regex cause(R"(c10drun: rank 2 \(pid (\d+)\) is the cause: it was stopped)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(err, m, cause)) << err << out;
+  EXPECT_NE(err.find("timed out waiting for it"), std::string::npos) << err;
+  EXPECT_NE(err.find("after rank 2 made no progress"), std::string::npos) << err;
+  for (int r : {0, 1, 3}) {
+    const std::regex named("\\[rank " + std::to_string(r) +
+                           "\\]: FAILED [^\\n]*rank 2 made no progress");
+    EXPECT_TRUE(std::regex_search(out, named)) << "rank " << r << ": " << out;
+  }
+  // The launcher reaped its children before it exited: the stopped rank is gone.
+  const pid_t stopped = static_cast<pid_t>(std::stol(m[1].str()));
+  EXPECT_EQ(::kill(stopped, 0), -1);
+  EXPECT_EQ(errno, ESRCH);
 }
 
 TEST(ProcessGroupFaultTest, MismatchedCollectivesUnderDetailFailOnEveryRankNamingBothCalls) {

@@ -371,6 +371,44 @@ TEST_F(C10drunTest, FirstFailureStopsTheOthersAndIsReportedAsTheCause) {
   }
 }
 
+// Rank 1 fails, but only after rank 2 stopped (SIGSTOP): the launcher reports rank 2 as the
+// cause, and resumes it after the SIGTERM so that it ends well within the grace period.
+TEST_F(C10drunTest, StoppedProcessIsReportedAsTheCauseRatherThanTheFirstToFail) {
+  const LaunchResult result =
+      run({"--nproc-per-node", "3", "--grace-period-ms", "8000"},
+          {"barrier", "@2:stop", "@1:sleep=300", "@1:exit=3", "sleep=60000"});
+  expect_exit(result, 1);
+  EXPECT_LT(result.elapsed, std::chrono::seconds(4)) << "SIGCONT should let SIGTERM stop rank 2";
+  const pid_t stopped = pid_in_report(result.err, 2, "is the cause");
+  EXPECT_TRUE(contains(result.err, fmt::format("c10drun: rank 2 (pid {}) is the cause: it was "
+                                               "stopped (state T) and made no progress\n",
+                                               stopped)))
+      << result.err;
+  const pid_t failed = pid_in_report(result.err, 1, "failed");
+  EXPECT_TRUE(contains(result.err, fmt::format("c10drun: rank 1 (pid {}) failed: exited with code "
+                                               "3, after rank 2 made no progress\n",
+                                               failed)))
+      << result.err;
+  expect_gone(stopped);
+}
+
+// Nobody is stopped, but the ranks' stall records say their waits led to rank 2 (busy, or
+// stuck in a loop): the launcher reports it, with the ranks that timed out waiting for it.
+TEST_F(C10drunTest, RankTheStallRecordsNameIsReportedAsTheCause) {
+  const LaunchResult result =
+      run({"--nproc-per-node", "3"}, {"barrier", "@0:stall=1:2", "@1:wait-key=c10d/stalls",
+                                      "@1:stall=2:2", "@1:exit=3", "sleep=60000"});
+  expect_exit(result, 1);
+  const pid_t named = pid_in_report(result.err, 2, "is the cause");
+  EXPECT_TRUE(contains(result.err,
+                       fmt::format("c10drun: rank 2 (pid {}) is the cause: it made no progress; "
+                                   "ranks 0, 1 timed out waiting for it",
+                                   named)))
+      << result.err;
+  EXPECT_TRUE(contains(result.err, "after rank 2 made no progress")) << result.err;
+  expect_gone(named);
+}
+
 TEST_F(C10drunTest, ProcessesThatIgnoreSigtermGetSigkillAfterTheGracePeriod) {
   const LaunchResult result = run({"--nproc-per-node", "2", "--grace-period-ms", "500"},
                                   {"ignore-term", "barrier", "@1:exit=3", "sleep=60000"});

@@ -1,10 +1,13 @@
-// The launcher's pure parts, in-process: its command line (launch_options.h) and the cutting
-// of child output into prefixed lines (line_prefixer.h).
+// The launcher's pure parts, in-process: its command line (launch_options.h), the cutting of
+// child output into prefixed lines (line_prefixer.h) and the choice of the rank to blame
+// (blame.h).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
 
+#include "launcher/blame.h"
 #include "launcher/launch_options.h"
 #include "launcher/line_prefixer.h"
 
@@ -145,6 +148,54 @@ TEST(LinePrefixerTest, CutsLinesLongerThanTheLimitIntoPrefixedPieces) {
   std::string out;
   lines.feed("0123456789", out);
   EXPECT_EQ(out, "> 0123\n> 4567\n");
+}
+
+TEST(BlameTest, StallRecordsRoundTripAndBadLinesAreSkipped) {
+  const std::string text = transport::encode_stall_record({1, 2, 3, "all_reduce #12\nx"}) +
+                           "garbage\n7 8\n" +
+                           transport::encode_stall_record({0, 1, -1, "barrier #3"});
+  const auto records = transport::decode_stall_records(text);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].rank, 1);
+  EXPECT_EQ(records[0].awaited, 2);
+  EXPECT_EQ(records[0].suspect, 3);
+  EXPECT_EQ(records[0].doing, "all_reduce #12 x");
+  EXPECT_EQ(records[1].suspect, -1);
+  EXPECT_EQ(records[1].doing, "barrier #3");
+}
+
+TEST(BlameTest, AStoppedProcessIsTheCauseWithTheRanksThatWaitedForIt) {
+  const std::vector<ProcessView> processes{
+      {0, 100, true, 'S'}, {1, 101, false, '?'}, {2, 102, true, 'T'}, {3, 103, true, 'R'}};
+  const Cause cause = find_cause(processes, 1, {{1, 0, 2, "all_reduce #5"}, {3, 2, 2, "x"}});
+  EXPECT_EQ(cause.rank, 2);
+  EXPECT_EQ(cause.pid, 102);
+  EXPECT_EQ(cause.evidence,
+            "it was stopped (state T) and made no progress; ranks 1, 3 timed out waiting for it");
+}
+
+TEST(BlameTest, WithoutAStoppedProcessTheRankTheRecordsNameMostIsTheCause) {
+  const std::vector<ProcessView> processes{
+      {0, 100, true, 'S'}, {1, 101, false, '?'}, {2, 102, true, 'R'}};
+  const Cause cause = find_cause(processes, 1, {{1, 2, 2, "all_reduce #5"}, {0, 1, 0, "y"}});
+  EXPECT_EQ(cause.rank, 2);
+  EXPECT_EQ(cause.pid, 102);
+  EXPECT_EQ(cause.evidence,
+            "it made no progress; rank 1 timed out waiting for it (rank 1 in all_reduce #5)");
+  // A rank on another node has no pid here.
+  EXPECT_EQ(find_cause({{0, 100, false, '?'}}, 0, {{0, 7, 7, "z"}}).pid, -1);
+}
+
+TEST(BlameTest, NoEvidenceOrTheFailedRankItselfLeavesTheFailedRankAsTheCause) {
+  const std::vector<ProcessView> processes{{0, 100, true, 'S'}, {1, 101, false, '?'}};
+  EXPECT_EQ(find_cause(processes, 1, {}).rank, -1);
+  EXPECT_EQ(find_cause(processes, 1, {{0, 1, 1, "x"}}).rank, -1);
+  EXPECT_EQ(find_cause(processes, 1, {{0, 1, -1, "a cycle"}}).rank, -1);
+}
+
+TEST(BlameTest, ProcessStateReadsProc) {
+  EXPECT_EQ(process_state(::getpid()), 'R');
+  EXPECT_EQ(process_state(-5), '?');
 }
 
 }  // namespace

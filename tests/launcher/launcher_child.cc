@@ -17,14 +17,19 @@
 //   sleep=MS        sleep
 //   exit=CODE       exit with CODE
 //   kill=SIGNAL     kill itself with the signal number SIGNAL
+//   stop            stop itself (SIGSTOP)
+//   stall=A:S       append a stall record to the store (transport/stall_record.h): this rank's
+//                   "test op #1" timed out waiting for rank A, and the waits led to rank S
 // Exit status 0 when the steps run out; 1 with a message on stderr when a step fails.
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -34,6 +39,7 @@
 
 #include "c10d/rendezvous.h"
 #include "c10d/store.h"
+#include "transport/stall_record.h"
 
 namespace {
 
@@ -147,6 +153,19 @@ void run_step(std::string_view step, int rank) {
     std::this_thread::sleep_for(std::chrono::milliseconds(parse_int(step, arg)));
   } else if (name == "exit") {
     std::exit(parse_int(step, arg));
+  } else if (name == "stop") {
+    ::raise(SIGSTOP);
+  } else if (name == "stall") {
+    const std::size_t colon = arg.find(':');
+    if (colon == std::string::npos) throw std::runtime_error("stall=A:S needs a ':'");
+    const std::string line = c10d::transport::encode_stall_record(
+        {rank, parse_int(step, arg.substr(0, colon)), parse_int(step, arg.substr(colon + 1)),
+         "test op #1"});
+    auto& store = *rendezvous().store;
+    const std::string key(c10d::transport::kStallRecordsKey);
+    store.append(key, std::span<const std::uint8_t>(
+                          reinterpret_cast<const std::uint8_t*>(line.data()), line.size()));
+    store.check(std::span<const std::string>(&key, 1));  // landed before this process goes on
   } else if (name == "kill") {
     ::kill(::getpid(), parse_int(step, arg));
     std::this_thread::sleep_for(std::chrono::seconds(10));  // a blocked signal: do not go on

@@ -34,9 +34,15 @@
 //
 // Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every process; then, as after a
 // failure, processes still running after the grace period get SIGKILL. A process that fails
-// (non-zero exit, or killed by a signal) is reported as the cause, e.g.
+// (non-zero exit, or killed by a signal) is reported, e.g.
 //   c10drun: rank 2 (pid 1234) failed: exited with code 3
-// and the others get SIGTERM; those that then end abnormally are reported as "stopped".
+// and the others get SIGTERM (a stopped one SIGCONT too); those that then end abnormally are
+// reported as "stopped". When the failed process only gave up waiting for another, the other
+// is reported first as the cause (supervisor.h, blame.h): a process that is stopped, or that the
+// ranks' timed-out ops found they waited for (their stall records in the store), e.g.
+//   c10drun: rank 2 (pid 1236) is the cause: it was stopped (state T) and made no progress;
+//            ranks 0, 3 timed out waiting for it
+//   c10drun: rank 1 (pid 1235) failed: exited with code 3, after rank 2 made no progress
 //
 // Exit status: 0 every process exited 0; 1 one failed (or could not be started, or the store
 // could not listen); 2 bad usage (the error names the flag, then the usage); 128+S stopped by
@@ -55,6 +61,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -63,18 +70,22 @@
 #include <vector>
 
 #include "c10d/errors.h"
+#include "c10d/store.h"
 #include "core/auth.h"
 #include "core/logging.h"
 #include "launcher/launch_options.h"
 #include "launcher/spawn.h"
 #include "launcher/supervisor.h"
 #include "store/tcp_store_server.h"
+#include "transport/stall_record.h"
 
 namespace c10d::launcher {
 namespace {
 
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
+// How long the launcher gives its own store to answer when it looks for the cause of a failure.
+constexpr Milliseconds kStallRecordsTimeout{1000};
 
 // Makes sure descriptors 0, 1 and 2 are open (on /dev/null if need be), so that no pipe of the
 // launcher's lands on them and gets mistaken for a standard stream.
@@ -145,7 +156,23 @@ int launch(const LaunchOptions& options) {
       {"C10D_STORE_EXTERNAL", "1"},
   };
   if (made_token) env["C10D_STORE_TOKEN"] = *token;
-  Supervisor supervisor(options, std::move(env), inherited, signals.get());
+  // Read when a rank fails: which rank the others' timed-out ops were waiting for (blame.h).
+  std::function<std::string()> stall_records;
+  if (server) {
+    stall_records = [&options, port, token]() -> std::string {
+      TCPStoreOptions client;
+      client.host = options.master_addr;
+      client.port = port;
+      client.token = token.value_or(std::string());
+      client.timeout = kStallRecordsTimeout;
+      TCPStore store(client);
+      const std::string key(transport::kStallRecordsKey);
+      if (!store.check(std::span<const std::string>(&key, 1))) return {};
+      return store.get_string(key);
+    };
+  }
+  Supervisor supervisor(options, std::move(env), inherited, signals.get(),
+                        std::move(stall_records));
   const int status = supervisor.run();
   if (server) server->stop();
   return status;

@@ -34,7 +34,9 @@ store and its processes, so the job is closed to strangers; with --nnodes > 1 se
 C10D_STORE_TOKEN on every node (e.g. openssl rand -hex 32), or the job is open. An empty
 one is refused. Every line a process prints is prefixed with "[rank R]: " (stdout to
 stdout, stderr to stderr). SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every
-process. When one fails, the others get SIGTERM.
+process. When one fails, the others get SIGTERM (a stopped one SIGCONT too). The launcher
+reports as the cause the process that made no progress rather than the first one that gave
+up waiting for it: one that is stopped, or that the ranks' timed-out ops waited for.
 
 exit status: 0 every process exited 0; 1 a process failed (or the launcher could not start
 them); 2 usage error; 128+S the launcher was stopped by signal S

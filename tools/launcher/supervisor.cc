@@ -66,11 +66,13 @@ int milliseconds_until(std::chrono::steady_clock::time_point deadline) {
 }  // namespace
 
 Supervisor::Supervisor(const LaunchOptions& options, std::map<std::string, std::string> env,
-                       const InheritedState& inherited, int signal_fd)
+                       const InheritedState& inherited, int signal_fd,
+                       std::function<std::string()> stall_records)
     : options_(options),
       env_(std::move(env)),
       inherited_(inherited),
       signal_fd_(signal_fd),
+      stall_records_(std::move(stall_records)),
       read_buffer_(kReadChunk) {}
 
 int Supervisor::run() {
@@ -179,9 +181,34 @@ void Supervisor::on_exit(Child& child, int status) {
     report(fmt::format("c10drun: rank {} (pid {}) stopped: {}", child.rank, child.pid, how));
     return;
   }
-  report(fmt::format("c10drun: rank {} (pid {}) failed: {}", child.rank, child.pid, how));
+  const Cause cause = find_cause_of(child);
+  if (cause.rank >= 0) {
+    report(fmt::format("c10drun: rank {} ({}) is the cause: {}", cause.rank,
+                       cause.pid > 0 ? fmt::format("pid {}", cause.pid) : "on another node",
+                       cause.evidence));
+    report(fmt::format("c10drun: rank {} (pid {}) failed: {}, after rank {} made no progress",
+                       child.rank, child.pid, how, cause.rank));
+  } else {
+    report(fmt::format("c10drun: rank {} (pid {}) failed: {}", child.rank, child.pid, how));
+  }
   failed_ = true;
   stop_after_failure();
+}
+
+Cause Supervisor::find_cause_of(const Child& failed) {
+  std::vector<ProcessView> processes;
+  for (const Child& c : children_) {
+    processes.push_back({c.rank, c.pid, c.running, c.running ? process_state(c.pid) : '?'});
+  }
+  std::vector<transport::StallRecord> records;
+  if (stall_records_) {
+    try {
+      records = transport::decode_stall_records(stall_records_());
+    } catch (const std::exception& e) {
+      C10D_LOG_INFO("c10drun: cannot read the ranks' stall records: {}", e.what());
+    }
+  }
+  return find_cause(processes, failed.rank, records);
 }
 
 void Supervisor::on_stop_signal(int signal) {
@@ -205,7 +232,15 @@ void Supervisor::stop_after_failure() {
       fmt::format("c10drun: sending SIGTERM to the {} other running process{}; SIGKILL after {} ms",
                   running_, running_ == 1 ? "" : "es", options_.grace_period.count()));
   for (const Child& child : children_) {
-    if (child.running) ::kill(child.pid, SIGTERM);
+    if (!child.running) continue;
+    ::kill(child.pid, SIGTERM);
+    // A stopped process acts on nothing but SIGKILL and SIGCONT: let it act on the SIGTERM.
+    const char state = process_state(child.pid);
+    if (state == 'T') {
+      report(fmt::format("c10drun: rank {} (pid {}) is stopped; sending SIGCONT", child.rank,
+                         child.pid));
+      ::kill(child.pid, SIGCONT);
+    }
   }
 }
 

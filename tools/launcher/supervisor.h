@@ -9,11 +9,18 @@
 //    so its last words come before the verdict;
 //  - SIGINT, SIGTERM, SIGHUP, SIGQUIT: forwarded to every running child (each time one
 //    arrives), and the stop clock starts.
-// The first child to fail (a non-zero exit or a signal) while nobody asked to stop is the
-// cause, reported as "failed"; every running child then gets SIGTERM. Children that end
-// abnormally after that are reported as "stopped". Once stopping, children still running after
-// the grace period get SIGKILL; one that outlives even that (stuck in the kernel) is left
-// behind after a further bound, so the launcher never hangs while stopping.
+// The first child to fail (a non-zero exit or a signal) while nobody asked to stop is reported
+// as "failed"; every running child then gets SIGTERM (and SIGCONT, when it is stopped, so that
+// it can act on it). Children that end abnormally after that are reported as "stopped". Before
+// it reports the first failure, the supervisor looks once at its other children and at the
+// ranks' stall records (blame.h): a child that is stopped, or that the ranks' timed-out ops
+// found they were waiting for, is reported first as the cause, with the evidence:
+//   c10drun: rank 2 (pid 812) is the cause: it was stopped (state T) and made no progress;
+//            ranks 0, 1 timed out waiting for it
+// A failed rank that only gave up waiting is then reported as "failed ..., after rank 2 made no
+// progress". The look is bounded by the store client's one-second timeout. Once stopping, children
+// still running after the grace period get SIGKILL; one that outlives even that (stuck in the
+// kernel) is left behind after a further bound, so the launcher never hangs while stopping.
 //
 // Exit status of run(): 0 when every child exited 0; 1 when one failed or could not be
 // started; otherwise 128 + the first stop signal received.
@@ -25,11 +32,13 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "launcher/blame.h"
 #include "launcher/launch_options.h"
 #include "launcher/line_prefixer.h"
 #include "launcher/spawn.h"
@@ -40,9 +49,12 @@ class Supervisor {
  public:
   // `env`: the variables every child gets on top of the launcher's environment (RANK and
   // LOCAL_RANK are added per child). `signal_fd`: a non-blocking signalfd for SIGCHLD and the
-  // stop signals; not owned.
+  // stop signals; not owned. `stall_records`: the text of the ranks' stall records
+  // (transport/stall_record.h), bounded in time, "" when there are none or it cannot tell;
+  // null: none.
   Supervisor(const LaunchOptions& options, std::map<std::string, std::string> env,
-             const InheritedState& inherited, int signal_fd);
+             const InheritedState& inherited, int signal_fd,
+             std::function<std::string()> stall_records = nullptr);
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
@@ -77,6 +89,8 @@ class Supervisor {
   void read_signals();
   void reap();
   void on_exit(Child& child, int status);
+  // The rank behind `failed`'s failure, when another (blame.h).
+  Cause find_cause_of(const Child& failed);
   void on_stop_signal(int signal);
   void stop_after_failure();
   void kill_survivors();
@@ -88,6 +102,7 @@ class Supervisor {
   std::map<std::string, std::string> env_;
   InheritedState inherited_;
   int signal_fd_;
+  std::function<std::string()> stall_records_;
 
   std::vector<Child> children_;
   std::unordered_map<pid_t, std::size_t> index_of_pid_;

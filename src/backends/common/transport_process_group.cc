@@ -450,6 +450,7 @@ class TransportProcessGroup final : public ProcessGroup,
       // Collectives and point-to-point ops count apart: only collectives must agree across
       // ranks (their tag is the sequence); p2p ops are matched by their user tag.
       const std::uint64_t seq = p.collective ? next_sequence_++ : next_p2p_++;
+      if (p.collective) op_names_[seq % op_names_.size()] = op;  // a literal: see frame_name
       p.fingerprint.sequence = seq;
       work = hooks_ ? hooks_->make_work(std::string(op), seq)
                     : std::make_shared<Work>(std::string(op), seq);
@@ -666,12 +667,65 @@ class TransportProcessGroup final : public ProcessGroup,
       }
       p2p_cv_.notify_all();
       return {.handed_off = true};
+    } catch (const transport::PeerTimeout& t) {
+      fail(explain_timeout(op, t));
     } catch (...) {
       fail(std::current_exception());
-      // The group's first failure is the cause: report it, whichever op met it first.
-      std::lock_guard lock(mu_);
-      return {{}, failure_};
     }
+    // The group's first failure is the cause: report it, whichever op met it first.
+    std::lock_guard lock(mu_);
+    return {{}, failure_};
+  }
+
+  // "all_reduce #11" for a tag of one of this group's recent collectives; else tag_string.
+  std::string frame_name(transport::Tag tag) {
+    const auto seq = tag & ((transport::Tag{1} << 40) - 1);
+    if (tag == transport::make_tag(options_.group_id, seq)) {
+      std::lock_guard lock(mu_);
+      const std::string_view name = op_names_[seq % op_names_.size()];
+      if (seq < next_sequence_ && seq + op_names_.size() >= next_sequence_ && !name.empty()) {
+        return fmt::format("{} #{}", name, seq);
+      }
+    }
+    return transport::tag_string(tag);
+  }
+
+  // The error of collective `op`, whose request timed out waiting for `t.peer()`: names that
+  // peer, what this rank last heard from it, and the rank the ranks' waits lead to in the end
+  // (Transport::find_stalled), which the abort then names to the other ranks as the cause.
+  std::exception_ptr explain_timeout(const PendingOp& op, const transport::PeerTimeout& t) {
+    const std::string doing = fmt::format("{} #{}", op.work->op_name(), op.fingerprint.sequence);
+    {
+      std::lock_guard lock(mu_);
+      if (failure_) return failure_;  // the group failed meanwhile: that is the cause
+    }
+    // Ranks in step time out within moments of each other; a quarter of the timeout (0.2-2 s)
+    // is long enough for their records to come, and short beside the timeout itself.
+    const auto window =
+        std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(op.timeout / 4),
+                   std::chrono::milliseconds(200), std::chrono::milliseconds(2000));
+    const transport::StallReport stall = transport_->find_stalled(t.peer(), doing, window);
+    const auto& heard = t.heard();
+    std::string text = fmt::format(
+        "rank {}: {} (group {}) timed out after {} ms waiting for rank {} ({})", rank(), doing,
+        options_.group_id,
+        std::chrono::duration_cast<std::chrono::milliseconds>(op.timeout).count(), t.peer(),
+        transport::heard_string(heard, heard.known ? frame_name(heard.tag) : std::string()));
+    for (const auto& hop : stall.chain) {
+      text += fmt::format("; rank {} waits for rank {} ({})", hop.rank, hop.awaits, hop.doing);
+    }
+    if (stall.suspect < 0) {
+      text +=
+          "; the ranks wait for each other (do they all call the same collectives in the "
+          "same order? C10D_DEBUG=DETAIL checks)";
+    } else {
+      text += fmt::format(
+          "; rank {} made no progress (no op of it timed out waiting for another "
+          "rank)",
+          stall.suspect);
+    }
+    return std::make_exception_ptr(transport::PeerTimeout(
+        core::with_location(__FILE__, __LINE__, text), stall.suspect, heard));
   }
 
   // All-gathers the fingerprints on the control tag and compares them with rank 0's; the
@@ -792,6 +846,8 @@ class TransportProcessGroup final : public ProcessGroup,
   InlineSchedule schedule_;             // GUARDED_BY(mu_), except predict()
   // Work's wait hook for collectives (run_inline), shared by every Work; GUARDED_BY(mu_).
   std::shared_ptr<const Work::WaitHook> wait_hook_;
+  // The names of the last collectives by sequence number (frame_name); GUARDED_BY(mu_).
+  std::array<std::string_view, 64> op_names_{};
   std::thread worker_;
   std::thread completer_;  // started by the worker at the first p2p op; GUARDED_BY(mu_)
 };

@@ -12,11 +12,11 @@
 #include "core/parse.h"
 
 namespace c10d {
+namespace {
 
-std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> store, int rank,
-                                                     int world_size,
-                                                     const ProcessGroupTCPOptions& options) {
-  C10D_CHECK(store != nullptr, "make_process_group_tcp: needs a store");
+std::shared_ptr<ProcessGroup> set_up(std::shared_ptr<Store> store, int rank, int world_size,
+                                     const ProcessGroupTCPOptions& options,
+                                     const std::shared_ptr<backends::SetupWatch>& watch) {
   core::check_timeout(options.timeout, "make_process_group_tcp");
   gloo_like::TCPTransportOptions transport_options;
   transport_options.host = options.host;
@@ -31,12 +31,13 @@ std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> stor
   transport_options.timeout = options.timeout;
   transport_options.token = options.token;
   transport_options.fail_all_on_peer_loss = true;
+  transport_options.setup_watch = watch;
   std::shared_ptr<gloo_like::ShmTransport> shm;
   if (options.shared_memory && gloo_like::shm_enabled_from_env() && world_size > 1) {
     shm = std::make_shared<gloo_like::ShmTransport>(
         store, rank, world_size,
-        gloo_like::ShmTransportOptions{.group_name = options.group_name,
-                                       .timeout = options.timeout});
+        gloo_like::ShmTransportOptions{
+            .group_name = options.group_name, .timeout = options.timeout, .setup_watch = watch});
     C10D_LOG_DEBUG("rank {} of group {}: {} same-host peers through shared memory", rank,
                    options.group_name, shm->same_host_peers());
     if (shm->same_host_peers() == 0) {
@@ -55,6 +56,22 @@ std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> stor
   pg_options.timeout = options.timeout;
   pg_options.algo = options.algo;
   return backends::make_transport_process_group(std::move(transport), std::move(pg_options));
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> store, int rank,
+                                                     int world_size,
+                                                     const ProcessGroupTCPOptions& options) {
+  C10D_CHECK(store != nullptr, "make_process_group_tcp: needs a store");
+  // Every step below waits through it, and a failure of any step is recorded there, so that a
+  // rank that fails its set-up fails the others' at once, naming it.
+  auto watch = std::make_shared<backends::SetupWatch>(store, options.group_name, rank);
+  try {
+    return set_up(std::move(store), rank, world_size, options, watch);
+  } catch (...) {
+    watch->fail(std::current_exception());
+  }
 }
 
 }  // namespace c10d

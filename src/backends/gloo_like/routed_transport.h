@@ -29,6 +29,11 @@ class RoutedTransport final : public transport::Transport {
   std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag,
                                             std::span<std::byte> data) override;
   void abort(std::exception_ptr reason) override;
+  // The TCP side's: it holds the store the ranks share.
+  transport::StallReport find_stalled(int peer, std::string_view doing,
+                                      std::chrono::milliseconds window) override {
+    return tcp_->find_stalled(peer, doing, window);
+  }
 
  private:
   std::unique_ptr<transport::Request> over_tcp(std::unique_ptr<transport::Request> request);

@@ -1,8 +1,9 @@
 // The shared-memory layout of the TCP backend's same-host channel (shm_transport.h draws it):
 // a segment per rank, holding its header and one incoming ring per other same-host rank, and the
 // messages in a ring. Host byte order (little-endian, checked at compile time): segments never
-// leave the host. Set-up meets through the store under "<group>/shm/": host/<rank> (the host
-// key), segment/<rank> (the segment's name), mapped/<rank> (every peer's segment is mapped).
+// leave the host. Set-up meets through the store under "<group>/shm/<N>/" (N: the set-up's
+// number, backends/common/setup_watch.h): host/<rank> (the host key), segment/<rank> (the
+// segment's name), mapped/<rank> (every peer's segment is mapped).
 //
 // A message header is checked before it is used (check_message_header): the ring is writable by
 // another process, so a header whose magic, version, sequence or length is wrong fails the

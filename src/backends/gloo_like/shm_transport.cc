@@ -133,6 +133,10 @@ struct Peer {
   std::uint64_t reading_pos = 0;  // payload bytes consumed, padding included
   std::shared_ptr<Op> reading_op;
   std::shared_ptr<Unexpected> reading_unexpected;
+  // When the last message header from the peer was read, and its tag (under mu): what a request
+  // that times out waiting for this peer reports.
+  transport::PeerActivity heard;
+  Clock::time_point heard_at{};
 };
 
 std::size_t ring_bytes_from(std::size_t requested) {
@@ -332,6 +336,8 @@ struct ShmTransport::Impl {
         ++p.next_in_sequence;
         head += kMessageHeaderBytes;
         moved = true;
+        p.heard = {true, {}, h.tag};
+        p.heard_at = Clock::now();
         if (!begin_message_locked(p, h)) return true;
       }
       const std::uint64_t total = padded(p.reading_bytes);
@@ -528,9 +534,22 @@ struct ShmTransport::Impl {
       if (moved) last_moved = now;
       moved = false;
       if (now >= deadline) {
-        C10D_THROW(
-            TimeoutError, "{} timed out: not done {} ms after posting", op.describe(),
-            std::chrono::duration_cast<std::chrono::milliseconds>(now - op.posted_at).count());
+        transport::PeerActivity heard;
+        {
+          std::lock_guard lock(mu);
+          const Peer& p = peer(op.peer);
+          heard = p.heard;
+          heard.ago = now - p.heard_at;
+        }
+        throw transport::PeerTimeout(
+            core::with_location(
+                __FILE__, __LINE__,
+                fmt::format(
+                    "{} timed out: not done {} ms after posting; {}", op.describe(),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(now - op.posted_at)
+                        .count(),
+                    transport::heard_string(heard))),
+            op.peer, heard);
       }
       const auto idle = now - last_moved;
       if (idle < hot_window) continue;
@@ -554,17 +573,16 @@ struct ShmTransport::Impl {
 
   // ---- Set-up ----
 
-  // Set-up. core::fault_point marks each step where a process that dies leaves something
-  // different behind (tests/fault/setup_leak_test.cc kills a rank at each):
+  // Set-up. Every wait goes through `watch`: a rank that fails its set-up fails the others' too.
+  // core::fault_point marks each step where a process that dies leaves something different
+  // behind (tests/fault/setup_leak_test.cc kills a rank at each):
   //   shm:before_create, shm:after_create, shm:after_publish, shm:after_map,
   //   shm:after_all_mapped.
-  void setup(Store& store, const ShmTransportOptions& options) {
+  void setup(Store& store, backends::SetupWatch& watch, const ShmTransportOptions& options) {
     const auto deadline = Clock::now() + options.timeout;  // timeout checked: no overflow
-    const auto left = [&] {
-      return std::max(Milliseconds(1),
-                      std::chrono::duration_cast<Milliseconds>(deadline - Clock::now()));
-    };
-    const std::string prefix = options.group_name + "/shm/";
+    // Per set-up (its attempt number): keys an earlier group of this name left on this store
+    // (a segment name long unlinked) are never read.
+    const std::string prefix = fmt::format("{}/shm/{}/", options.group_name, watch.attempt());
     const auto key = [&](std::string_view what, int r) {
       return fmt::format("{}{}/{}", prefix, what, r);
     };
@@ -572,7 +590,7 @@ struct ShmTransport::Impl {
     store.set(key("host", rank), mine);
     std::vector<std::string> keys;
     for (int r = 0; r < world; ++r) keys.push_back(key("host", r));
-    store.wait(keys, left());
+    watch.wait(keys, deadline);
     const std::vector<Bytes> hosts = store.multi_get(keys);
     std::vector<int> local;  // same-host ranks, this one included, ascending
     for (int r = 0; r < world; ++r) {
@@ -618,8 +636,7 @@ struct ShmTransport::Impl {
 
     for (int q : local) {
       if (q == rank) continue;
-      store.wait(std::vector<std::string>{key("segment", q)}, left());
-      const Bytes name = store.get(key("segment", q));
+      const Bytes name = watch.get(key("segment", q), deadline);
       Peer& p = peers.emplace_back();
       p.rank = q;
       p.segment = transport::SharedSegment::open(std::string(name.begin(), name.end()));
@@ -655,7 +672,7 @@ struct ShmTransport::Impl {
     for (int q : local) {
       if (q != rank) mapped.push_back(key("mapped", q));
     }
-    store.wait(mapped, left());
+    watch.wait(mapped, deadline);
     core::fault_point("shm:after_all_mapped");
     own.unlink();  // every same-host peer holds its mapping now
   }
@@ -692,12 +709,18 @@ ShmTransport::ShmTransport(std::shared_ptr<Store> store, int rank, int world_siz
   core::check_timeout(options.timeout, fmt::format("ShmTransport rank {}", rank));
   impl_->rank = rank;
   impl_->world = world_size;
-  impl_->ring_bytes = ring_bytes_from(options.ring_bytes);
-  impl_->max_unexpected = transport::max_unexpected_bytes(options.max_unexpected_bytes);
-  // A malformed C10D_SPIN_US or LOCAL_WORLD_SIZE fails here, not in a wait.
-  core::spin_window();
-  core::has_own_core();
-  impl_->setup(*store, options);
+  auto watch = options.setup_watch;
+  if (!watch) watch = std::make_shared<backends::SetupWatch>(store, options.group_name, rank);
+  try {
+    impl_->ring_bytes = ring_bytes_from(options.ring_bytes);
+    impl_->max_unexpected = transport::max_unexpected_bytes(options.max_unexpected_bytes);
+    // A malformed C10D_SPIN_US or LOCAL_WORLD_SIZE fails here, not in a wait.
+    core::spin_window();
+    core::has_own_core();
+    impl_->setup(*store, *watch, options);
+  } catch (...) {
+    watch->fail(std::current_exception());
+  }
 }
 
 ShmTransport::~ShmTransport() {

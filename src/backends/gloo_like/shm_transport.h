@@ -6,14 +6,17 @@
 //
 // Set-up (in the constructor, every rank of the group takes part; bounded by options.timeout):
 // each rank publishes its host key (shm_host_key) in the store under
-// "<group_name>/shm/host/<rank>"; the ranks whose keys equal this rank's are its same-host
-// peers. A rank with such peers creates its segment of incoming rings, publishes its name,
-// maps each same-host peer's segment (checking its size, then magic, version, rank, ring count,
-// ring size and pid, and naming both sides' values on a mismatch), says so in the store, and
-// unlinks its own name once every same-host peer has mapped it, so nothing is left in /dev/shm
-// after set-up. A rank killed before that cannot unlink: its segment's name says which process
-// owned it (transport/shared_memory.h), and every set-up on the host first reclaims the
-// segments of processes that are gone, so a crashed job's leftovers never fill /dev/shm.
+// "<group_name>/shm/<N>/host/<rank>" (N: the set-up's attempt number, setup_watch.h, so that keys
+// an earlier group of this name left are never read); the ranks whose keys equal this rank's are
+// its same-host peers. A rank with such peers creates its segment of incoming rings, publishes
+// its name, maps each same-host peer's segment (checking its size, then magic, version, rank,
+// ring count, ring size and pid, and naming both sides' values on a mismatch), says so in the
+// store, and unlinks its own name once every same-host peer has mapped it, so nothing is left in
+// /dev/shm after set-up. A rank killed before that cannot unlink: its segment's name says which
+// process owned it (transport/shared_memory.h), and every set-up on the host first reclaims the
+// segments of processes that are gone, so a crashed job's leftovers never fill /dev/shm. A rank
+// whose set-up fails (a bad C10D_SHM_RING_BYTES, no room in /dev/shm) records why in the store,
+// and the others' waits fail within a fraction of a second naming it (setup_watch.h).
 //
 // Segment "/c10d-shm-<pid namespace>-<pid>-<start time>-<random>", one per rank, mode 0600
 // (host byte order, little-endian; the structs and the check of a message header are in
@@ -58,7 +61,9 @@
 // rank do (TCPTransportOptions::on_abort passes their failure here), and a sleeping waiter
 // also checks every 100 ms that each same-host peer's process still exists. A message header
 // with the wrong magic, version or sequence number, or claiming more than 2^40 bytes, aborts the
-// transport with a NetworkError naming the peer.
+// transport with a NetworkError naming the peer. A request that times out throws
+// transport::PeerTimeout with when this rank last read a message header from the peer and its
+// tag.
 #pragma once
 
 #include <chrono>
@@ -68,6 +73,7 @@
 #include <span>
 #include <string>
 
+#include "backends/common/setup_watch.h"
 #include "c10d/store.h"
 #include "c10d/types.h"
 #include "transport/transport.h"
@@ -84,6 +90,9 @@ struct ShmTransportOptions {
   // The most the messages of one peer whose receive is not posted yet may hold (their bytes plus
   // 128 per message); past it the transport fails. 0: C10D_MAX_UNEXPECTED_BYTES, else 1 GiB.
   std::uint64_t max_unexpected_bytes = 0;
+  // Where the set-up's waits look for another rank's set-up failure, and where this rank records
+  // its own (setup_watch.h). Null: the transport makes its own.
+  std::shared_ptr<backends::SetupWatch> setup_watch;
 };
 
 // This host's identity for finding same-host peers: C10D_SHM_HOST when set (tests use it to make

@@ -32,12 +32,25 @@ std::int64_t ms_until(Clock::time_point deadline) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
 }
 
-// Waits until `fd` is ready for `events` or the deadline passes (at most a second per call).
-void poll_until(int fd, short events, Clock::time_point deadline) {
-  const std::int64_t left = ms_until(deadline);
+// The longest a set-up wait sleeps before it looks at `watch` (or, without one, the deadline).
+int poll_slice_ms(std::int64_t left, const backends::SetupWatch* watch) {
+  const std::int64_t cap = watch != nullptr ? backends::SetupWatch::kPollInterval.count() : 1000;
+  return static_cast<int>(std::min<std::int64_t>(left, cap));
+}
+
+// Throws another rank's recorded set-up failure, if any (SetupWatch::check).
+void look(const SetupContext& ctx) {
+  if (ctx.watch != nullptr) ctx.watch->check();
+}
+
+// Waits until `fd` is ready for `events` or the deadline passes (at most a second per call, a
+// poll interval with a watch, which it looks at first).
+void poll_until(int fd, short events, const SetupContext& ctx) {
+  look(ctx);
+  const std::int64_t left = ms_until(ctx.deadline);
   if (left <= 0) return;
   pollfd p{fd, events, 0};
-  ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, 1000)));
+  ::poll(&p, 1, poll_slice_ms(left, ctx.watch));
 }
 
 // "1.2.3.4:5" or "[::1]:5".
@@ -47,6 +60,8 @@ std::string endpoint_string(const tcp::endpoint& ep) {
                               : fmt::format("{}:{}", host, ep.port());
 }
 
+std::string as_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
 std::string remote_of(const tcp::socket& s) {
   error_code ec;
   const tcp::endpoint ep = s.remote_endpoint(ec);
@@ -55,14 +70,14 @@ std::string remote_of(const tcp::socket& s) {
 
 // Writes all of `buf` to `s` (nonblocking), waiting for room until the deadline; the error
 // (asio::error::timed_out at the deadline), or none.
-error_code write_all(tcp::socket& s, std::span<const std::byte> buf, Clock::time_point deadline) {
+error_code write_all(tcp::socket& s, std::span<const std::byte> buf, const SetupContext& ctx) {
   std::size_t done = 0;
   while (done < buf.size()) {
     error_code ec;
     done += s.write_some(asio::buffer(buf.data() + done, buf.size() - done), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      if (Clock::now() >= deadline) return asio::error::timed_out;
-      poll_until(s.native_handle(), POLLOUT, deadline);
+      if (Clock::now() >= ctx.deadline) return asio::error::timed_out;
+      poll_until(s.native_handle(), POLLOUT, ctx);
     } else if (ec) {
       return ec;
     }
@@ -94,23 +109,24 @@ HandshakeDecode read_some_frame(tcp::socket& s, std::vector<std::byte>& bytes, D
 
 // The same, waiting for the whole frame until the deadline (then ec = timed_out).
 template <typename Decode>
-HandshakeDecode read_frame(tcp::socket& s, Decode&& decode, Clock::time_point deadline,
+HandshakeDecode read_frame(tcp::socket& s, Decode&& decode, const SetupContext& ctx,
                            error_code& ec) {
   std::vector<std::byte> bytes;
   for (;;) {
     const HandshakeDecode d = read_some_frame(s, bytes, decode, ec);
     if (d.code != HandshakeCode::kShort || ec) return d;
-    if (Clock::now() >= deadline) {
+    if (Clock::now() >= ctx.deadline) {
       ec = asio::error::timed_out;
       return d;
     }
-    poll_until(s.native_handle(), POLLIN, deadline);
+    poll_until(s.native_handle(), POLLIN, ctx);
   }
 }
 
 // Connects `s` to `to` without blocking past the deadline (asio's connect would wait in poll
 // for as long as the kernel retries a SYN).
-error_code connect_until(tcp::socket& s, const tcp::endpoint& to, Clock::time_point deadline) {
+error_code connect_until(tcp::socket& s, const tcp::endpoint& to, const SetupContext& ctx) {
+  const Clock::time_point deadline = ctx.deadline;
   error_code ec;
   s.open(to.protocol(), ec);
   if (ec) return ec;
@@ -119,10 +135,11 @@ error_code connect_until(tcp::socket& s, const tcp::endpoint& to, Clock::time_po
   if (::connect(s.native_handle(), to.data(), static_cast<socklen_t>(to.size())) == 0) return {};
   if (errno != EINPROGRESS && errno != EAGAIN) return {errno, boost::system::system_category()};
   for (;;) {
+    look(ctx);
     const std::int64_t left = ms_until(deadline);
     if (left <= 0) return asio::error::timed_out;
     pollfd p{s.native_handle(), POLLOUT, 0};
-    if (::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, 1000))) > 0) break;
+    if (::poll(&p, 1, poll_slice_ms(left, ctx.watch)) > 0) break;
   }
   int err = 0;
   socklen_t len = sizeof err;
@@ -172,13 +189,13 @@ void prove_to_peer(tcp::socket& s, const SetupContext& ctx, int peer, const std:
 
   Nonces nonces;
   nonces.connector = new_nonce();
-  if (auto ec = write_all(s, encode_greeting(nonces.connector), ctx.deadline)) {
+  if (auto ec = write_all(s, encode_greeting(nonces.connector), ctx)) {
     io_failure("room for this rank's hello", ec);
   }
   error_code ec;
   HandshakeDecode d = read_frame(
-      s, [&](std::span<const std::byte> in) { return decode_greeting(in, nonces.acceptor); },
-      ctx.deadline, ec);
+      s, [&](std::span<const std::byte> in) { return decode_greeting(in, nonces.acceptor); }, ctx,
+      ec);
   if (ec && d.code == HandshakeCode::kShort) io_failure("challenge", ec);
   if (d.code == HandshakeCode::kBadVersion) {
     C10D_THROW(NetworkError,
@@ -189,13 +206,13 @@ void prove_to_peer(tcp::socket& s, const SetupContext& ctx, int peer, const std:
   if (!d.ok()) C10D_THROW(NetworkError, "{} is not a c10d rank: {}", published, describe(d));
 
   const Proof proof{ctx.self, static_cast<std::uint32_t>(peer)};
-  if (auto wec = write_all(s, encode_proof(proof, ctx.key, nonces), ctx.deadline)) {
+  if (auto wec = write_all(s, encode_proof(proof, ctx.key, nonces), ctx)) {
     io_failure("room for this rank's proof", wec);
   }
   Accept accept;
   d = read_frame(
       s, [&](std::span<const std::byte> in) { return decode_accept(in, ctx.key, nonces, accept); },
-      ctx.deadline, ec);
+      ctx, ec);
   if (ec == asio::error::eof && d.code == HandshakeCode::kShort) {
     // An acceptor closes without a word on a proof that does not check out.
     C10D_THROW(NetworkError,
@@ -381,7 +398,8 @@ tcp::socket connect_to_peer(asio::io_context& io, Store& store, const SetupConte
   const auto retry_until = std::min(ctx.deadline, Clock::now() + kConnectRetryWindow);
   std::chrono::milliseconds backoff{10};
   for (;;) {
-    const std::string addr = store.get_string(key);
+    const std::string addr =
+        ctx.watch != nullptr ? as_string(ctx.watch->get(key, ctx.deadline)) : store.get_string(key);
     const std::optional<tcp::endpoint> to = parse_address(addr);
     if (!to) {
       C10D_THROW(NetworkError,
@@ -389,7 +407,7 @@ tcp::socket connect_to_peer(asio::io_context& io, Store& store, const SetupConte
                  peer, key, addr);
     }
     tcp::socket s(io);
-    const error_code ec = connect_until(s, *to, ctx.deadline);
+    const error_code ec = connect_until(s, *to, ctx);
     if (!ec) {
       error_code ignored;  // small frames go out at once; a socket without it still works
       s.set_option(tcp::no_delay(true), ignored);
@@ -413,6 +431,7 @@ tcp::socket connect_to_peer(asio::io_context& io, Store& store, const SetupConte
     C10D_LOG_DEBUG("rank {}: connecting to rank {} at {}: {}; retrying in {} ms", rank, peer, addr,
                    ec.message(), backoff.count());
     std::this_thread::sleep_for(backoff);
+    look(ctx);
     backoff = std::min(backoff * 2, kConnectBackoffMax);
   }
 }
@@ -466,9 +485,10 @@ std::vector<std::optional<tcp::socket>> accept_peers(tcp::acceptor& acceptor,
       C10D_THROW(TimeoutError, "rank {}: only {} of {} peers connected in {} ms", rank, accepted,
                  world_size - 1, ctx.timeout.count());
     }
+    look(ctx);
     fds.assign(1, pollfd{acceptor.native_handle(), POLLIN, 0});
     for (auto& p : pending) fds.push_back(pollfd{p.socket.native_handle(), POLLIN, 0});
-    ::poll(fds.data(), fds.size(), static_cast<int>(std::min<std::int64_t>(left, 1000)));
+    ::poll(fds.data(), fds.size(), poll_slice_ms(left, ctx.watch));
   }
   return ins;
 }

@@ -9,7 +9,8 @@
 // every rank and every group on that store reads the same one). Without a token the store is
 // open and whoever reaches it can read the secret: the token is what closes a job.
 //
-// Blocking calls, each bounded by the setup deadline; used by the constructing thread alone.
+// Blocking calls, each bounded by the setup deadline and ended early by another rank's recorded
+// set-up failure (SetupContext::watch); used by the constructing thread alone.
 #pragma once
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/setup_watch.h"
 #include "backends/gloo_like/tcp_wire.h"
 #include "c10d/store.h"
 #include "store/asio.h"
@@ -32,6 +34,10 @@ struct SetupContext {
   TransportKey key;
   transport::Clock::time_point deadline;  // of the whole setup
   std::chrono::milliseconds timeout;      // the setup's length, for messages
+  // Looked at while waiting (for a key, a connection, a peer's answer), at least every
+  // SetupWatch::kPollInterval: another rank's set-up failure ends this one (setup_watch.h).
+  // Null: none.
+  backends::SetupWatch* watch = nullptr;
 };
 
 // The key of the job (see above); `token` is the explicit option, empty when none.

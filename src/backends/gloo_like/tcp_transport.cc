@@ -33,6 +33,7 @@
 #include "core/logging.h"
 #include "core/spin_wait.h"
 #include "store/asio.h"
+#include "transport/stall_record.h"
 #include "transport/unexpected_buffer.h"
 
 // clang-format off
@@ -245,6 +246,10 @@ struct Connection {
   // What the queued unexpected entries hold (Unexpected::held), at most Impl::max_unexpected.
   std::uint64_t held = 0;
   std::exception_ptr dead;  // why the connection is gone
+  // When the read side last took a frame header from the peer, and its tag: what a request that
+  // times out waiting for this peer reports (transport::PeerActivity). 0: nothing yet.
+  std::atomic<Clock::rep> heard_at{0};
+  std::atomic<Tag> heard_tag{0};
 
   // ---- Read side (Impl::try_drain). Whoever holds read_owner reads the socket: the io thread
   // when it is readable, or a thread waiting for a message from this peer. ----
@@ -301,6 +306,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   std::shared_ptr<Store> store;
   std::string failure_key;
   std::string own_key;                  // this rank's address key, set at setup
+  std::string stall_prefix;             // "<group>/stall/<setup attempt>/": find_stalled's keys
   std::atomic<bool> store_gone{false};  // the store did not answer once; not asked again
   asio::io_context io;
   std::vector<std::unique_ptr<Connection>> conns;  // by peer rank; null for self
@@ -413,9 +419,10 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
 
   // What a rank that hears `notice` from `peer` reports, after its own "rank R: ".
   static std::string describe_failure(const AbortNotice& notice, int peer) {
-    const std::string cause = notice.lost_rank >= 0
-                                  ? fmt::format("peer rank {} is gone", notice.lost_rank)
-                                  : fmt::format("peer rank {} aborted", peer);
+    const std::string cause = notice.lost_rank < 0 ? fmt::format("peer rank {} aborted", peer)
+                              : notice.stalled
+                                  ? fmt::format("peer rank {} made no progress", notice.lost_rank)
+                                  : fmt::format("peer rank {} is gone", notice.lost_rank);
     return fmt::format("{} (rank {} reports: {})", cause, peer, notice.message);
   }
 
@@ -471,6 +478,69 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       C10D_LOG_DEBUG("rank {}: no failure cause from the store: {}", rank, e.what());
       return {nullptr, -1};
     }
+  }
+
+  transport::PeerActivity heard_from(int peer) const {
+    const Connection& c = *conns[static_cast<std::size_t>(peer)];
+    const Clock::rep at = c.heard_at.load(std::memory_order_relaxed);
+    if (at == 0) return {};
+    return {true, Clock::now() - Clock::time_point(Clock::duration(at)),
+            c.heard_tag.load(std::memory_order_relaxed)};
+  }
+
+  // Transport::find_stalled over the store: this rank's record under stall_prefix + rank is
+  // "<awaited>\n<doing>"; the chain is followed from `peer` until a rank without a record (the
+  // stalled one) or a rank met before (a cycle). The outcome is also appended to the job's
+  // stall records (transport/stall_record.h), for the launcher. Best effort: a store that does
+  // not answer leaves `peer` as the suspect.
+  transport::StallReport find_stalled(int peer, std::string_view doing,
+                                      std::chrono::milliseconds window) {
+    transport::StallReport report{peer, {}};
+    if (stall_prefix.empty() || !store_reachable()) return report;
+    const auto key = [&](int r) { return stall_prefix + std::to_string(r); };
+    int at = peer;
+    try {
+      store->set(key(rank), fmt::format("{}\n{}", peer, doing));
+      const auto until = Clock::now() + window;
+      std::vector<char> seen(conns.size(), 0);
+      seen[static_cast<std::size_t>(rank)] = 1;
+      for (;;) {
+        if (at < 0 || at >= static_cast<int>(conns.size()) || seen[static_cast<std::size_t>(at)]) {
+          report.suspect = -1;  // they wait for each other
+          break;
+        }
+        seen[static_cast<std::size_t>(at)] = 1;
+        report.suspect = at;
+        const std::string k = key(at);
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+        try {
+          store->wait(std::span<const std::string>(&k, 1),
+                      std::max(left, std::chrono::milliseconds(1)));
+        } catch (const TimeoutError&) {
+          break;  // `at` waits for no one known: the stalled rank
+        }
+        const Bytes v = store->get(k);
+        const std::string text(v.begin(), v.end());
+        const auto nl = text.find('\n');
+        const int awaits = std::stoi(text.substr(0, nl));
+        report.chain.push_back(
+            {at, awaits, nl == std::string::npos ? std::string() : text.substr(nl + 1)});
+        at = awaits;
+      }
+    } catch (const std::exception& e) {
+      C10D_LOG_DEBUG("rank {}: following the ranks' waits in the store stopped: {}", rank,
+                     e.what());
+    }
+    try {
+      const std::string line =
+          transport::encode_stall_record({rank, peer, report.suspect, std::string(doing)});
+      store->append(transport::kStallRecordsKey,
+                    std::span<const std::uint8_t>(
+                        reinterpret_cast<const std::uint8_t*>(line.data()), line.size()));
+    } catch (const std::exception& e) {
+      C10D_LOG_DEBUG("rank {}: could not record the stall for the launcher: {}", rank, e.what());
+    }
+    return report;
   }
 
   // Io thread, as a transport goes down: `frame` (a goodbye or an abort notice, tcp_wire.h) on
@@ -783,6 +853,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
           if (c.header_got < c.header.size()) continue;
           if (!read_frame_header(c, peer)) return;
           if (c.in_payload) continue;  // an abort notice's payload
+          c.heard_tag.store(c.tag, std::memory_order_relaxed);
+          c.heard_at.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
         }
         std::lock_guard lock(mu_);
         if (!start_payload_locked(c, peer)) return;  // parked, or over the limit
@@ -984,10 +1056,12 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       c.abort_body = false;
       c.read_closed.store(true);
       AbortNotice notice = decode_abort_notice({c.sink.get(), static_cast<std::size_t>(c.len)});
-      // Blaming a rank outside the group, or this one, is a peer's garbage: blame no one.
+      // Blaming a rank outside the group, or this one, is a peer's garbage: blame no one. A rank
+      // of the group that made no progress (sent as -2 - rank, decoded with `stalled`) stands.
       if (notice.lost_rank < 0 || notice.lost_rank >= static_cast<int>(conns.size()) ||
           notice.lost_rank == rank) {
         notice.lost_rank = -1;
+        notice.stalled = false;
       }
       kill_locked(peer, {},
                   C10D_ERROR(NetworkError, "rank {}: {}", rank, describe_failure(notice, peer)),
@@ -1206,14 +1280,25 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void abort(std::exception_ptr reason, bool orderly = false) {
+    // An op that timed out names the rank it found stalled (PeerTimeout): the notice passes that
+    // on, so the others blame it rather than this rank, which only gave up waiting.
+    int stalled = -1;
+    try {
+      if (reason) std::rethrow_exception(reason);
+    } catch (const transport::PeerTimeout& t) {
+      stalled = t.peer();
+    } catch (...) {
+    }
     std::lock_guard lock(mu_);
-    abort_locked(std::move(reason), -1, orderly);
+    abort_locked(std::move(reason), orderly ? -1 : stalled, orderly, stalled >= 0);
   }
 
   // Fails everything with `reason` and closes every connection after a last frame: a goodbye
   // when `orderly`, else an abort notice naming `lost_rank` (the peer whose loss caused this, or
-  // -1) so that the other ranks learn the first cause rather than this rank's reaction to it.
-  void abort_locked(std::exception_ptr reason, int lost_rank = -1, bool orderly = false) {
+  // the one that made no progress when `stalled`, or -1) so that the other ranks learn the first
+  // cause rather than this rank's reaction to it.
+  void abort_locked(std::exception_ptr reason, int lost_rank = -1, bool orderly = false,
+                    bool stalled = false) {
     if (aborted) return;
     aborted = std::move(reason);
     if (on_abort) {
@@ -1234,7 +1319,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       const auto goodbye = encode_frame_header(kGoodbyeTag, 0);
       frame.assign(goodbye.begin(), goodbye.end());
     } else {
-      notice = AbortNotice{lost_rank, what_of(aborted)};
+      notice = AbortNotice{lost_rank, what_of(aborted), stalled};
       frame = encode_abort_notice(*notice);
     }
     asio::post(io, [self = shared_from_this(), frame = std::move(frame), notice] {
@@ -1292,7 +1377,12 @@ class TCPRequest final : public transport::Request {
       const auto ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - op_->posted_at)
               .count();
-      C10D_THROW(TimeoutError, "{} timed out: not done {} ms after posting", op_->describe(), ms);
+      const transport::PeerActivity heard = impl_->heard_from(op_->peer);
+      throw transport::PeerTimeout(
+          core::with_location(__FILE__, __LINE__,
+                              fmt::format("{} timed out: not done {} ms after posting; {}",
+                                          op_->describe(), ms, transport::heard_string(heard))),
+          op_->peer, heard);
     }
     lock.unlock();
     if (op_->error) std::rethrow_exception(op_->error);
@@ -1320,17 +1410,33 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   impl_->failure_key = fmt::format("{}/failure", group_name);
   impl_->own_key = fmt::format("{}/addr/{}", group_name, rank);
   impl_->conns.resize(static_cast<std::size_t>(world_size));
+  auto watch = options.setup_watch;
+  if (!watch) watch = std::make_shared<backends::SetupWatch>(store, group_name, rank);
+  impl_->stall_prefix = fmt::format("{}/stall/{}/", group_name, watch->attempt());
+  try {
+    set_up(store.get(), group_name, options, deadline, *watch);
+  } catch (...) {
+    watch->fail(std::current_exception());  // records why, for the other ranks' set-up waits
+  }
+}
+
+void TCPTransport::set_up(Store* store, const std::string& group_name,
+                          const TCPTransportOptions& options, Clock::time_point deadline,
+                          backends::SetupWatch& watch) {
+  const int rank = rank_;
+  const int world_size = world_size_;
   auto& io = impl_->io;
 
-  // Before anything is published: a rank that cannot hold its sockets fails at once, and its
-  // peers time out as for any rank that never came.
+  // Before anything is published: a rank that cannot hold its sockets fails at once (and
+  // records why, for its peers).
   ensure_descriptors(rank, world_size);
   C10D_CHECK(group_name.size() <= kMaxGroupBytes,
              "TCPTransport rank {}: group name of {} bytes exceeds the limit of {}", rank,
              group_name.size(), kMaxGroupBytes);
   const SetupContext setup{Identity{static_cast<std::uint32_t>(world_size),
                                     static_cast<std::uint32_t>(rank), group_name},
-                           transport_key(*store, options.token, rank), deadline, options.timeout};
+                           transport_key(*store, options.token, rank), deadline, options.timeout,
+                           &watch};
   error_code host_ec;
   const auto host_address = asio::ip::make_address(options.host, host_ec);
   C10D_CHECK(!host_ec, "TCPTransport rank {}: cannot listen on \"{}\": not an IP address ({})",
@@ -1427,6 +1533,11 @@ std::unique_ptr<transport::Request> TCPTransport::irecv(int peer, Tag tag,
   op->recv_data = data;
   impl_->submit(op);
   return std::make_unique<TCPRequest>(impl_, std::move(op));
+}
+
+transport::StallReport TCPTransport::find_stalled(int peer, std::string_view doing,
+                                                  std::chrono::milliseconds window) {
+  return impl_->find_stalled(peer, doing, window);
 }
 
 void TCPTransport::abort(std::exception_ptr reason) {

@@ -11,7 +11,9 @@
 // rank answers handshakes only while it accepts; in this order no two ranks wait for each
 // other's answer). A rank keeps 2(n-1) sockets: when the soft limit on open files
 // (RLIMIT_NOFILE) leaves too little room it is raised toward the hard limit, and setup fails
-// naming both when that is too low.
+// naming both when that is too low. A rank whose setup fails records why in the store, and the
+// others, whatever they wait for (a key, a connection, an answer), fail within a fraction of a
+// second naming it and its reason (setup_watch.h).
 //
 // Each connection opens with a mutually authenticated handshake (tcp_wire.h, version 3): both
 // sides prove by HMAC-SHA256 over fresh nonces from both that they know the job's key, derived
@@ -46,7 +48,11 @@
 // handler fails the transport. A lost connection fails every pending and later request with
 // that peer with a NetworkError naming it; with options.fail_all_on_peer_loss (what a
 // ProcessGroup wants: one lost rank means the group cannot finish any collective) it aborts the
-// whole transport with that error instead.
+// whole transport with that error instead. A request that times out throws
+// transport::PeerTimeout with what this rank last heard from the peer (when the last frame
+// header came, and its tag); find_stalled follows the ranks' waits through the store, and an
+// abort whose reason is a PeerTimeout names its rank to the peers as the one that made no
+// progress (tcp_wire.h).
 //
 // Orderly close: the destructor of a transport that was not aborted sends each peer a goodbye
 // frame (tcp_wire.h) before closing, so a peer tells a rank that finished from one that died:
@@ -69,6 +75,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/setup_watch.h"
 #include "backends/gloo_like/tcp_wire.h"
 #include "c10d/store.h"
 #include "transport/transport.h"
@@ -91,6 +98,9 @@ struct TCPTransportOptions {
   // The most the messages of one peer whose irecv is not posted yet may hold (their bytes plus
   // 128 per message); past it the transport aborts. 0: C10D_MAX_UNEXPECTED_BYTES, else 1 GiB.
   std::uint64_t max_unexpected_bytes = 0;
+  // Where the setup's waits look for another rank's set-up failure, and where this rank records
+  // its own (setup_watch.h). Null: the transport makes its own.
+  std::shared_ptr<backends::SetupWatch> setup_watch;
 };
 
 // The local address of the interface this host would use to reach `host` (a name or an
@@ -115,10 +125,17 @@ class TCPTransport final : public transport::Transport {
   std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag,
                                             std::span<std::byte> data) override;
   void abort(std::exception_ptr reason) override;
+  // Through the store: see Impl::find_stalled. Ranks as this transport numbers them.
+  transport::StallReport find_stalled(int peer, std::string_view doing,
+                                      std::chrono::milliseconds window) override;
 
   struct Impl;
 
  private:
+  // The constructor's work past its argument checks; its errors go through `watch`.
+  void set_up(Store* store, const std::string& group_name, const TCPTransportOptions& options,
+              transport::Clock::time_point deadline, backends::SetupWatch& watch);
+
   const int rank_;
   const int world_size_;
   std::shared_ptr<Impl> impl_;

@@ -259,7 +259,9 @@ std::vector<std::byte> encode_abort_notice(const AbortNotice& notice) {
   std::vector<std::byte> out;
   put_le(out, kAbortTag);
   put_le(out, static_cast<std::uint64_t>(4 + n));
-  put_le(out, static_cast<std::uint32_t>(notice.lost_rank));
+  const std::int32_t cause =
+      notice.stalled && notice.lost_rank >= 0 ? -2 - notice.lost_rank : notice.lost_rank;
+  put_le(out, static_cast<std::uint32_t>(cause));
   const auto* p = reinterpret_cast<const std::byte*>(notice.message.data());
   out.insert(out.end(), p, p + n);
   return out;
@@ -269,6 +271,12 @@ AbortNotice decode_abort_notice(std::span<const std::byte> payload) {
   AbortNotice notice;
   if (payload.size() < 4) return notice;
   notice.lost_rank = static_cast<std::int32_t>(get_le<std::uint32_t>(payload.data()));
+  // -2 - rank: a rank that made no progress (encode_abort_notice). Any negative value thus
+  // decodes to -1 or a rank >= 0; whether that rank is in the group is the reader's check.
+  if (notice.lost_rank <= -2) {
+    notice.stalled = true;
+    notice.lost_rank = -2 - notice.lost_rank;
+  }
   notice.message.assign(reinterpret_cast<const char*>(payload.data() + 4),
                         std::min(payload.size() - 4, kMaxAbortMessageBytes));
   // It ends up in error messages and logs: no control characters from a peer.

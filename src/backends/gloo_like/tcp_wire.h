@@ -46,8 +46,9 @@
 //   +---------------+------------------------------------------+
 //   | lost_rank i32 | message bytes (<= kMaxAbortMessageBytes)  |
 //   +---------------+------------------------------------------+
-// lost_rank is the rank whose loss caused the abort (-1: none, e.g. a timeout or abort()), so a
-// rank that hears of a failure second-hand still names the rank that failed first.
+// lost_rank is the rank whose loss caused the abort (-1: none, e.g. abort()), so a rank that
+// hears of a failure second-hand still names the rank that failed first; a rank that made no
+// progress (an op timed out waiting for it, Transport::find_stalled) is sent as -2 - rank.
 #pragma once
 
 #include <array>
@@ -71,12 +72,14 @@ inline constexpr std::size_t kMaxAbortMessageBytes = 4096;
 struct AbortNotice {
   std::int32_t lost_rank = -1;
   std::string message;
+  bool stalled = false;  // lost_rank did not die: it made no progress
 };
 // The whole frame (header and payload); the message is cut to kMaxAbortMessageBytes.
 std::vector<std::byte> encode_abort_notice(const AbortNotice& notice);
 // The payload (after the header), of any length: shorter than 4 bytes gives lost_rank -1 and no
 // message; the message is cut to kMaxAbortMessageBytes, its control characters made '?'. Reads
-// nothing outside `payload`.
+// nothing outside `payload`. lost_rank comes back as -1 or a rank >= 0 (-2 - rank gives that rank
+// with `stalled`), not checked against any group: the reader does that.
 AbortNotice decode_abort_notice(std::span<const std::byte> payload);
 
 // ---- the handshake ----

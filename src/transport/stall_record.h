@@ -1,0 +1,29 @@
+// The job-wide list of ranks whose op timed out, and whom they found stalled: the TCP transport
+// appends a line to kStallRecordsKey in the job's store when an op of its group times out
+// (Transport::find_stalled), and c10drun reads it when a rank fails, to report the rank that made
+// no progress rather than the first one that gave up (tools/launcher/supervisor.h).
+//
+// One line per record: "<rank> <awaited> <suspect> <doing>\n", ranks as the group numbers them
+// (the default group's are the launcher's), suspect -1 when the ranks wait for each other.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace c10d::transport {
+
+inline constexpr std::string_view kStallRecordsKey = "c10d/stalls";
+
+struct StallRecord {
+  int rank = -1;      // whose op timed out
+  int awaited = -1;   // the peer it waited for
+  int suspect = -1;   // the rank at the end of the wait chain; -1: a cycle
+  std::string doing;  // e.g. "all_reduce #12"
+};
+
+std::string encode_stall_record(const StallRecord& record);
+// Every well-formed line of `text`; others are skipped.
+std::vector<StallRecord> decode_stall_records(std::string_view text);
+
+}  // namespace c10d::transport
