@@ -9,7 +9,9 @@
 #include <barrier>
 #include <chrono>
 #include <functional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "backends/gloo_like/tcp_transport.h"
 #include "c10d/errors.h"
@@ -498,6 +500,38 @@ TEST(ProcessGroupTCPTest, SetUpFailureIsNamedToEveryRankAndNotToTheNextGroupOfTh
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(again.errors[static_cast<std::size_t>(r)], "") << "rank " << r;
   }
+}
+
+// Two ranks fail their set-up, each for its own reason, rank 2 after rank 1 has recorded its
+// failure: each reports its own reason (only an error that may be the echo of another rank's
+// failure gives way to that record), and rank 0 names the first.
+TEST(ProcessGroupTCPTest, ARankThatFailsForItsOwnReasonReportsItEvenAfterAnotherRecordedFirst) {
+  auto store = std::make_shared<HashStore>(30s);
+  const std::vector<std::string> hosts = {"", "bad-host-one", "bad-host-two"};
+  std::vector<std::string> errors(hosts.size());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      if (r == 2) std::this_thread::sleep_for(500ms);  // rank 1 has recorded by then
+      ProcessGroupTCPOptions options;
+      options.group_name = "own_reasons";
+      options.timeout = 30s;
+      options.shared_memory = false;  // rank 1 fails before it waits for anyone
+      options.host = hosts[static_cast<std::size_t>(r)];
+      try {
+        make_process_group_tcp(store, r, 3, options);
+        errors[static_cast<std::size_t>(r)] = "set up";
+      } catch (const Error& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_NE(errors[1].find("bad-host-one"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[2].find("bad-host-two"), std::string::npos) << errors[2];
+  EXPECT_EQ(errors[2].find("failed on rank 1"), std::string::npos) << errors[2];
+  EXPECT_NE(errors[0].find("failed on rank 1"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("bad-host-one"), std::string::npos) << errors[0];
 }
 
 // A file:// rendezvous has no store host: C10D_HOST names the address each rank publishes.

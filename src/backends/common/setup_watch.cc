@@ -117,10 +117,13 @@ void SetupWatch::fail(std::exception_ptr error) {
   thrown_ = error;
   if (store_answers()) {
     try {
-      std::exception_ptr theirs = recorded();
+      // Only an error that may be another rank's echo gives way to that rank's record; this
+      // rank's own (a bad setting, say) is what it reports, whoever recorded first.
+      const bool echo = may_be_echo(error);
+      std::exception_ptr theirs = echo ? recorded() : nullptr;
       // A peer that failed first closes its connections before it records why.
       const auto until = Clock::now() + kEchoWait;
-      while (!theirs && may_be_echo(error) && Clock::now() < until) {
+      while (!theirs && echo && Clock::now() < until) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         theirs = recorded();
       }
