@@ -28,14 +28,15 @@ enum class DType : std::uint8_t {
   kInt32,
   kInt64,
   kBool,
+  kInt16,  // last: dtype codes are stable (state_dict files store them)
 };
-inline constexpr int kNumDTypes = 9;
+inline constexpr int kNumDTypes = 10;
 
 [[noreturn]] void throw_invalid_dtype(DType dtype);
 // Bytes per element (inline: every collective's checks call it). InvalidArgument on a value
 // that is not a DType.
 constexpr std::size_t element_size(DType dtype) {
-  constexpr std::uint8_t kSizes[kNumDTypes] = {4, 8, 2, 2, 1, 1, 4, 8, 1};  // in DType's order
+  constexpr std::uint8_t kSizes[kNumDTypes] = {4, 8, 2, 2, 1, 1, 4, 8, 1, 2};  // in DType's order
   const auto index = static_cast<std::size_t>(dtype);
   if (index >= static_cast<std::size_t>(kNumDTypes)) [[unlikely]]
     throw_invalid_dtype(dtype);
@@ -43,7 +44,8 @@ constexpr std::size_t element_size(DType dtype) {
 }
 std::string_view dtype_name(DType dtype);  // "float32", "bfloat16", ...
 // Parses the names dtype_name() prints, and the nccl-tests short forms ("float", "half",
-// "bfloat16", "double", "int8", "uint8", "int32", "int64", "bool"). Throws InvalidArgument.
+// "bfloat16", "double", "int8", "uint8", "int32", "int64", "bool"), and "short" for int16.
+// Throws InvalidArgument.
 DType parse_dtype(std::string_view name);
 bool is_floating_point(DType dtype);
 

@@ -280,6 +280,8 @@ void reduce_to(DType dtype, const Reduction& r, void* out, const void* a, const 
       return reduce_typed<std::int8_t>(r.op, out, a, in, count);
     case DType::kUInt8:
       return reduce_typed<std::uint8_t>(r.op, out, a, in, count);
+    case DType::kInt16:
+      return reduce_typed<std::int16_t>(r.op, out, a, in, count);
     case DType::kInt32:
       return reduce_typed<std::int32_t>(r.op, out, a, in, count);
     case DType::kInt64:

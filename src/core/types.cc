@@ -24,6 +24,7 @@ constexpr std::array<DTypeInfo, kNumDTypes> kDTypes = {{
     {DType::kInt32, 4, "int32", false},
     {DType::kInt64, 8, "int64", false},
     {DType::kBool, 1, "bool", false},
+    {DType::kInt16, 2, "int16", false},
 }};
 
 constexpr bool sizes_agree() {
@@ -63,9 +64,10 @@ DType parse_dtype(std::string_view name) {
   if (name == "bf16") return DType::kBFloat16;
   if (name == "char") return DType::kInt8;
   if (name == "int") return DType::kInt32;
+  if (name == "short") return DType::kInt16;
   C10D_THROW(InvalidArgument,
              "unknown dtype '{}' (float32|float, float64|double, float16|half, bfloat16, int8, "
-             "uint8, int32, int64, bool)",
+             "uint8, int16|short, int32, int64, bool)",
              name);
 }
 

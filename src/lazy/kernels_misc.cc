@@ -36,6 +36,8 @@ double load_as_double(DType t, const void* p, std::int64_t i) {
       return static_cast<const std::int8_t*>(p)[i];
     case DType::kUInt8:
       return static_cast<const std::uint8_t*>(p)[i];
+    case DType::kInt16:
+      return static_cast<const std::int16_t*>(p)[i];
     case DType::kInt32:
       return static_cast<const std::int32_t*>(p)[i];
     case DType::kInt64:
@@ -65,6 +67,9 @@ void store_double(DType t, void* p, std::int64_t i, double v) {
       return;
     case DType::kUInt8:
       static_cast<std::uint8_t*>(p)[i] = static_cast<std::uint8_t>(v);
+      return;
+    case DType::kInt16:
+      static_cast<std::int16_t*>(p)[i] = static_cast<std::int16_t>(v);
       return;
     case DType::kInt32:
       static_cast<std::int32_t*>(p)[i] = static_cast<std::int32_t>(v);

@@ -20,6 +20,8 @@ std::string_view short_dtype(DType t) {
       return "i8";
     case DType::kUInt8:
       return "u8";
+    case DType::kInt16:
+      return "i16";
     case DType::kInt32:
       return "i32";
     case DType::kInt64:

@@ -23,9 +23,9 @@ namespace {
 
 using Rng = std::mt19937_64;
 
-constexpr DType kAllDTypes[] = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
-                                DType::kBFloat16, DType::kInt8,    DType::kUInt8,
-                                DType::kInt32,    DType::kInt64,   DType::kBool};
+constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                                DType::kInt8,    DType::kUInt8,   DType::kInt16,   DType::kInt32,
+                                DType::kInt64,   DType::kBool};
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg,  ReduceOp::kProduct,
                                 ReduceOp::kMin, ReduceOp::kMax,  ReduceOp::kBand,
                                 ReduceOp::kBor, ReduceOp::kBxor, ReduceOp::kPremulSum};
@@ -155,6 +155,8 @@ void visit(DType dtype, Fn&& fn) {
       return fn(Arith<std::int8_t>{});
     case DType::kUInt8:
       return fn(Arith<std::uint8_t>{});
+    case DType::kInt16:
+      return fn(Arith<std::int16_t>{});
     case DType::kInt32:
       return fn(Arith<std::int32_t>{});
     case DType::kInt64:

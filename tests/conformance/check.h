@@ -108,7 +108,7 @@ std::vector<int> roots(const ProcessGroup& pg);
 
 inline constexpr DType kAllDTypes[] = {
     DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
-    DType::kUInt8,   DType::kInt32,   DType::kInt64,   DType::kBool,
+    DType::kUInt8,   DType::kInt16,   DType::kInt32,   DType::kInt64,    DType::kBool,
 };
 inline constexpr ReduceOp kAllReduceOps[] = {
     ReduceOp::kSum,  ReduceOp::kAvg, ReduceOp::kProduct, ReduceOp::kMin,       ReduceOp::kMax,

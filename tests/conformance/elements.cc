@@ -47,6 +47,8 @@ Num get_at(DType dtype, const void* base, std::int64_t i) {
     case DType::kUInt8:
     case DType::kBool:
       return {0, load<std::uint8_t>(base, i)};
+    case DType::kInt16:
+      return {0, load<std::int16_t>(base, i)};
     case DType::kInt32:
       return {0, load<std::int32_t>(base, i)};
     case DType::kInt64:
@@ -71,6 +73,8 @@ void put_at(DType dtype, void* base, std::int64_t i, Num v) {
       return store(base, i, static_cast<std::uint8_t>(v.i));
     case DType::kBool:
       return store(base, i, static_cast<std::uint8_t>(v.i != 0));
+    case DType::kInt16:
+      return store(base, i, static_cast<std::int16_t>(v.i));
     case DType::kInt32:
       return store(base, i, static_cast<std::int32_t>(v.i));
     case DType::kInt64:
@@ -85,6 +89,8 @@ std::int64_t narrow(DType dtype, std::int64_t v) {
       return static_cast<std::int8_t>(v);
     case DType::kUInt8:
       return static_cast<std::uint8_t>(v);
+    case DType::kInt16:
+      return static_cast<std::int16_t>(v);
     case DType::kInt32:
       return static_cast<std::int32_t>(v);
     case DType::kBool:
@@ -103,6 +109,8 @@ std::int64_t integer_offset(DType dtype, int rank) {
       return odd ? -90 : 40;
     case DType::kUInt8:
       return 100;
+    case DType::kInt16:
+      return odd ? -0x5000 : 0x3000;
     case DType::kInt32:
       return odd ? -0x50000000LL : 0x30000000LL;
     case DType::kInt64:

@@ -8,10 +8,10 @@ namespace c10d {
 namespace {
 
 TEST(DTypeTest, SizesAndNamesRoundTrip) {
-  const DType all[] = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
-                       DType::kBFloat16, DType::kInt8,    DType::kUInt8,
-                       DType::kInt32,    DType::kInt64,   DType::kBool};
-  const std::size_t sizes[] = {4, 8, 2, 2, 1, 1, 4, 8, 1};
+  const DType all[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                       DType::kInt8,    DType::kUInt8,   DType::kInt32,   DType::kInt64,
+                       DType::kBool,    DType::kInt16};
+  const std::size_t sizes[] = {4, 8, 2, 2, 1, 1, 4, 8, 1, 2};
   for (int i = 0; i < kNumDTypes; ++i) {
     EXPECT_EQ(element_size(all[i]), sizes[i]) << dtype_name(all[i]);
     EXPECT_EQ(parse_dtype(dtype_name(all[i])), all[i]);

@@ -256,6 +256,8 @@ MPI_Datatype predefined_type(DType d) {
       return MPI_INT8_T;
     case DType::kUInt8:
       return MPI_UINT8_T;
+    case DType::kInt16:
+      return MPI_INT16_T;
     case DType::kInt32:
       return MPI_INT32_T;
     case DType::kInt64:
