@@ -8,7 +8,7 @@
 #include "core/check.h"
 #include "core/half.h"
 
-namespace c10d::bench {
+namespace c10d::inline v1::bench {
 namespace {
 
 // How one dtype's elements are read and written as doubles. Every value the sweep writes or
@@ -276,4 +276,4 @@ void finish_average(DType dtype, void* data, std::int64_t count, int world_size)
   });
 }
 
-}  // namespace c10d::bench
+}  // namespace c10d::inline v1::bench

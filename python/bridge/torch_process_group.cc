@@ -9,13 +9,11 @@
 // packs the inputs into one tensor and unpacks the output (docs/torch.md).
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
-#include <dlfcn.h>
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <stdexcept>
@@ -588,27 +586,11 @@ c10::intrusive_ptr<::c10d::ProcessGroup> create_process_group(
   return c10::make_intrusive<ProcessGroupC10d>(std::move(group), rank, world_size);
 }
 
-// Until c10d's names are its own, both libtorch and libc10d define a few of the same symbols
-// (c10d::Work's destructor and type_info...): this module must bind torch's names to libtorch.
-// The type_info of torch's Work as this module sees it tells which library won.
-void check_torch_binding() {
-  Dl_info info{};
-  const void* addr = &typeid(::c10d::Work);
-  if (dladdr(addr, &info) != 0 && info.dli_fname != nullptr &&
-      std::strstr(info.dli_fname, "libc10d") != nullptr) {
-    throw std::runtime_error(std::string("c10d_torch: torch's c10d::Work resolved to ") +
-                             info.dli_fname +
-                             " instead of libtorch; load torch before libc10d (import torch "
-                             "first, and do not preload libc10d.so)");
-  }
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "c10d as a torch.distributed backend (see c10d_torch)";
   py::module_::import("torch.distributed");
-  check_torch_binding();
   m.def("create_process_group", &create_process_group, py::arg("store"), py::arg("rank"),
         py::arg("world_size"), py::arg("timeout"), py::arg("backend") = std::string(),
         py::arg("store_host") = std::string(), py::call_guard<py::gil_scoped_release>(),
