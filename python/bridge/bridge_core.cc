@@ -20,6 +20,7 @@
 #include "c10d/errors.h"
 #include "c10d/init.h"
 #include "c10d/process_group.h"
+#include "c10d/rendezvous.h"
 #include "c10d/store.h"
 #include "c10d/tensor.h"
 #include "c10d/types.h"
@@ -240,7 +241,51 @@ class BridgeStore final : public c10d::Store {
   std::shared_ptr<KeyValueStore> kv_;
 };
 
+// c10d's own store (a client of its TCP store server) as the caller's key-value store: what
+// torch's env:// returns under c10drun. Errors pass as c10d's, with their messages.
+class StoreClient final : public KeyValueStore {
+ public:
+  explicit StoreClient(std::shared_ptr<c10d::Store> store) : store_(std::move(store)) {}
+
+  void set(const std::string& key, const std::vector<std::uint8_t>& value) override {
+    store_->set(key, std::span<const std::uint8_t>(value));
+  }
+  std::vector<std::uint8_t> get(const std::string& key) override { return store_->get(key); }
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    return store_->add(key, delta);
+  }
+  std::vector<std::uint8_t> compare_set(const std::string& key,
+                                        const std::vector<std::uint8_t>& expected,
+                                        const std::vector<std::uint8_t>& desired) override {
+    return store_->compare_set(key, expected, desired);
+  }
+  bool check(const std::vector<std::string>& keys) override { return store_->check(keys); }
+  // The server holds the WAIT until the keys exist or `timeout` passes; the connection serves
+  // on after a timeout.
+  bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    try {
+      store_->wait(std::span<const std::string>(keys), timeout);
+      return true;
+    } catch (const c10d::TimeoutError&) {
+      return false;
+    }
+  }
+  bool delete_key(const std::string& key) override { return store_->delete_key(key); }
+  std::int64_t num_keys() override { return store_->num_keys(); }
+  std::chrono::milliseconds timeout() override { return store_->timeout(); }
+
+ private:
+  std::shared_ptr<c10d::Store> store_;
+};
+
 }  // namespace
+
+ConnectedStore connect_env_store(int rank, int world_size, std::chrono::milliseconds timeout) {
+  // ?external=1: the server runs already (the launcher's), so rank 0 connects like the others
+  // whatever C10D_STORE_EXTERNAL says.
+  c10d::RendezvousResult r = c10d::rendezvous("env://?external=1", rank, world_size, timeout);
+  return {std::make_shared<StoreClient>(std::move(r.store)), std::move(r.store_host)};
+}
 
 std::shared_ptr<Group> make_group(std::shared_ptr<KeyValueStore> store, int rank, int size,
                                   const GroupOptions& options) {
