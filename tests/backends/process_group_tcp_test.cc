@@ -251,6 +251,21 @@ TEST(ProcessGroupTCPTest, TimedOutOpNamesTheRankItWaitedForToEveryRank) {
   });
 }
 
+// C10D_INLINE is a flag, read strictly: anything but "0" used to mean on.
+TEST(ProcessGroupTCPTest, AnInlineVariableThatIsNotAFlagIsRefusedNamingIt) {
+  ::setenv("C10D_INLINE", "sometimes", 1);
+  try {
+    run_group(1, [](int, std::shared_ptr<ProcessGroup>&) { ADD_FAILURE() << "a group was made"; });
+    ADD_FAILURE() << "C10D_INLINE=sometimes was taken";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("C10D_INLINE=sometimes"), std::string::npos) << e.what();
+  }
+  ::setenv("C10D_INLINE", "off", 1);
+  EXPECT_NO_THROW(
+      run_group(1, [](int, std::shared_ptr<ProcessGroup>& pg) { pg->barrier()->wait(20s); }));
+  ::unsetenv("C10D_INLINE");
+}
+
 // An op that names no timeout gets the group's.
 TEST(ProcessGroupTCPTest, AnOpWithoutATimeoutTakesTheGroups) {
   ProcessGroupTCPOptions options;
