@@ -27,7 +27,7 @@ extern "C" std::size_t __sanitizer_get_current_allocated_bytes();
 #include <malloc.h>
 #endif
 
-namespace c10d::testing {
+namespace c10d::inline v1::testing {
 
 // Bytes this process has allocated on the heap and not freed, every thread together.
 inline std::size_t heap_bytes() {
@@ -39,4 +39,4 @@ inline std::size_t heap_bytes() {
 #endif
 }
 
-}  // namespace c10d::testing
+}  // namespace c10d::inline v1::testing

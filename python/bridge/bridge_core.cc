@@ -1,12 +1,7 @@
 // The c10d half of the torch backend (bridge.h): ops on a c10d ProcessGroup, and c10d's Store
-// over the caller's key-value store. Includes c10d's public headers only, never torch's.
-//
-// Symbols: until c10d's names are its own (an inline namespace), libtorch exports some of the
-// same mangled names (c10d::Work::wait, c10d::Work::~Work, c10d::TCPStore's vtable...). This
-// file is built with hidden visibility, so what it instantiates from c10d's headers stays
-// inside the module; of libc10d's out-of-line functions it calls only ones torch does not also
-// define (tests/torch/check_symbols.sh checks the object file), which is why it waits on a
-// Work's Future rather than calling Work::wait.
+// over the caller's key-value store. Includes c10d's public headers only, never torch's: both
+// libraries name their C++ namespace c10d. Ours is the inline c10d::v1, so their symbols never
+// meet, but a file that saw both would find c10d::ProcessGroup ambiguous.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -415,17 +410,26 @@ std::exception_ptr op_error(const Op& op) {
 }
 
 void op_wait(Op& op, std::chrono::milliseconds timeout) {
-  // Not Work::wait: see the file comment. The group's worker runs the op meanwhile.
+  // Work::wait, so that the group's wait hook can run a collective that is next to start on this
+  // thread instead of waking the group's worker (backends/common/inline_schedule.h).
   const auto deadline = Clock::now() + timeout;
   for (const auto& w : op.works) {
-    const std::shared_ptr<c10d::Future> f = w->future();
-    if (!f->wait_until(deadline)) {
+    const auto left =
+        std::max(Milliseconds(0), std::chrono::ceil<Milliseconds>(deadline - Clock::now()));
+    try {
+      w->wait(left);
+    } catch (const c10d::TimeoutError&) {
+      if (w->is_completed()) {
+        // The op's own error (its deadline passed) as it is, or it completed just after the
+        // wait gave up.
+        if (const std::exception_ptr error = w->exception()) std::rethrow_exception(error);
+        continue;
+      }
       throw c10d::TimeoutError(fmt::format(
           "rank {}: {} did not complete within the wait's {} ms (it goes on until its own "
           "deadline)",
           op.rank, op_describe(op), timeout.count()));
     }
-    if (f->has_error()) std::rethrow_exception(f->exception());
   }
 }
 

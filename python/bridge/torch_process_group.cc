@@ -9,16 +9,16 @@
 // packs the inputs into one tensor and unpacks the output (docs/torch.md).
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
-#include <dlfcn.h>
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -549,16 +549,19 @@ class TorchStore final : public bridge::KeyValueStore {
     return store_->compareSet(key, expected, desired);
   }
   bool check(const std::vector<std::string>& keys) override { return store_->check(keys); }
-  // torch's stores report a timed-out wait with errors of their own kinds (c10::Error,
-  // std::runtime_error, ...): one that came once the timeout had passed is taken as the timeout.
+  // Polled with check(), never with torch's wait(): torch 1.13's TCPStore loses its
+  // connection's framing when a wait times out as the key arrives ("Stop_waiting response is
+  // expected"), and our set-up waits in short slices to watch for failed peers.
   bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      store_->wait(keys, timeout);
-      return true;
-    } catch (const std::exception&) {
-      if (std::chrono::steady_clock::now() - start >= timeout) return false;
-      throw;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto pause = std::chrono::milliseconds(1);
+    for (;;) {
+      if (store_->check(keys)) return true;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return false;
+      std::this_thread::sleep_for(
+          std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+      pause = std::min(pause * 2, std::chrono::milliseconds(20));
     }
   }
   bool delete_key(const std::string& key) override { return store_->deleteKey(key); }
@@ -583,27 +586,11 @@ c10::intrusive_ptr<::c10d::ProcessGroup> create_process_group(
   return c10::make_intrusive<ProcessGroupC10d>(std::move(group), rank, world_size);
 }
 
-// Until c10d's names are its own, both libtorch and libc10d define a few of the same symbols
-// (c10d::Work's destructor and type_info...): this module must bind torch's names to libtorch.
-// The type_info of torch's Work as this module sees it tells which library won.
-void check_torch_binding() {
-  Dl_info info{};
-  const void* addr = &typeid(::c10d::Work);
-  if (dladdr(addr, &info) != 0 && info.dli_fname != nullptr &&
-      std::strstr(info.dli_fname, "libc10d") != nullptr) {
-    throw std::runtime_error(std::string("c10d_torch: torch's c10d::Work resolved to ") +
-                             info.dli_fname +
-                             " instead of libtorch; load torch before libc10d (import torch "
-                             "first, and do not preload libc10d.so)");
-  }
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "c10d as a torch.distributed backend (see c10d_torch)";
   py::module_::import("torch.distributed");
-  check_torch_binding();
   m.def("create_process_group", &create_process_group, py::arg("store"), py::arg("rank"),
         py::arg("world_size"), py::arg("timeout"), py::arg("backend") = std::string(),
         py::arg("store_host") = std::string(), py::call_guard<py::gil_scoped_release>(),

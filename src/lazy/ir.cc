@@ -9,7 +9,7 @@
 
 #include "core/check.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 std::string_view op_name(OpKind op) {
   switch (op) {
@@ -184,4 +184,4 @@ std::shared_ptr<Node> make_node(OpKind op, std::vector<Value> operands,
   return node;
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

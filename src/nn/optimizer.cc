@@ -11,7 +11,7 @@
 #include "core/check.h"
 #include "core/parse.h"
 
-namespace c10d::optim {
+namespace c10d::inline v1::optim {
 namespace {
 
 // A 0-d tensor holding `v` as data, of a floating dtype.
@@ -219,4 +219,4 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
                        .weight_decay = o.weight_decay},
            /*decoupled=*/true) {}
 
-}  // namespace c10d::optim
+}  // namespace c10d::inline v1::optim

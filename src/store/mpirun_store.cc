@@ -17,7 +17,7 @@
 #include "core/logging.h"
 #include "core/parse.h"
 
-namespace c10d::store {
+namespace c10d::inline v1::store {
 namespace {
 
 // More than any port file holds ("65535\n" and a 64-digit token): a larger file is not one.
@@ -228,4 +228,4 @@ std::shared_ptr<Store> open_mpirun_store(const MpirunJob& job, int rank, Millise
   }
 }
 
-}  // namespace c10d::store
+}  // namespace c10d::inline v1::store

@@ -32,7 +32,7 @@
 #include "store/store_util.h"
 #include "store/wire.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 namespace asio = boost::asio;
@@ -1321,4 +1321,4 @@ store::ServerStats TCPStoreServer::stats() const {
   return st;
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

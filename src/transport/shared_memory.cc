@@ -24,7 +24,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 namespace {
 
 // The most of a name that is not a segment's that goes into an error.
@@ -301,4 +301,4 @@ void futex_wake(std::atomic<std::uint32_t>& word) {
             nullptr, 0);
 }
 
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

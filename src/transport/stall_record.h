@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 
 inline constexpr std::string_view kStallRecordsKey = "c10d/stalls";
 // A record's `doing` as decoded: at most this many bytes, control characters made '?'.
@@ -33,4 +33,4 @@ std::string stall_doing(std::string_view text);
 // least 0); others are skipped.
 std::vector<StallRecord> decode_stall_records(std::string_view text);
 
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

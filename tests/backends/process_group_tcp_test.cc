@@ -19,7 +19,7 @@
 #include "c10d/store.h"
 #include "transport/transport.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
@@ -613,4 +613,4 @@ TEST(ProcessGroupTCPTest, InitProcessGroupOverAFileUrlAndUnknownBackendsRejected
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

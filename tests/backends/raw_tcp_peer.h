@@ -25,7 +25,7 @@
 #include "c10d/store.h"
 #include "transport/transport.h"
 
-namespace c10d::gloo_like::testing {
+namespace c10d::inline v1::gloo_like::testing {
 
 using transport::Clock;
 
@@ -232,4 +232,4 @@ inline RawPeer connect_as_rank(Store& store, const std::string& group, int rank,
   return std::move(connect_as_rank(store, group, rank, world, std::vector<int>{real}, deadline)[0]);
 }
 
-}  // namespace c10d::gloo_like::testing
+}  // namespace c10d::inline v1::gloo_like::testing

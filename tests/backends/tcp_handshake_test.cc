@@ -26,7 +26,7 @@
 #include "stranger.h"
 #include "transport_test_util.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 namespace {
 
 using namespace std::chrono_literals;
@@ -548,4 +548,4 @@ TEST_F(HandshakeTest, TheKeyComesFromTheTokenElseFromASecretSharedThroughTheStor
 }
 
 }  // namespace
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

@@ -24,7 +24,7 @@
 #include "transport/unexpected_buffer.h"
 #include "transport_test_util.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 namespace {
 
 using namespace std::chrono_literals;
@@ -437,4 +437,4 @@ TEST(TCPHostileTest, AMaxUnexpectedBytesVariableThatIsNotAPositiveCountIsRefused
 }
 
 }  // namespace
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

@@ -23,7 +23,7 @@
 #include "transport/stall_record.h"
 #include "transport_test_util.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 namespace {
 
 using namespace std::chrono_literals;
@@ -435,9 +435,9 @@ TEST(TCPTransportTest, AbortFailsPendingRequestsAndReleasesWaiters) {
 }
 
 }  // namespace
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 namespace {
 
 TEST(TCPTransportTest, LocalAddressTowardsAHostIsTheInterfaceThatReachesIt) {
@@ -470,4 +470,4 @@ TEST(TCPTransportTest, AbortNoticeRoundTripsAndCutsLongMessages) {
 }
 
 }  // namespace
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

@@ -7,7 +7,7 @@
 #include "lazy/context.h"
 #include "lazy_testing.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 using testing::f32;
@@ -123,4 +123,4 @@ INSTANTIATE_TEST_SUITE_P(Modes, ErrorsTest, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "Lazy" : "Eager"; });
 
 }  // namespace
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -13,7 +13,7 @@
 #include "child_process.h"
 #include "raw_client.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using test::ChildExit;
@@ -298,4 +298,4 @@ TEST_F(StoreCliTest, HelpListsEverySubcommandAndFlag) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -18,7 +18,7 @@
 
 #include "transport/stall_record.h"
 
-namespace c10d::launcher {
+namespace c10d::inline v1::launcher {
 
 // A local process as the supervisor sees it.
 struct ProcessView {
@@ -44,4 +44,4 @@ Cause find_cause(const std::vector<ProcessView>& processes, int failed_rank,
                  const std::vector<transport::StallRecord>& records,
                  int world_size = std::numeric_limits<int>::max());
 
-}  // namespace c10d::launcher
+}  // namespace c10d::inline v1::launcher

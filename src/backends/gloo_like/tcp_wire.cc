@@ -8,7 +8,7 @@
 
 #include "core/parse.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 
 namespace {
 
@@ -348,4 +348,4 @@ std::string describe_frame_fault(FrameFault fault, const FrameHeader& header) {
   return fmt::format("unknown fault {}", static_cast<int>(fault));
 }
 
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like
