@@ -21,6 +21,21 @@ std::int64_t checked_numel(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
+// The elements of `shape`, whose bytes as `dtype` must fit an int64 too: a size that wrapped
+// would pass every later check against a small allocation.
+std::int64_t checked_numel(const std::vector<std::int64_t>& shape, DType dtype) {
+  const std::int64_t n = checked_numel(shape);
+  C10D_CHECK(n <= INT64_MAX / static_cast<std::int64_t>(element_size(dtype)),
+             "a tensor {}[{}] would take more than 2^63 bytes", dtype_name(dtype),
+             fmt::join(shape, ", "));
+  return n;
+}
+
+// offset + bytes, checked against what `storage` holds without wrapping.
+bool fits(std::size_t offset, std::size_t bytes, std::size_t nbytes) {
+  return offset <= nbytes && bytes <= nbytes - offset;
+}
+
 std::string shape_string(const std::vector<std::int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
@@ -56,20 +71,21 @@ TensorImpl::TensorImpl(DType dtype, std::vector<std::int64_t> shape,
                        std::shared_ptr<Storage> storage, std::size_t offset_bytes)
     : dtype_(dtype),
       shape_(std::move(shape)),
-      numel_(checked_numel(shape_)),
+      numel_(checked_numel(shape_, dtype_)),
       storage_(std::move(storage)),
       offset_bytes_(offset_bytes) {
   C10D_CHECK(storage_ != nullptr, "tensor storage is null");
-  const std::size_t need = offset_bytes_ + static_cast<std::size_t>(numel_) * element_size(dtype_);
-  C10D_CHECK(need <= storage_->nbytes(), "tensor {}{} needs {} bytes but its storage holds {}",
-             dtype_name(dtype_), shape_string(shape_), need, storage_->nbytes());
+  const std::size_t bytes = static_cast<std::size_t>(numel_) * element_size(dtype_);
+  C10D_CHECK(fits(offset_bytes_, bytes, storage_->nbytes()),
+             "tensor {}{} needs {} bytes at offset {} but its storage holds {}", dtype_name(dtype_),
+             shape_string(shape_), bytes, offset_bytes_, storage_->nbytes());
 }
 
 TensorImpl::TensorImpl(DType dtype, std::vector<std::int64_t> shape,
                        std::shared_ptr<PendingValue> pending)
     : dtype_(dtype),
       shape_(std::move(shape)),
-      numel_(checked_numel(shape_)),
+      numel_(checked_numel(shape_, dtype_)),
       pending_(std::move(pending)) {
   C10D_CHECK(pending_ != nullptr, "pending value is null");
 }
@@ -88,10 +104,10 @@ void TensorImpl::materialize() {
 }
 
 void TensorImpl::set_storage(std::shared_ptr<Storage> storage, std::size_t offset_bytes) {
-  C10D_CHECK(
-      storage != nullptr && storage->nbytes() >= offset_bytes + static_cast<std::size_t>(numel_) *
-                                                                    element_size(dtype_),
-      "storage too small for tensor {}{}", dtype_name(dtype_), shape_string(shape_));
+  C10D_CHECK(storage != nullptr &&
+                 fits(offset_bytes, static_cast<std::size_t>(numel_) * element_size(dtype_),
+                      storage->nbytes()),
+             "storage too small for tensor {}{}", dtype_name(dtype_), shape_string(shape_));
   storage_ = std::move(storage);
   offset_bytes_ = offset_bytes;
   pending_.reset();
@@ -105,14 +121,14 @@ void TensorImpl::set_pending(std::shared_ptr<PendingValue> pending) {
 }
 
 Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype) {
-  const std::int64_t n = checked_numel(shape);
+  const std::int64_t n = checked_numel(shape, dtype);
   auto storage = std::make_shared<Storage>(static_cast<std::size_t>(n) * element_size(dtype));
   return Tensor(std::make_shared<TensorImpl>(dtype, std::move(shape), std::move(storage)));
 }
 
 Tensor Tensor::from_blob(void* data, std::vector<std::int64_t> shape, DType dtype,
                          std::function<void(void*)> deleter) {
-  const std::int64_t n = checked_numel(shape);
+  const std::int64_t n = checked_numel(shape, dtype);
   C10D_CHECK(data != nullptr || n == 0, "from_blob: null data for {} elements", n);
   auto storage = std::make_shared<Storage>(data, static_cast<std::size_t>(n) * element_size(dtype),
                                            std::move(deleter));

@@ -7,6 +7,7 @@
 #include "c10d/lazy.h"
 #include "core/check.h"
 #include "core/host.h"
+#include "core/parse.h"
 #include "lazy/cache.h"
 #include "lazy/executor.h"
 #include "lazy/graph.h"
@@ -178,11 +179,13 @@ void run_step(TensorImpl* requester) {
 
 // ---- Public API: mode, step, metrics ----
 
+std::optional<bool> lazy_from_env() { return core::env_flag("C10D_LAZY"); }
+std::optional<bool> overlap_from_env() { return core::env_flag("C10D_LAZY_OVERLAP"); }
+
 bool is_lazy() {
   int m = g_mode.load(std::memory_order_relaxed);
   if (m < 0) {
-    const char* env = std::getenv("C10D_LAZY");
-    m = (env != nullptr && std::strcmp(env, "0") == 0) ? 0 : 1;
+    m = lazy_from_env().value_or(true) ? 1 : 0;
     int expected = -1;
     g_mode.compare_exchange_strong(expected, m);
     m = g_mode.load();
@@ -195,12 +198,8 @@ void set_lazy(bool lazy) { g_mode.store(lazy ? 1 : 0); }
 bool overlap_collectives() {
   int m = g_overlap.load(std::memory_order_relaxed);
   if (m < 0) {
-    const char* env = std::getenv("C10D_LAZY_OVERLAP");
-    if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0)) {
-      m = env[0] - '0';
-    } else {
-      m = core::cores_per_local_process() >= 2;
-    }
+    const std::optional<bool> env = overlap_from_env();
+    m = env ? *env : core::cores_per_local_process() >= 2;
     int expected = -1;
     g_overlap.compare_exchange_strong(expected, m);
     m = g_overlap.load();

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "c10d/tensor.h"
@@ -32,6 +33,13 @@ struct Counters {
   std::atomic<std::int64_t> compile_ns{0}, execute_ns{0};
 };
 Counters& counters();
+
+// What C10D_LAZY and C10D_LAZY_OVERLAP say, read strictly (core::env_flag: 1/0, true/false,
+// yes/no, on/off): nullopt when unset or empty; InvalidArgument naming the variable otherwise
+// ("C10D_LAZY=false" once meant lazy, anything but "0" did). is_lazy() and
+// overlap_collectives() read them once.
+std::optional<bool> lazy_from_env();
+std::optional<bool> overlap_from_env();
 
 // The value a tensor holds as IR: its pending value, or a data leaf over its bytes.
 Value value_of(const Tensor& t);

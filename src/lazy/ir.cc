@@ -1,7 +1,13 @@
 #include "lazy/ir.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <bit>
 #include <cstring>
+#include <limits>
+
+#include "core/check.h"
 
 namespace c10d::inline v1::lazy {
 
@@ -138,6 +144,19 @@ Node::~Node() {
 std::shared_ptr<Node> make_node(OpKind op, std::vector<Value> operands,
                                 std::vector<ValueType> outputs, std::vector<std::int64_t> ints,
                                 std::vector<double> reals, std::shared_ptr<Node> control) {
+  // Shapes come from user values (zeros({n}), one_hot's classes, broadcast_to, arange's
+  // count...): every buffer planned from them must be countable in bytes, or its size wraps
+  // and a kernel writes past a small allocation.
+  for (const ValueType& t : outputs) {
+    std::int64_t bytes = static_cast<std::int64_t>(element_size(t.dtype));
+    for (const std::int64_t d : t.shape) {
+      C10D_CHECK(d >= 0 && (d == 0 || bytes <= std::numeric_limits<std::int64_t>::max() / d),
+                 "{}: a result of shape [{}] ({}) {}", op_name(op), fmt::join(t.shape, ", "),
+                 dtype_name(t.dtype),
+                 d < 0 ? "has a negative dimension" : "would take more than 2^63 bytes");
+      bytes *= d;
+    }
+  }
   auto node = std::make_shared<Node>();
   node->op = op;
   node->operands = std::move(operands);

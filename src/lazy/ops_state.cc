@@ -47,6 +47,9 @@ Tensor arange(double start, double end, double step, DType dtype) {
   C10D_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
              "arange: bad range start {} end {} step {}", start, end, step);
   const double count = std::ceil((end - start) / step);
+  // Converting a count past int64 to it is undefined; make_node bounds the bytes.
+  C10D_CHECK(count < 0x1p62, "arange: start {} end {} step {} makes {} elements", start, end, step,
+             count);
   const auto n = static_cast<std::int64_t>(count > 0 ? count : 0);
   return make_result({make_node(OpKind::kArange, {}, {{dtype, {n}}}, {}, {start, step}), 0});
 }

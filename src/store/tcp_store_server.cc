@@ -27,6 +27,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "core/parse.h"
 #include "store/asio.h"
 #include "store/store_util.h"
 #include "store/wire.h"
@@ -1192,6 +1193,11 @@ TCPStoreServer::TCPStoreServer(store::ServerOptions options)
     : impl_(std::make_unique<Impl>(std::move(options))) {
   Impl& s = *impl_;
   const StoreLimits& l = s.options.limits;
+  // Deadlines are computed from these: a timeout past core::kMaxTimeout would wrap one.
+  core::check_timeout(s.options.handshake_timeout, "store server: handshake_timeout");
+  core::check_timeout(s.options.busy_handshake_timeout, "store server: busy_handshake_timeout");
+  core::check_timeout(s.options.write_timeout, "store server: write_timeout");
+  core::check_timeout(s.options.read_timeout, "store server: read_timeout");
   // Lengths travel as u32 on the wire; a frame must hold one key and one value.
   C10D_CHECK(l.max_key_bytes <= UINT32_MAX && l.max_value_bytes <= UINT32_MAX &&
                  l.max_keys_per_op <= UINT32_MAX,

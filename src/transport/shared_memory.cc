@@ -8,8 +8,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <climits>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -24,6 +26,9 @@
 
 namespace c10d::inline v1::transport {
 namespace {
+
+// The most of a name that is not a segment's that goes into an error.
+constexpr std::size_t kShownNameBytes = 80;
 
 // Closes an fd on every path.
 struct Fd {
@@ -217,6 +222,23 @@ SharedSegment SharedSegment::create(const std::string& name, std::size_t bytes) 
 }
 
 SharedSegment SharedSegment::open(const std::string& name) {
+  // Peers publish their segments' names in the store, which anyone who can write it can fill:
+  // a name is what shm_open takes ('/' and at most NAME_MAX printable bytes, no other '/') before
+  // it is opened, and only its start goes into the error.
+  const bool printable = std::all_of(name.begin(), name.end(), [](char c) {
+    return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f;
+  });
+  if (name.size() < 2 || name.size() > NAME_MAX + 1 || name[0] != '/' ||
+      name.find('/', 1) != std::string::npos || !printable) {
+    std::string shown = name.substr(0, kShownNameBytes);
+    for (char& c : shown) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    }
+    C10D_THROW(NetworkError,
+               "cannot open shared memory '{}'{}: not a segment name ('/' and 1 to {} printable "
+               "bytes, no other '/'), {} bytes",
+               shown, name.size() > kShownNameBytes ? "..." : "", NAME_MAX, name.size());
+  }
   Fd fd{::shm_open(name.c_str(), O_RDWR, 0600)};
   if (fd.fd < 0) {
     C10D_THROW(NetworkError, "cannot open shared memory {}: {}", name, std::strerror(errno));

@@ -17,6 +17,15 @@ bool take_int(std::string_view& text, int& out) {
 
 }  // namespace
 
+std::string stall_doing(std::string_view text) {
+  // Whoever can write the store can write it, and it is printed: bounded, printable.
+  std::string doing(text.substr(0, kMaxStallDoingBytes));
+  for (char& c : doing) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return doing;
+}
+
 std::string encode_stall_record(const StallRecord& record) {
   std::string doing = record.doing;
   for (char& c : doing) {
@@ -34,7 +43,7 @@ std::vector<StallRecord> decode_stall_records(std::string_view text) {
     StallRecord r;
     if (take_int(line, r.rank) && take_int(line, r.awaited) && take_int(line, r.suspect) &&
         r.rank >= 0) {
-      r.doing = std::string(line);
+      r.doing = stall_doing(line);
       records.push_back(std::move(r));
     }
   }

@@ -7,6 +7,7 @@
 // (the default group's are the launcher's), suspect -1 when the ranks wait for each other.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,8 @@
 namespace c10d::inline v1::transport {
 
 inline constexpr std::string_view kStallRecordsKey = "c10d/stalls";
+// A record's `doing` as decoded: at most this many bytes, control characters made '?'.
+inline constexpr std::size_t kMaxStallDoingBytes = 256;
 
 struct StallRecord {
   int rank = -1;      // whose op timed out
@@ -23,7 +26,11 @@ struct StallRecord {
 };
 
 std::string encode_stall_record(const StallRecord& record);
-// Every well-formed line of `text`; others are skipped.
+// What a rank says it was doing, as read back from the store (here and in the records the TCP
+// transport follows, <group>/stall/...): at most kMaxStallDoingBytes, control characters '?'.
+std::string stall_doing(std::string_view text);
+// Every well-formed line of `text` (three decimal ints, each followed by a space; a rank of at
+// least 0); others are skipped.
 std::vector<StallRecord> decode_stall_records(std::string_view text);
 
 }  // namespace c10d::inline v1::transport

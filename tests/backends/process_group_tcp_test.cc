@@ -17,6 +17,7 @@
 #include "c10d/errors.h"
 #include "c10d/init.h"
 #include "c10d/store.h"
+#include "transport/transport.h"
 
 namespace c10d::inline v1 {
 namespace {
@@ -250,6 +251,21 @@ TEST(ProcessGroupTCPTest, TimedOutOpNamesTheRankItWaitedForToEveryRank) {
   });
 }
 
+// C10D_INLINE is a flag, read strictly: anything but "0" used to mean on.
+TEST(ProcessGroupTCPTest, AnInlineVariableThatIsNotAFlagIsRefusedNamingIt) {
+  ::setenv("C10D_INLINE", "sometimes", 1);
+  try {
+    run_group(1, [](int, std::shared_ptr<ProcessGroup>&) { ADD_FAILURE() << "a group was made"; });
+    ADD_FAILURE() << "C10D_INLINE=sometimes was taken";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("C10D_INLINE=sometimes"), std::string::npos) << e.what();
+  }
+  ::setenv("C10D_INLINE", "off", 1);
+  EXPECT_NO_THROW(
+      run_group(1, [](int, std::shared_ptr<ProcessGroup>& pg) { pg->barrier()->wait(20s); }));
+  ::unsetenv("C10D_INLINE");
+}
+
 // An op that names no timeout gets the group's.
 TEST(ProcessGroupTCPTest, AnOpWithoutATimeoutTakesTheGroups) {
   ProcessGroupTCPOptions options;
@@ -346,6 +362,41 @@ TEST(ProcessGroupTCPTest, ASubgroupDestroyedRightAfterItsRecvLeavesTheParentWork
       auto x = filled(2, 1.0f);
       pg->all_reduce({x})->wait(20s);
       ASSERT_EQ(x.data<float>()[1], 2.0f) << "iteration " << i;
+    }
+  });
+}
+
+// A receive whose message never comes times out naming the peer it waited for, the tag, and
+// what this rank last heard from that peer (here the barrier before it); rank 1, which sent
+// nothing and waits on, learns why rank 0 gave up from its abort notice.
+TEST(ProcessGroupTCPTest, ATimedOutReceiveNamesThePeerAndTheTag) {
+  run_group(2, [](int r, std::shared_ptr<ProcessGroup>& pg) {
+    pg->barrier()->wait(20s);
+    if (r == 1) {
+      auto x = filled(1, 1.0f);  // a receive sends nothing: rank 0 last heard the barrier
+      const std::string message = error_of<NetworkError>(pg->recv({x}, 0), 20s);
+      EXPECT_NE(message.find("peer rank 0 aborted (rank 0 reports: rank 0: recv #0 from rank 1 "
+                             "(user tag 7, group 0) timed out"),
+                std::string::npos)
+          << message;
+      return;
+    }
+    auto t = filled(4, 0.0f);
+    SendRecvOptions opts;
+    opts.tag = 7;
+    opts.timeout = 300ms;
+    try {
+      pg->recv({t}, 1, opts)->wait(10s);
+      ADD_FAILURE() << "the receive did not time out";
+    } catch (const transport::PeerTimeout& e) {
+      EXPECT_EQ(e.peer(), 1);
+      EXPECT_TRUE(e.heard().known);
+      const std::string message = e.what();
+      EXPECT_NE(message.find("rank 0: recv #0 from rank 1 (user tag 7, group 0) timed out after "
+                             "300 ms (last heard from it "),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("a frame of barrier #0"), std::string::npos) << message;
     }
   });
 }

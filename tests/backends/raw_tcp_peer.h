@@ -134,14 +134,17 @@ void read_frame(int fd, Decode&& decode, Clock::time_point deadline, const char*
 
 }  // namespace raw_detail
 
-// Plays rank `rank` of the group `group` of `world` ranks against the real rank `real`, the only
-// other one (world == 2): publishes a listening address in `store` as a rank does, connects to
-// the real rank and accepts its connection, each with the handshake TCPTransport's set-up runs
-// (tcp_wire.h, version 3), proving itself with the job's key as a rank of the job would
-// (tcp_handshake.h: transport_key). The real rank's set-up runs meanwhile on another thread.
-// Throws std::runtime_error at `deadline` or on a refusal.
-inline RawPeer connect_as_rank(Store& store, const std::string& group, int rank, int world,
-                               int real, Clock::time_point deadline) {
+// Plays rank `rank` of the group `group` of `world` ranks against the real ranks `reals`, every
+// one of them lower than `rank` (the other ranks of the world, if any, never come): publishes a
+// listening address in `store` as a rank does, connects to each real rank and accepts its
+// connection, each with the handshake TCPTransport's set-up runs (tcp_wire.h, version 3),
+// proving itself with the job's key as a rank of the job would (tcp_handshake.h:
+// transport_key). The real ranks' set-ups run meanwhile on other threads. Returns one RawPeer
+// per real rank, in the order of `reals`. Throws std::runtime_error at `deadline` or on a
+// refusal.
+inline std::vector<RawPeer> connect_as_rank(Store& store, const std::string& group, int rank,
+                                            int world, const std::vector<int>& reals,
+                                            Clock::time_point deadline) {
   using namespace raw_detail;
   const TransportKey key = transport_key(store, "", rank);
   const Identity me{static_cast<std::uint32_t>(world), static_cast<std::uint32_t>(rank), group};
@@ -159,55 +162,74 @@ inline RawPeer connect_as_rank(Store& store, const std::string& group, int rank,
   store.set(group + "/addr/" + std::to_string(rank),
             "127.0.0.1:" + std::to_string(ntohs(at.sin_port)));
 
-  // The connection this peer writes on: the real rank accepts it and reads there.
-  const std::string addr_key = group + "/addr/" + std::to_string(real);
-  store.wait(std::span<const std::string>(&addr_key, 1), std::chrono::milliseconds(20000));
-  const std::string addr = store.get_string(addr_key);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<std::uint16_t>(std::stoi(addr.substr(addr.rfind(':') + 1))));
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  RawPeer peer(::socket(AF_INET, SOCK_STREAM, 0), -1);
-  const int out = peer.out();
-  if (out < 0 || ::connect(out, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-    fail("cannot connect to " + addr);
+  // The connections this peer writes on: each real rank accepts one and reads there. A real rank
+  // accepts once it has connected to the ranks below it, so they are reached in rank order.
+  std::vector<RawPeer> peers;
+  for (const int real : reals) {
+    if (real >= rank) fail("a real rank is not below the raw one");
+    const std::string addr_key = group + "/addr/" + std::to_string(real);
+    store.wait(std::span<const std::string>(&addr_key, 1), std::chrono::milliseconds(20000));
+    const std::string addr = store.get_string(addr_key);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<std::uint16_t>(std::stoi(addr.substr(addr.rfind(':') + 1))));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    RawPeer peer(::socket(AF_INET, SOCK_STREAM, 0), -1);
+    const int out = peer.out();
+    if (out < 0 || ::connect(out, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+      fail("cannot connect to " + addr);
+    }
+    const int one = 1;
+    ::setsockopt(out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    Nonces sent;  // this peer connects: its nonce is the connector's
+    sent.connector = new_nonce();
+    write_all(out, encode_greeting(sent.connector), deadline);
+    read_frame(
+        out, [&](std::span<const std::byte> in) { return decode_greeting(in, sent.acceptor); },
+        deadline, "challenge");
+    write_all(out, encode_proof({me, static_cast<std::uint32_t>(real)}, key, sent), deadline);
+    Accept accept;
+    read_frame(
+        out, [&](std::span<const std::byte> in) { return decode_accept(in, key, sent, accept); },
+        deadline, "accept");
+    if (accept.status != AcceptStatus::kAccepted) fail("the real rank refused this peer");
+    peers.push_back(std::move(peer));
   }
-  const int one = 1;
-  ::setsockopt(out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  Nonces sent;  // this peer connects: its nonce is the connector's
-  sent.connector = new_nonce();
-  write_all(out, encode_greeting(sent.connector), deadline);
-  read_frame(
-      out, [&](std::span<const std::byte> in) { return decode_greeting(in, sent.acceptor); },
-      deadline, "challenge");
-  write_all(out, encode_proof({me, static_cast<std::uint32_t>(real)}, key, sent), deadline);
-  Accept accept;
-  read_frame(
-      out, [&](std::span<const std::byte> in) { return decode_accept(in, key, sent, accept); },
-      deadline, "accept");
-  if (accept.status != AcceptStatus::kAccepted) fail("the real rank refused this peer");
 
-  // The connection the real rank makes here once it has accepted every peer.
-  if (!wait_for(listener.fd, POLLIN, deadline)) fail("the real rank never connected");
-  const int in = ::accept(listener.fd, nullptr, nullptr);
-  if (in < 0) fail("accept failed");
-  peer.set_in(in);
-  Nonces got;  // the real rank connects here
-  read_frame(
-      in, [&](std::span<const std::byte> bytes) { return decode_greeting(bytes, got.connector); },
-      deadline, "hello");
-  got.acceptor = new_nonce();
-  write_all(in, encode_greeting(got.acceptor), deadline);
-  Proof proof;
-  read_frame(
-      in, [&](std::span<const std::byte> bytes) { return decode_proof(bytes, key, got, proof); },
-      deadline, "proof");
-  if (judge_proof(me, proof) != AcceptStatus::kAccepted ||
-      proof.connector.rank != static_cast<std::uint32_t>(real)) {
-    fail("the connection is not from the real rank");
+  // The connections the real ranks make here once they have accepted every peer, in any order.
+  for (std::size_t n = 0; n < reals.size(); ++n) {
+    if (!wait_for(listener.fd, POLLIN, deadline)) fail("a real rank never connected");
+    Fd in{::accept(listener.fd, nullptr, nullptr)};
+    if (in.fd < 0) fail("accept failed");
+    Nonces got;  // the real rank connects here
+    read_frame(
+        in.fd,
+        [&](std::span<const std::byte> bytes) { return decode_greeting(bytes, got.connector); },
+        deadline, "hello");
+    got.acceptor = new_nonce();
+    write_all(in.fd, encode_greeting(got.acceptor), deadline);
+    Proof proof;
+    read_frame(
+        in.fd,
+        [&](std::span<const std::byte> bytes) { return decode_proof(bytes, key, got, proof); },
+        deadline, "proof");
+    std::size_t which = reals.size();
+    for (std::size_t i = 0; i < reals.size(); ++i) {
+      if (proof.connector.rank == static_cast<std::uint32_t>(reals[i])) which = i;
+    }
+    if (judge_proof(me, proof) != AcceptStatus::kAccepted || which == reals.size()) {
+      fail("the connection is not from a real rank");
+    }
+    write_all(in.fd, encode_accept({me, AcceptStatus::kAccepted}, key, got), deadline);
+    peers[which].set_in(std::exchange(in.fd, -1));
   }
-  write_all(in, encode_accept({me, AcceptStatus::kAccepted}, key, got), deadline);
-  return peer;
+  return peers;
+}
+
+// The two-rank case: rank `rank` of a world of two, against the real rank `real`.
+inline RawPeer connect_as_rank(Store& store, const std::string& group, int rank, int world,
+                               int real, Clock::time_point deadline) {
+  return std::move(connect_as_rank(store, group, rank, world, std::vector<int>{real}, deadline)[0]);
 }
 
 }  // namespace c10d::inline v1::gloo_like::testing

@@ -283,5 +283,26 @@ TEST(ShmHostileTest, CorruptHeadersFailTheChannelNamingPeerAndFault) {
   }
 }
 
+// A segment's name comes from the store, which anyone who can write it can fill: one that
+// shm_open could not take, or that would reach outside /dev/shm, is refused before it is
+// opened, and its error shows the name's start alone (a 1 MiB name once went whole into it).
+TEST(ShmHostileTest, SegmentNamesFromTheStoreAreCheckedBeforeTheyAreOpened) {
+  const std::string huge = "/" + std::string(1 << 20, 'x');
+  for (const std::string& bad : {std::string(), std::string("/"), std::string("no-slash"),
+                                 std::string("/a/../b"), std::string("/with space"),
+                                 std::string("/esc\x1b[2J"), "/" + std::string(256, 'n'), huge}) {
+    try {
+      transport::SharedSegment::open(bad);
+      ADD_FAILURE() << "opened '" << bad.substr(0, 40) << "'";
+    } catch (const NetworkError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("not a segment name"), std::string::npos) << what;
+      EXPECT_NE(what.find(std::to_string(bad.size()) + " bytes"), std::string::npos) << what;
+      EXPECT_LT(what.size(), 1000u) << what.substr(0, 200);
+      EXPECT_EQ(what.find('\x1b'), std::string::npos) << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace c10d::inline v1::gloo_like

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -50,17 +51,14 @@ class TwoRanks {
  public:
   TwoRanks(std::shared_ptr<HashStore> store, std::string group, Milliseconds setup)
       : store_(std::move(store)), group_(std::move(group)), setup_(setup) {
-    rank0_ = std::thread([this] { run(0); });
-  }
-  ~TwoRanks() {
-    if (rank0_.joinable()) rank0_.join();
+    rank0_ = std::jthread([this] { run(0); });
   }
 
   // Where rank 0 listens, once it has published it.
   std::uint16_t rank0_port() const { return port_of(store_->get_string(group_ + "/addr/0")); }
 
   void meet() {
-    std::thread rank1([this] { run(1); });
+    std::jthread rank1([this] { run(1); });
     rank0_.join();
     rank1.join();
     for (auto& e : errors_) {
@@ -105,16 +103,23 @@ class TwoRanks {
   std::vector<std::byte> got_ = std::vector<std::byte>(100);
   std::vector<float> sums_[2];
   std::exception_ptr errors_[2];
-  std::thread rank0_;
+  std::jthread rank0_;
 };
 
-// What `fn` throws as E (failing the test when it throws nothing).
+// What `fn` throws as E (failing the test when it throws nothing, or something else). Nothing
+// escapes: a test's threads are still joinable while it runs.
 template <typename E, typename Fn>
 std::string message_of(Fn&& fn) {
   try {
     fn();
   } catch (const E& e) {
     return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not the error expected: " << e.what();
+    return e.what();
+  } catch (...) {
+    ADD_FAILURE() << "an exception of unknown type";
+    return {};
   }
   ADD_FAILURE() << "nothing thrown";
   return {};
@@ -212,7 +217,7 @@ std::string planted_error(Planted how) {
   StrangerListener listener;
   const std::string group = "planted" + std::to_string(static_cast<int>(how));
   store->set(group + "/addr/0", listener.address());
-  std::thread stranger([&] {
+  std::jthread stranger([&] {
     StrangerSocket s = listener.accept();
     Nonces nonces;
     if (decode_greeting(s.read_n(kGreetingBytes), nonces.connector).code != HandshakeCode::kOk) {
@@ -271,37 +276,62 @@ TEST_F(HandshakeTest, AStrangerAtAPublishedAddressIsNotJoinedAndIsNamed) {
       << what;
 }
 
-// The listener closes when setup ends: nothing can connect to a running transport to inject
-// frames; the ranks' own connections carry on.
-TEST_F(HandshakeTest, NothingListensOnASetUpPortAfterSetup) {
-  auto store = std::make_shared<HashStore>(20s);
-  std::unique_ptr<TCPTransport> t[2];
-  std::latch made(2), checked(1);
-  std::vector<std::byte> got(64);
-  std::thread threads[2];
+// Each rank's published port, once both are set up: nothing listens there.
+void probe_closed_ports(Store& store) {
   for (int r = 0; r < 2; ++r) {
-    threads[r] = std::thread([&, r] {
-      t[r] = std::make_unique<TCPTransport>(store, r, 2, "closed",
-                                            TCPTransportOptions{"127.0.0.1", 20s});
-      made.count_down();
-      checked.wait();
-      if (r == 0) {
-        t[r]->irecv(1, 5, got)->wait(soon());
-      } else {
-        t[r]->isend(0, 5, pattern(64, 9))->wait(soon());
-      }
-    });
-  }
-  made.wait();
-  for (int r = 0; r < 2; ++r) {
-    const std::uint16_t port = port_of(store->get_string("closed/addr/" + std::to_string(r)));
+    const std::uint16_t port = port_of(store.get_string("closed/addr/" + std::to_string(r)));
     StrangerSocket s = StrangerSocket::connect_to(port);
     const int err = errno;
     EXPECT_FALSE(s.connected()) << "rank " << r << " still listens on " << port;
     EXPECT_EQ(err, ECONNREFUSED) << std::strerror(err);
   }
-  checked.count_down();
-  for (auto& th : threads) th.join();
+}
+
+// The listener closes when setup ends: nothing can connect to a running transport to inject
+// frames; the ranks' own connections carry on.
+TEST_F(HandshakeTest, NothingListensOnASetUpPortAfterSetup) {
+  auto store = std::make_shared<HashStore>(20s);
+  std::unique_ptr<TCPTransport> t[2];
+  std::exception_ptr errors[2];
+  std::latch made(2), checked(1);
+  std::vector<std::byte> got(64);
+  {
+    // Joined before the latches and buffers they use go, whatever the test body does.
+    std::jthread threads[2];
+    for (int r = 0; r < 2; ++r) {
+      threads[r] = std::jthread([&, r] {
+        try {
+          t[r] = std::make_unique<TCPTransport>(store, r, 2, "closed",
+                                                TCPTransportOptions{"127.0.0.1", 20s});
+        } catch (...) {
+          errors[r] = std::current_exception();
+        }
+        made.count_down();
+        if (!t[r]) return;
+        checked.wait();
+        try {
+          if (r == 0) {
+            t[r]->irecv(1, 5, got)->wait(soon());
+          } else {
+            t[r]->isend(0, 5, pattern(64, 9))->wait(soon());
+          }
+        } catch (...) {
+          errors[r] = std::current_exception();
+        }
+        t[r].reset();
+      });
+    }
+    made.wait();
+    try {
+      if (t[0] && t[1]) probe_closed_ports(*store);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();  // and the ranks go on: they wait for `checked`
+    }
+    checked.count_down();
+  }
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
   EXPECT_EQ(got, pattern(64, 9));
 }
 
@@ -335,14 +365,57 @@ TEST_F(HandshakeTest, ConnectFailuresNameTheRankAndTheAddress) {
       << what;
 }
 
+// Rank 1's reads of rank 0's address key, in order: the first gets what the key held (a stale
+// address from an earlier run) and tells the test, which starts rank 0 only then; the second
+// waits until rank 0 has published its address. So rank 1 meets the stale address first
+// however loaded the machine, and its retry window does not race rank 0's start.
+class StaleAddressStore : public HashStore {
+ public:
+  StaleAddressStore(std::string key, std::string stale)
+      : HashStore(20s), key_(std::move(key)), stale_(std::move(stale)) {
+    HashStore::set(key_, std::string_view(stale_));
+  }
+  Bytes get(std::string_view key) override {
+    if (key != key_) return HashStore::get(key);
+    const int read = ++reads_;
+    Bytes value = HashStore::get(key);
+    if (read == 1) {
+      first_read_.count_down();
+      return value;
+    }
+    const auto until = Clock::now() + 20s;
+    while (std::string(value.begin(), value.end()) == stale_ && Clock::now() < until) {
+      std::this_thread::sleep_for(5ms);
+      value = HashStore::get(key);
+    }
+    return value;
+  }
+  // Whether rank 1 has read the stale address within `within`.
+  bool read_once(std::chrono::milliseconds within) {
+    const auto until = Clock::now() + within;
+    while (!first_read_.try_wait()) {
+      if (Clock::now() >= until) return false;
+      std::this_thread::sleep_for(1ms);
+    }
+    return true;
+  }
+  int reads() const { return reads_.load(); }
+
+ private:
+  const std::string key_;
+  const std::string stale_;
+  std::atomic<int> reads_{0};
+  std::latch first_read_{1};
+};
+
 // A refused connect is tried again, with the address read again: a rank whose key still held a
 // stale address from an earlier run joins once its peer publishes the new one.
 TEST_F(HandshakeTest, ARefusedConnectIsRetriedWithTheAddressReadAgain) {
-  auto store = std::make_shared<HashStore>(20s);
-  store->set("stale/addr/0", "127.0.0.1:" + std::to_string(closed_port()));
+  const std::string stale = "127.0.0.1:" + std::to_string(closed_port());
+  auto store = std::make_shared<StaleAddressStore>("stale/addr/0", stale);
   std::exception_ptr error;
   std::vector<std::byte> got(10);
-  std::thread rank1([&] {
+  std::jthread rank1([&] {
     try {
       TCPTransport t(store, 1, 2, "stale", {"127.0.0.1", 20s});
       t.isend(0, 1, pattern(10, 2))->wait(soon());
@@ -350,12 +423,15 @@ TEST_F(HandshakeTest, ARefusedConnectIsRetriedWithTheAddressReadAgain) {
       error = std::current_exception();
     }
   });
-  std::this_thread::sleep_for(300ms);  // rank 1 meets the stale address first
-  TCPTransport rank0(store, 0, 2, "stale", {"127.0.0.1", 20s});
-  rank0.irecv(1, 1, got)->wait(soon());
+  ASSERT_TRUE(store->read_once(20s)) << "rank 1 never read rank 0's address";
+  {
+    TCPTransport rank0(store, 0, 2, "stale", {"127.0.0.1", 20s});
+    rank0.irecv(1, 1, got)->wait(soon());
+  }
   rank1.join();
   if (error) std::rethrow_exception(error);
   EXPECT_EQ(got, pattern(10, 2));
+  EXPECT_GE(store->reads(), 2) << "the address was not read again";
 }
 
 // Ranks that were given different secrets cannot join: the connecting one is told its proof was
@@ -365,7 +441,7 @@ TEST_F(HandshakeTest, RanksWithDifferentTokensRefuseEachOther) {
   auto store = std::make_shared<HashStore>(20s);
   std::string rank0_error;
   const auto start = Clock::now();
-  std::thread rank0([&] {
+  std::jthread rank0([&] {
     rank0_error = message_of<NetworkError>([&] {
       TCPTransportOptions o{"127.0.0.1", 20s};
       o.token = "first secret";

@@ -20,6 +20,7 @@
 #include "../algorithms/ranks.h"
 #include "c10d/errors.h"
 #include "c10d/store.h"
+#include "transport/stall_record.h"
 #include "transport_test_util.h"
 
 namespace c10d::inline v1::gloo_like {
@@ -392,6 +393,35 @@ TEST(TCPTransportTest, APeerDestroyedMidWaitFailsThePendingReceiveNamingIt) {
   rank1.join();
   EXPECT_NE(error.find("peer rank 1"), std::string::npos) << error;
   EXPECT_LT(took, 2s);
+}
+
+// The waits the ranks record in the store are read strictly: "2x" once passed as rank 2
+// (std::stoi), sending the chain to a rank that waits for no one and blaming it. A record that
+// is not one ends the chain at the rank that left it.
+TEST(TCPTransportTest, AStallRecordThatNamesNoRankEndsTheChainThere) {
+  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
+  algorithms::testing::run_ranks(
+      3,
+      [&](int r) {
+        return std::make_unique<TCPTransport>(store, r, 3, "forged",
+                                              TCPTransportOptions{"127.0.0.1", 20s});
+      },
+      [&](int r, transport::Transport& t) {
+        if (r != 0) return;
+        // Rank 1's record as a stranger with the store wrote it (set-up attempt 1 of "forged").
+        store->set("forged/stall/1/1", std::string_view("2x\nall_reduce #3"));
+        const transport::StallReport report = t.find_stalled(1, "all_reduce #3", 300ms);
+        EXPECT_EQ(report.suspect, 1);
+        EXPECT_TRUE(report.chain.empty());
+        // A well-formed one is followed, its text bounded and printable.
+        store->set("forged/stall/1/1",
+                   std::string_view("2\nall_reduce #3\x1b[2J" + std::string(1000, 'x')));
+        const transport::StallReport followed = t.find_stalled(1, "all_reduce #3", 300ms);
+        EXPECT_EQ(followed.suspect, 2);
+        ASSERT_EQ(followed.chain.size(), 1u);
+        EXPECT_EQ(followed.chain[0].doing.rfind("all_reduce #3?[2J", 0), 0u);
+        EXPECT_EQ(followed.chain[0].doing.size(), transport::kMaxStallDoingBytes);
+      });
 }
 
 TEST(TCPTransportTest, AbortFailsPendingRequestsAndReleasesWaiters) {

@@ -176,6 +176,62 @@ TEST(TCPWireTest, KeysDependOnTheSecret) {
   EXPECT_EQ(core::random_hex(32).size(), 64u);
 }
 
+// A rank passes on what it heard: a rank of the group that made no progress stays one, so a
+// third rank does not call it gone; a lost rank outside the group, or the hearer itself, is
+// garbage and blames no one.
+TEST(TCPWireTest, AHeardNoticeKeepsARankThatMadeNoProgressAndDropsGarbage) {
+  const AbortNotice stalled = heard_abort_notice({2, "m", true}, 1, 3);
+  EXPECT_EQ(stalled.lost_rank, 2);
+  EXPECT_TRUE(stalled.stalled);
+  EXPECT_EQ(stalled.message, "m");
+  const AbortNotice gone = heard_abort_notice({2, "m", false}, 1, 3);
+  EXPECT_EQ(gone.lost_rank, 2);
+  EXPECT_FALSE(gone.stalled);
+  for (const AbortNotice& garbage :
+       {heard_abort_notice({3, "m", true}, 1, 3), heard_abort_notice({1, "m", true}, 1, 3),
+        heard_abort_notice({-1, "m", false}, 1, 3)}) {
+    EXPECT_EQ(garbage.lost_rank, -1);
+    EXPECT_FALSE(garbage.stalled);
+  }
+  // What a relaying rank sends on decodes to the same blame.
+  const auto relayed = encode_abort_notice(stalled);
+  const AbortNotice back = decode_abort_notice(std::span(relayed).subspan(kFrameHeaderBytes));
+  EXPECT_EQ(back.lost_rank, 2);
+  EXPECT_TRUE(back.stalled);
+}
+
+// The failure record in the store is read strictly: anyone who can write the store can write
+// it, and "3abc" once passed as rank 3 (std::stoi) while "x" threw std::invalid_argument.
+TEST(TCPWireTest, FailureRecordsRoundTripAndGarbageIsNoRecord) {
+  EXPECT_EQ(encode_failure_record({3, "rank 0: peer rank 3 is gone", false}),
+            "3\nrank 0: peer rank 3 is gone");
+  EXPECT_EQ(encode_failure_record({2, "why", true}), "-4\nwhy");
+  const auto gone = decode_failure_record("3\nrank 0: peer rank 3 is gone");
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->lost_rank, 3);
+  EXPECT_FALSE(gone->stalled);
+  EXPECT_EQ(gone->message, "rank 0: peer rank 3 is gone");
+  const auto stalled = decode_failure_record(encode_failure_record({2, "why", true}));
+  ASSERT_TRUE(stalled);
+  EXPECT_EQ(stalled->lost_rank, 2);
+  EXPECT_TRUE(stalled->stalled);
+  const auto none = decode_failure_record("-1\nrank 0 aborted");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->lost_rank, -1);
+  EXPECT_FALSE(none->stalled);
+  for (const std::string_view bad : {"3abc\nm", "x\nm", " 3\nm", "+3\nm", "3 \nm", "\nm", "3", "",
+                                     "2147483648\nm", "99999999999999999999\nm", "0x3\nm"}) {
+    EXPECT_FALSE(decode_failure_record(bad)) << "'" << bad << "'";
+  }
+  // The message is bounded and printable.
+  const auto long_one = decode_failure_record("1\n" + std::string(10000, 'x') + "\x1b[2J");
+  ASSERT_TRUE(long_one);
+  EXPECT_EQ(long_one->message.size(), kMaxAbortMessageBytes);
+  const auto escapes = decode_failure_record("1\nred\x1b[31m\nline");
+  ASSERT_TRUE(escapes);
+  EXPECT_EQ(escapes->message, "red?[31m?line");
+}
+
 // A seeded random driver over the handshake decoders: valid frames mutated (bytes flipped,
 // lengths replaced by extremes, cut short, extended) and pure noise, each in a buffer of
 // exactly its size (the sanitizer build catches a read past it). The decoders must never

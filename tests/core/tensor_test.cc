@@ -53,6 +53,20 @@ TEST(TensorTest, BadShapesAndHostTypesAreRejected) {
   EXPECT_THROW(Tensor().numel(), InvalidArgument);
 }
 
+// A shape whose elements fit an int64 but whose bytes do not once wrapped to a small size, and
+// passed the storage check with it: a kernel then wrote 2^62 elements into 0 bytes.
+TEST(TensorTest, ShapesWhoseBytesOverflowAreRejected) {
+  EXPECT_THROW(Tensor::empty({std::int64_t{1} << 62}, DType::kFloat64), InvalidArgument);
+  EXPECT_THROW(Tensor::empty({std::int64_t{1} << 61, 4}, DType::kFloat32), InvalidArgument);
+  EXPECT_THROW(Tensor::from_blob(nullptr, {std::int64_t{1} << 62}, DType::kInt32), InvalidArgument);
+  EXPECT_NO_THROW(Tensor::empty({0, std::int64_t{1} << 62}, DType::kFloat64));
+  auto storage = std::make_shared<Storage>(64);
+  // An offset past the storage cannot wrap the check either.
+  EXPECT_THROW(std::make_shared<TensorImpl>(DType::kFloat32, std::vector<std::int64_t>{4}, storage,
+                                            ~std::size_t{0} - 3),
+               InvalidArgument);
+}
+
 class ConstantPending : public PendingValue {
  public:
   explicit ConstantPending(float v) : v_(v) {}

@@ -92,7 +92,7 @@ TEST_F(TransportAuthTest, AnAddressOverwrittenInAnOpenStoreFailsTheConnectingRan
   serve("");
   StrangerListener listener;
   store_->set("default/addr/0", listener.address());
-  std::thread stranger([&] {
+  std::jthread stranger([&] {
     StrangerSocket s = listener.accept(20s);
     gloo_like::Nonces nonces;
     gloo_like::decode_greeting(s.read_n(gloo_like::kGreetingBytes), nonces.connector);

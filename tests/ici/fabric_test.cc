@@ -190,5 +190,32 @@ TEST(IciFabricTest, SizeMismatchesAndDeadlinesFailTheReceive) {
   });
 }
 
+// A request that times out is a PeerTimeout naming the peer and the tag (so a group names the
+// rank it waited for), with what the chip last got from that peer.
+TEST(IciFabricTest, ATimedOutRequestNamesThePeerTheTagAndWhatCameLastFromIt) {
+  on_chips({.topology = "2"}, 2, [](IciTransport& chip) {
+    std::vector<std::byte> buf(8);
+    if (chip.rank() == 0) {
+      chip.isend(1, 7, buf)->wait(deadline());
+      return;
+    }
+    chip.irecv(0, 7, buf)->wait(deadline());
+    try {
+      chip.irecv(0, 9, buf)->wait(Clock::now() + 50ms);
+      ADD_FAILURE() << "the receive did not time out";
+    } catch (const transport::PeerTimeout& e) {
+      EXPECT_EQ(e.peer(), 0);
+      EXPECT_TRUE(e.heard().known);
+      EXPECT_EQ(e.heard().tag, 7u);
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank 1 irecv from rank 0 (" + transport::tag_string(9) +
+                          ", 8 bytes) timed out on the ICI fabric"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find("last heard from it"), std::string::npos) << what;
+    }
+  });
+}
+
 }  // namespace
 }  // namespace c10d::inline v1::tpu_ici

@@ -186,6 +186,24 @@ TEST(BlameTest, WithoutAStoppedProcessTheRankTheRecordsNameMostIsTheCause) {
   EXPECT_EQ(find_cause({{0, 100, false, '?'}}, 0, {{0, 7, 7, "z"}}).pid, -1);
 }
 
+// Records are read from the store, which anyone who can write it can fill: one that names a rank
+// outside the job is not evidence, and a long or control-laden `doing` is cut and made printable.
+TEST(BlameTest, RecordsNamingRanksOutsideTheJobAreNotEvidence) {
+  const std::vector<ProcessView> processes{
+      {0, 100, true, 'S'}, {1, 101, false, '?'}, {2, 102, true, 'R'}};
+  const std::vector<transport::StallRecord> forged{{1, 2, 99, "x"}, {0, 1, 99, "y"}};
+  EXPECT_EQ(find_cause(processes, 1, forged).rank, 99) << "without the job's size";
+  EXPECT_EQ(find_cause(processes, 1, forged, 3).rank, -1);
+  EXPECT_EQ(find_cause(processes, 1, {{0, 7, 2, "z"}}, 3).rank, -1) << "awaits rank 7";
+  EXPECT_EQ(find_cause(processes, 1, {{1, 2, 2, "z"}}, 3).rank, 2);
+  const auto decoded =
+      transport::decode_stall_records("1 2 2 " + std::string(1000, 'a') + "\x1b[31m\n");
+  ASSERT_EQ(decoded.size(), 1u);
+  EXPECT_EQ(decoded[0].doing, std::string(transport::kMaxStallDoingBytes, 'a'));
+  EXPECT_EQ(transport::decode_stall_records("1 2 2 red\x1b[31m\n")[0].doing, "red?[31m");
+  EXPECT_TRUE(transport::decode_stall_records("1x 2 2 a\n+1 2 2 a\n1 2\n").empty());
+}
+
 TEST(BlameTest, NoEvidenceOrTheFailedRankItselfLeavesTheFailedRankAsTheCause) {
   const std::vector<ProcessView> processes{{0, 100, true, 'S'}, {1, 101, false, '?'}};
   EXPECT_EQ(find_cause(processes, 1, {}).rank, -1);

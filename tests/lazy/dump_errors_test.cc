@@ -1,5 +1,10 @@
 // dump_graph's text, and the errors ops throw when they are recorded (or when a step runs).
+#include <cstdlib>
+#include <optional>
+#include <utility>
+
 #include "c10d/errors.h"
+#include "lazy/context.h"
 #include "lazy_testing.h"
 
 namespace c10d::inline v1::lazy {
@@ -87,6 +92,31 @@ TEST_P(ErrorsTest, BadLabelsFailWhenTheStepRunsAndTheTensorStaysPending) {
         h.raw_data();
       },
       "one_hot: label 7 at index 1 is outside [0, 3)");
+}
+
+// C10D_LAZY and C10D_LAZY_OVERLAP are flags, read strictly: "C10D_LAZY=false" once left lazy
+// mode on (anything but "0" did), and "C10D_LAZY_OVERLAP=yes" was quietly the default.
+TEST(ModeVariablesTest, AreFlagsAndAnythingElseIsRefusedNamingTheVariable) {
+  for (const auto& [name, read] : {std::pair{"C10D_LAZY", &lazy_from_env},
+                                   std::pair{"C10D_LAZY_OVERLAP", &overlap_from_env}}) {
+    SCOPED_TRACE(name);
+    ::setenv(name, "false", 1);
+    EXPECT_EQ(read(), std::optional<bool>(false));
+    ::setenv(name, "on", 1);
+    EXPECT_EQ(read(), std::optional<bool>(true));
+    ::setenv(name, "", 1);
+    EXPECT_EQ(read(), std::nullopt);
+    ::setenv(name, "sometimes", 1);
+    try {
+      read();
+      ADD_FAILURE() << "took 'sometimes'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(name) + "=sometimes"), std::string::npos)
+          << e.what();
+    }
+    ::unsetenv(name);
+    EXPECT_EQ(read(), std::nullopt);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ErrorsTest, ::testing::Values(false, true),

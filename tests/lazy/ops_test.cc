@@ -1,6 +1,7 @@
 // Every op against hand-computed values, in eager and in lazy mode (the test parameter).
 #include <cmath>
 
+#include "c10d/errors.h"
 #include "lazy_testing.h"
 
 namespace c10d::inline v1::lazy {
@@ -215,6 +216,24 @@ TEST_P(OpsTest, AssignRebindsEveryHandleAndDetachShares) {
   Tensor d = detach(p);
   expect_near(values(d), {2, 3, 4});
   EXPECT_NE(d.impl(), p.impl());
+}
+
+// Shapes from user values whose bytes do not fit an int64, or with negative dimensions, are
+// refused when the op is recorded, before any buffer is planned from them (a wrapped size made
+// a small buffer that the kernel then overran).
+TEST_P(OpsTest, ShapesFromUserValuesThatCannotBeAllocatedAreRefused) {
+  const std::int64_t huge = std::int64_t{1} << 62;
+  EXPECT_THROW(zeros({huge}, DType::kFloat32), InvalidArgument);
+  EXPECT_THROW(full({huge, 4}, 1.0, DType::kFloat32), InvalidArgument);
+  Generator gen(1);
+  EXPECT_THROW(uniform({huge}, gen), InvalidArgument);
+  EXPECT_THROW(one_hot(i64({1, 2}), huge), InvalidArgument);
+  EXPECT_THROW(broadcast_to(f32({1, 2, 3}), {huge, 3}), InvalidArgument);
+  EXPECT_THROW(broadcast_to(f32({1, 2, 3}), {-2, 3}), InvalidArgument);
+  EXPECT_THROW(arange(0, 1e300, 1), InvalidArgument);
+  EXPECT_THROW(arange(-1e308, 1e308, 1e-300), InvalidArgument);
+  // Within bounds they still work.
+  expect_near(values(broadcast_to(f32({1, 2}), {2, 2})), {1, 2, 1, 2});
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, OpsTest, ::testing::Values(false, true),

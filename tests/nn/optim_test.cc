@@ -203,6 +203,20 @@ TEST_P(OptimTest, StateDictResumesWhereItLeftOff) {
   auto bad = state;
   bad[1].second = make({1, 2}, {2});
   EXPECT_THROW(resumed.load_state_dict(bad), InvalidArgument);
+  // Entry names come from a file: the parameter index is the whole text before the dot.
+  for (const char* name : {"0x.exp_avg", " 0.exp_avg", "+0.exp_avg", "-1.exp_avg",
+                           "18446744073709551616.exp_avg", ".exp_avg"}) {
+    auto renamed = state;
+    renamed[1].first = name;
+    try {
+      resumed.load_state_dict(renamed);
+      ADD_FAILURE() << "took '" << name << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("unexpected entry '") + name + "'"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, OptimTest, ::testing::Bool(), testing::mode_name);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <map>
 #include <optional>
@@ -288,9 +289,117 @@ TEST_F(RendezvousTest, EnvUnderMpirunWithoutAddressMeetsAtTheStoreRankZeroHosts)
   std::filesystem::remove_all(dir);
 }
 
+// Without C10D_STORE_TOKEN the store rank 0 hosts is closed: rank 0 makes up a token and leaves
+// it beside the port in a file only this user may read, the ranks meet with it, and a client
+// without it (another process of the host that found the port) is refused. With the variable
+// set, the file holds the port alone and every rank uses the variable.
+TEST_F(RendezvousTest, EnvUnderMpirunClosesTheStoreWithATokenInAPrivateFile) {
+  const std::string dir = temp_path("mpirun_token");
+  set_mpirun_job(dir, 2, 2);
+  const std::filesystem::path file =
+      std::filesystem::path(dir) / ("c10d-store-job" + std::to_string(::getpid()));
+  for (const bool env_token : {false, true}) {
+    SCOPED_TRACE(env_token ? "C10D_STORE_TOKEN set" : "no C10D_STORE_TOKEN");
+    std::filesystem::remove_all(dir);
+    if (env_token) set_env("C10D_STORE_TOKEN", "a secret of the job");
+    auto rank1 = std::async(std::launch::async, [] {
+      RendezvousResult rv = rendezvous("env://", 1, -1, kTimeout);
+      return rv.store->get_string("from/0");
+    });
+    RendezvousResult rank0 = rendezvous("env://", 0, -1, kTimeout);
+    rank0.store->set("from/0", std::string_view("zero"));
+    EXPECT_EQ(rank1.get(), "zero");
+    EXPECT_EQ(std::filesystem::status(file).permissions(),
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    std::ifstream in(file);
+    std::string port_line, token_line;
+    std::getline(in, port_line);
+    const bool has_token = static_cast<bool>(std::getline(in, token_line));
+    EXPECT_EQ(has_token, !env_token) << token_line;
+    if (!env_token) {
+      EXPECT_EQ(token_line.size(), 64u) << token_line;
+    }
+
+    ::unsetenv("C10D_STORE_TOKEN");
+    TCPStoreOptions stranger;
+    stranger.port = static_cast<std::uint16_t>(std::stoi(port_line));
+    stranger.timeout = Milliseconds(2000);
+    try {
+      TCPStore open(stranger);
+      ADD_FAILURE() << "a client without the token was served";
+    } catch (const StoreError& e) {
+      EXPECT_NE(std::string(e.what()).find("requires authentication"), std::string::npos)
+          << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Rank 0's file is read strictly: a port with trailing junk, a token with a space, a file
+// others may read or one that is not a regular file, and a directory others may write are
+// refused naming the file (or directory) and what to set instead, never taken in part.
+TEST_F(RendezvousTest, EnvUnderMpirunRefusesAPortFileRankZeroDidNotWrite) {
+  const std::string dir = temp_path("mpirun_forged");
+  set_mpirun_job(dir, 2, 2);
+  const std::filesystem::path file =
+      std::filesystem::path(dir) / ("c10d-store-job" + std::to_string(::getpid()));
+  const auto refusal = [&]() -> std::string {
+    try {
+      rendezvous("env://", 1, -1, Milliseconds(2000));
+    } catch (const StoreError& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not a StoreError: " << e.what();
+      return e.what();
+    }
+    ADD_FAILURE() << "rank 1 took a forged port file";
+    return {};
+  };
+  const auto forge = [&](const std::string& text, std::filesystem::perms perms) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directory(dir);
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+    {
+      std::ofstream out(file);
+      out << text;
+    }
+    std::filesystem::permissions(file, perms);
+  };
+  const auto owner_rw = std::filesystem::perms::owner_read | std::filesystem::perms::owner_write;
+  for (const std::string text :
+       {"3abc\n", "+3\n", "70000\n", "\n", "4000", "4000\na token\n", "4000\ntok\nmore\n"}) {
+    forge(text, owner_rw);
+    const std::string what = refusal();
+    EXPECT_NE(what.find(file.string() + " does not hold \"port\\n[token\\n]\""), std::string::npos)
+        << what;
+  }
+  forge("4000\n", owner_rw | std::filesystem::perms::others_read);
+  std::string what = refusal();
+  EXPECT_NE(what.find(file.string() + " is not the private file rank 0 writes"), std::string::npos)
+      << what;
+  EXPECT_NE(what.find("set C10D_STORE_TOKEN"), std::string::npos) << what;
+  forge("4000\n", owner_rw);
+  std::filesystem::permissions(dir, std::filesystem::perms::all);
+  what = refusal();
+  EXPECT_NE(what.find(dir + " (for the store's port) must be a directory of this user"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("that no one else may write, but it is a directory of uid"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("mode 777"), std::string::npos) << what;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directory(dir);
+  std::filesystem::create_directory(file);  // a directory where the file should be
+  what = refusal();
+  EXPECT_NE(what.find("is not the private file rank 0 writes"), std::string::npos) << what;
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(RendezvousTest, EnvUnderMpirunAcrossHostsAsksForMasterAddr) {
   set_mpirun_job(temp_path("mpirun_hosts"), 4, 2);
-  expect_error_names("env://", {"span several hosts", "MASTER_ADDR", "MASTER_PORT"}, 1);
+  expect_error_names("env://",
+                     {"span several hosts", "MASTER_ADDR", "MASTER_PORT", "C10D_STORE_TOKEN"}, 1);
 }
 
 TEST_F(RendezvousTest, EnvUnderMpirunTimesOutNamingThePortFile) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "child_process.h"
+#include "raw_client.h"
 
 namespace c10d::inline v1 {
 namespace {
@@ -35,11 +36,12 @@ class StoreCliTest : public ::testing::Test {
   // The children never inherit a token from the test's environment.
   static EnvChanges clean_env() { return {{"C10D_STORE_TOKEN", std::nullopt}}; }
 
-  // Starts `c10d-store serve` on 127.0.0.1 port 0 and returns once its port file appears.
-  void start_server(std::vector<std::string> extra = {}) {
+  // Starts `c10d-store serve` on `host` (127.0.0.1 by default) port 0 and returns once its port
+  // file appears.
+  void start_server(std::vector<std::string> extra = {}, const std::string& host = "127.0.0.1") {
     ASSERT_TRUE(std::filesystem::exists(tool())) << tool() << " is not built";
     port_file_ = dir_.path() / "port";
-    std::vector<std::string> argv = {tool(),   "serve", "--host",      "127.0.0.1",
+    std::vector<std::string> argv = {tool(),   "serve", "--host",      host,
                                      "--port", "0",     "--port-file", port_file_.string()};
     argv.insert(argv.end(), extra.begin(), extra.end());
     server_ = std::make_unique<ChildProcess>(argv, clean_env(), dir_.path(), "serve");
@@ -171,6 +173,80 @@ TEST_F(StoreCliTest, AnEmptyTokenIsAUsageError) {
                      "C10D_STORE_TOKEN is empty");
 }
 
+// A server without a token says so once on stderr: whoever finds the port can read and write
+// every key, the transport's job secret among them; on the loopback interface that is every
+// process of this host, off it anyone on the network. With a token it says nothing.
+TEST_F(StoreCliTest, AServerWithoutATokenWarnsOnceSayingWhoCanReachIt) {
+  const auto warnings = [&](std::vector<std::string> extra, const std::string& host) {
+    start_server(std::move(extra), host);
+    expect_ok(client("set", {"k", "v"}), "");
+    server_->send_signal(SIGTERM);
+    server_->wait(test::Clock::now() + std::chrono::seconds(10));
+    return test::occurrences(server_->err(), "warning");
+  };
+  ASSERT_EQ(warnings({}, "0.0.0.0"), 1u) << server_->describe();
+  EXPECT_NE(server_->err().find("c10d-store: warning: serving on 0.0.0.0:" + std::to_string(port_) +
+                                " without a token: anyone who can reach this port can read and "
+                                "write every key, including the job secret"),
+            std::string::npos)
+      << server_->describe();
+  ASSERT_EQ(warnings({}, "127.0.0.1"), 1u) << server_->describe();
+  EXPECT_NE(
+      server_->err().find("c10d-store: warning: serving on 127.0.0.1:" + std::to_string(port_) +
+                          " without a token: any process on this host can read and write "
+                          "every key"),
+      std::string::npos)
+      << server_->describe();
+}
+
+TEST_F(StoreCliTest, ATokenSilencesTheOpenServerWarning) {
+  ASSERT_NO_FATAL_FAILURE(start_server({"--token", "s3cret"}, "0.0.0.0"));
+  expect_ok(client("set", {"k", "v"}, {"--token", "s3cret"}), "");
+  server_->send_signal(SIGTERM);
+  const ChildExit exit = server_->wait(test::Clock::now() + std::chrono::seconds(10));
+  EXPECT_TRUE(exit.exited && exit.code == 0) << server_->describe();
+  EXPECT_EQ(test::occurrences(server_->err(), "warning"), 0u) << server_->describe();
+}
+
+// The server's bounds on pending bytes and its read and write timeouts, from flags parsed as
+// strictly as the others, and applied: a frame begun and left unfinished is closed after the
+// read timeout given, not the default 30 s.
+TEST_F(StoreCliTest, ServerBoundFlagsAreStrictAndApplied) {
+  for (const char* flag : {"--read-timeout-ms", "--write-timeout-ms"}) {
+    for (const char* bad : {"0", "-5", "2147483648", "1s", " 5", "+5", ""}) {
+      expect_usage_error(run({"serve", "--port", "0", flag, bad}), flag);
+    }
+  }
+  for (const char* flag : {"--max-pending-output-bytes", "--max-pending-input-bytes"}) {
+    for (const char* bad : {"0", "-1", "1099511627777", "64k", "0x10"}) {
+      expect_usage_error(run({"serve", "--port", "0", flag, bad}), flag);
+    }
+  }
+  CliResult small = run({"serve", "--port", "0", "--max-pending-output-bytes", "1000"});
+  EXPECT_TRUE(small.exit.exited && small.exit.code == 1) << small.description;
+  EXPECT_NE(small.err.find("max_pending_output_bytes 1000 cannot hold one answer"),
+            std::string::npos)
+      << small.description;
+  small = run({"serve", "--port", "0", "--max-pending-input-bytes", "1000"});
+  EXPECT_TRUE(small.exit.exited && small.exit.code == 1) << small.description;
+  EXPECT_NE(small.err.find("max_pending_input_bytes 1000 cannot hold one request"),
+            std::string::npos)
+      << small.description;
+
+  ASSERT_NO_FATAL_FAILURE(start_server({"--read-timeout-ms", "300", "--write-timeout-ms", "300",
+                                        "--max-pending-output-bytes", "1099511627776",
+                                        "--max-pending-input-bytes", "1099511627776"}));
+  testing::RawClient raw(static_cast<std::uint16_t>(port_));
+  std::vector<std::uint8_t> bytes = testing::RawClient::hello();
+  raw.send(bytes);
+  ASSERT_TRUE(raw.read_answer(std::chrono::seconds(5)));
+  raw.send({'C', '1', '0'});  // a header begun, never finished
+  const auto start = test::Clock::now();
+  EXPECT_TRUE(raw.closed_by_server(std::chrono::seconds(10)));
+  EXPECT_LT(test::Clock::now() - start, std::chrono::seconds(5));
+  expect_ok(client("set", {"k", "v"}), "");
+}
+
 TEST_F(StoreCliTest, UsageErrorsExitTwoNamingTheProblem) {
   expect_usage_error(run({"get", "--addr", "127.0.0.1:1", "--bogus", "1", "k"}), "--bogus");
   expect_usage_error(run({"get", "--addr", "127.0.0.1:1", "k", "--bogus"}), "--bogus");
@@ -194,10 +270,29 @@ TEST_F(StoreCliTest, UsageErrorsExitTwoNamingTheProblem) {
 TEST_F(StoreCliTest, HelpListsEverySubcommandAndFlag) {
   CliResult help = run({"--help"});
   EXPECT_TRUE(help.exit.exited && help.exit.code == 0) << help.description;
-  for (const char* word :
-       {"serve", "get", "set", "add", "wait", "check", "delete", "keys", "--host", "--port",
-        "--port-file", "--token", "--max-key-bytes", "--max-value-bytes", "--max-keys-per-op",
-        "--max-frame-bytes", "--log-level", "--addr", "--timeout-ms"}) {
+  for (const char* word : {"serve",
+                           "get",
+                           "set",
+                           "add",
+                           "wait",
+                           "check",
+                           "delete",
+                           "keys",
+                           "--host",
+                           "--port",
+                           "--port-file",
+                           "--token",
+                           "--max-key-bytes",
+                           "--max-value-bytes",
+                           "--max-keys-per-op",
+                           "--max-frame-bytes",
+                           "--max-pending-output-bytes",
+                           "--max-pending-input-bytes",
+                           "--read-timeout-ms",
+                           "--write-timeout-ms",
+                           "--log-level",
+                           "--addr",
+                           "--timeout-ms"}) {
     EXPECT_NE(help.out.find(word), std::string::npos) << word << " missing from:\n" << help.out;
   }
 }

@@ -208,7 +208,7 @@ Cause Supervisor::find_cause_of(const Child& failed) {
       C10D_LOG_INFO("c10drun: cannot read the ranks' stall records: {}", e.what());
     }
   }
-  return find_cause(processes, failed.rank, records);
+  return find_cause(processes, failed.rank, records, options_.world_size());
 }
 
 void Supervisor::on_stop_signal(int signal) {

@@ -6,8 +6,11 @@
 //
 // `serve` blocks SIGINT and SIGTERM before the server thread starts, so the signals reach only
 // the sigwait in main and the server is stopped from one place, cleanly.
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -32,6 +35,7 @@
 #include "c10d/store.h"
 #include "core/auth.h"
 #include "core/logging.h"
+#include "core/parse.h"
 #include "store/tcp_store_server.h"
 
 namespace {
@@ -45,11 +49,15 @@ constexpr std::string_view kUsage = R"(usage:
   c10d-store serve --port P [--host H] [--port-file F] [--token T]
                    [--max-key-bytes N] [--max-value-bytes N] [--max-keys-per-op N]
                    [--max-frame-bytes N] [--max-response-bytes N] [--max-connections N]
-                   [--log-level L]
+                   [--max-pending-output-bytes N] [--max-pending-input-bytes N]
+                   [--read-timeout-ms N] [--write-timeout-ms N] [--log-level L]
       Serve a TCP store on H:P (H defaults to 127.0.0.1; P 0 picks a free port) until
       SIGINT or SIGTERM. --port-file F receives the bound port (written atomically).
-      The token defaults to $C10D_STORE_TOKEN. --max-connections defaults to the open-file
-      limit less an eighth.
+      The token defaults to $C10D_STORE_TOKEN; without one, anyone who reaches the port
+      can read and write every key. --max-connections defaults to the open-file limit
+      less an eighth; --max-pending-output-bytes (unread answers, all connections) and
+      --max-pending-input-bytes (large requests being read) to four answers or requests
+      of the largest size; --read-timeout-ms and --write-timeout-ms to 30000.
   c10d-store get    --addr HOST:PORT [common flags] KEY          print the value
   c10d-store set    --addr HOST:PORT [common flags] KEY VALUE
   c10d-store add    --addr HOST:PORT [common flags] KEY DELTA    print the new value
@@ -102,6 +110,10 @@ const std::set<std::string>& flags_of(const std::string& command) {
                                                "max-frame-bytes",
                                                "max-response-bytes",
                                                "max-connections",
+                                               "max-pending-output-bytes",
+                                               "max-pending-input-bytes",
+                                               "read-timeout-ms",
+                                               "write-timeout-ms",
                                                "log-level"};
   static const std::set<std::string> kClient = {"addr", "timeout-ms", "token", "log-level"};
   return command == "serve" ? kServe : kClient;
@@ -200,6 +212,42 @@ std::size_t parse_size(const Args& args, const std::string& flag, std::size_t fa
   return static_cast<std::size_t>(parse_integer(*text, 1, 1LL << 40, "--" + flag));
 }
 
+// A timeout in milliseconds, at most what a poll() or a socket timeout holds.
+c10d::Milliseconds parse_timeout(const Args& args, const std::string& flag,
+                                 c10d::Milliseconds fallback) {
+  const std::string* text = args.flag(flag);
+  if (text == nullptr) return fallback;
+  return c10d::Milliseconds(parse_integer(*text, 1, c10d::core::kMaxTimeout.count(), "--" + flag));
+}
+
+// Whether every address `host` names is a loopback one (127.0.0.0/8, ::1), so that only
+// processes of this host can reach a server bound there. A name that does not resolve counts as not
+// loopback;
+// "" and the wildcards bind every interface.
+bool loopback_only(const std::string& host) {
+  if (host.empty()) return false;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool all = found != nullptr;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      all &= (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      const bool v4_mapped =
+          IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127;
+      all &= IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) || v4_mapped;
+    } else {
+      all = false;
+    }
+  }
+  ::freeaddrinfo(found);
+  return all;
+}
+
 // "host:port" or "[v6]:port".
 std::pair<std::string, std::uint16_t> parse_addr(const std::string& addr) {
   std::string host;
@@ -286,6 +334,12 @@ int serve(const Args& args) {
   options.limits.max_response_bytes =
       parse_size(args, "max-response-bytes", options.limits.max_response_bytes);
   options.max_connections = parse_size(args, "max-connections", options.max_connections);
+  options.max_pending_output_bytes =
+      parse_size(args, "max-pending-output-bytes", options.max_pending_output_bytes);
+  options.max_pending_input_bytes =
+      parse_size(args, "max-pending-input-bytes", options.max_pending_input_bytes);
+  options.read_timeout = parse_timeout(args, "read-timeout-ms", options.read_timeout);
+  options.write_timeout = parse_timeout(args, "write-timeout-ms", options.write_timeout);
   const std::string* port_file = args.flag("port-file");
   if (port_file != nullptr && port_file->empty()) throw UsageError("--port-file is empty");
 
@@ -303,6 +357,17 @@ int serve(const Args& args) {
   c10d::TCPStoreServer server(options);
   if (port_file != nullptr) write_port_file(*port_file, server.port());
   std::cout << "c10d-store: serving on " << host_port(server.host(), server.port()) << std::endl;
+  if (options.token.empty()) {
+    // One line, on stderr, where an operator looks: an open store is the job's keys and its TCP
+    // transport's secret for whoever finds the port; on loopback, for every user of this host.
+    const bool local = loopback_only(options.host);
+    std::cerr << "c10d-store: warning: serving on " << host_port(server.host(), server.port())
+              << " without a token: "
+              << (local ? "any process on this host" : "anyone who can reach this port")
+              << " can read and write every key, including the job secret the TCP transport "
+                 "authenticates ranks with; set --token or C10D_STORE_TOKEN (docs/security.md)"
+              << std::endl;
+  }
 
   // No deadline on purpose: serving until told to stop is this command's job.
   int signal_number = 0;
@@ -326,7 +391,7 @@ int run_client(const Args& args) {
   std::tie(options.host, options.port) = parse_addr(*addr);
   long long timeout_ms = kDefaultClientTimeoutMs;
   if (const std::string* text = args.flag("timeout-ms")) {
-    timeout_ms = parse_integer(*text, 1, 1LL << 40, "--timeout-ms");
+    timeout_ms = parse_integer(*text, 1, c10d::core::kMaxTimeout.count(), "--timeout-ms");
   }
   options.timeout = c10d::Milliseconds(timeout_ms);
   options.token = token_of(args);

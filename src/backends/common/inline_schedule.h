@@ -33,6 +33,7 @@
 #include <string_view>
 
 #include "c10d/work.h"
+#include "core/parse.h"
 
 namespace c10d::inline v1::backends {
 
@@ -48,10 +49,9 @@ std::shared_ptr<const Work::WaitHook> shared_wait_hook(std::weak_ptr<Group> grou
       });
 }
 
-inline bool inline_from_env() {
-  const char* v = std::getenv("C10D_INLINE");
-  return v == nullptr || std::string_view(v) != "0";
-}
+// C10D_INLINE, read strictly (core::env_flag): on unless it says off; InvalidArgument naming it
+// when it is not a flag.
+inline bool inline_from_env() { return core::env_flag("C10D_INLINE").value_or(true); }
 
 class InlineSchedule {
  public:

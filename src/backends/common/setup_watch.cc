@@ -4,10 +4,12 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "core/parse.h"
 
 namespace c10d::inline v1::backends {
 namespace {
@@ -15,6 +17,8 @@ namespace {
 // How long the store gets to answer a probe before a failing rank stops asking it (the store's
 // own calls retry a server that is gone for the store's whole timeout).
 constexpr std::chrono::milliseconds kProbeTimeout{500};
+// The most of another rank's recorded reason that goes into this rank's error.
+constexpr std::size_t kMaxReasonBytes = 4096;
 
 std::string what_of(const std::exception_ptr& e) {
   try {
@@ -52,12 +56,24 @@ std::exception_ptr SetupWatch::recorded() {
   const std::string key = failure_key_;
   if (!store_->check(std::span<const std::string>(&key, 1))) return nullptr;
   const Bytes v = store_->get(failure_key_);
-  const std::string text(v.begin(), v.end());
+  const std::string_view text(reinterpret_cast<const char*>(v.data()), v.size());
+  // "<rank>\n<reason>" (fail()); anyone who can write the store can write it, and it ends up
+  // in every rank's error: the rank parsed strictly, the reason bounded and printable.
   const auto nl = text.find('\n');
-  const std::string who = nl == std::string::npos ? std::string("?") : text.substr(0, nl);
-  const std::string why = nl == std::string::npos ? text : text.substr(nl + 1);
+  const auto who = core::parse_int(text.substr(0, nl), 0, std::numeric_limits<int>::max());
+  std::string why(nl == std::string_view::npos ? std::string_view("(no reason)")
+                                               : text.substr(nl + 1, kMaxReasonBytes));
+  for (char& c : why) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  if (nl == std::string_view::npos || !who.value) {
+    return C10D_ERROR(NetworkError,
+                      "rank {}: the set-up of group '{}' failed: the store's record of it ('{}') "
+                      "names no rank: {}",
+                      rank_, group_, failure_key_, why);
+  }
   return C10D_ERROR(NetworkError, "rank {}: the set-up of group '{}' failed on rank {}: {}", rank_,
-                    group_, who, why);
+                    group_, *who.value, why);
 }
 
 void SetupWatch::check() {

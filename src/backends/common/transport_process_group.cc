@@ -142,6 +142,7 @@ struct PendingOp {
                                                                  transport::Tag)>
       post;
   std::uint32_t user_tag = 0;
+  int peer = -1;                // p2p: the rank sent to or received from
   std::vector<Tensor> outputs;  // p2p result
 };
 
@@ -161,6 +162,10 @@ struct PostedP2P {
   std::vector<std::unique_ptr<transport::Request>> requests;
   std::vector<Tensor> outputs;
   Clock::time_point deadline;
+  // For the error of one that times out.
+  int peer = -1;
+  std::uint32_t user_tag = 0;
+  Clock::duration timeout{};
 };
 
 std::uint32_t child_group_id(std::uint32_t parent, std::uint32_t index) {
@@ -482,6 +487,7 @@ class TransportProcessGroup final : public ProcessGroup,
     PendingOp p;
     p.collective = false;
     p.user_tag = static_cast<std::uint32_t>(opts.tag);
+    p.peer = peer;
     p.outputs = tensors;
     const bool is_send = op == "send";
     p.post = [tensors, peer, is_send](transport::Transport& t, transport::Tag tag) {
@@ -652,7 +658,11 @@ class TransportProcessGroup final : public ProcessGroup,
       }
       PostedP2P posted{op.work,
                        op.post(*transport_, transport::user_tag(options_.group_id, op.user_tag)),
-                       std::move(op.outputs), deadline};
+                       std::move(op.outputs),
+                       deadline,
+                       op.peer,
+                       op.user_tag,
+                       op.timeout};
       {
         std::lock_guard lock(mu_);
         posted_.push_back(std::move(posted));
@@ -679,9 +689,12 @@ class TransportProcessGroup final : public ProcessGroup,
 
   // "all_reduce #11" for a tag of one of this group's recent collectives; else tag_string.
   std::string frame_name(transport::Tag tag) {
+    std::lock_guard lock(mu_);
+    return frame_name_locked(tag);
+  }
+  std::string frame_name_locked(transport::Tag tag) const {
     const auto seq = tag & ((transport::Tag{1} << 40) - 1);
     if (tag == transport::make_tag(options_.group_id, seq)) {
-      std::lock_guard lock(mu_);
       const std::string_view name = op_names_[seq % op_names_.size()];
       if (seq < next_sequence_ && seq + op_names_.size() >= next_sequence_ && !name.empty()) {
         return fmt::format("{} #{}", name, seq);
@@ -784,11 +797,17 @@ class TransportProcessGroup final : public ProcessGroup,
         bool done = error != nullptr;
         if (!done) {
           try {
-            done = std::all_of(it->requests.begin(), it->requests.end(),
-                               [](const auto& r) { return r->test(); });
+            transport::Request* pending = nullptr;
+            for (const auto& r : it->requests) {
+              if (!r->test()) {
+                pending = r.get();
+                break;
+              }
+            }
+            done = pending == nullptr;
             if (!done && Clock::now() >= it->deadline) {
-              C10D_THROW(TimeoutError, "rank {}: {} #{} timed out", rank(), it->work->op_name(),
-                         it->work->sequence());
+              error = p2p_timeout(*it, *pending);
+              done = error != nullptr;
             }
           } catch (...) {
             error = std::current_exception();
@@ -821,6 +840,32 @@ class TransportProcessGroup final : public ProcessGroup,
                        : std::min(nap * 2, std::chrono::microseconds(1000));
       if (!posted_.empty()) p2p_cv_.wait_for(lock, nap);
     }
+  }
+
+  // Under mu_ (the completer's loop). The error of send/recv `p`, past its deadline with
+  // `pending` not done: a PeerTimeout naming the peer, the tag and what this rank last heard from
+  // the peer (the transport's own PeerTimeout says, asked with a deadline of now). Null when
+  // `pending` completed meanwhile.
+  std::exception_ptr p2p_timeout(const PostedP2P& p, transport::Request& pending) {
+    transport::PeerActivity heard;
+    try {
+      pending.wait(Clock::now());
+      return nullptr;
+    } catch (const transport::PeerTimeout& t) {
+      heard = t.heard();
+    }
+    const bool is_send = p.work->op_name() == "send";
+    return std::make_exception_ptr(transport::PeerTimeout(
+        core::with_location(
+            __FILE__, __LINE__,
+            fmt::format(
+                "rank {}: {} #{} {} rank {} (user tag {}, group {}) timed out after {} ms ({})",
+                rank(), p.work->op_name(), p.work->sequence(), is_send ? "to" : "from", p.peer,
+                p.user_tag, options_.group_id,
+                std::chrono::duration_cast<std::chrono::milliseconds>(p.timeout).count(),
+                transport::heard_string(
+                    heard, heard.known ? frame_name_locked(heard.tag) : std::string()))),
+        p.peer, heard));
   }
 
   const std::shared_ptr<transport::Transport> transport_;

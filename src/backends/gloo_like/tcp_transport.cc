@@ -31,6 +31,7 @@
 #include "core/check.h"
 #include "core/host.h"
 #include "core/logging.h"
+#include "core/parse.h"
 #include "core/spin_wait.h"
 #include "store/asio.h"
 #include "transport/stall_record.h"
@@ -132,6 +133,13 @@ std::string what_of(const std::exception_ptr& e) {
     return "an exception of unknown type";
   }
 }
+
+// Whom a failing rank's abort notice names (AbortNotice::lost_rank and stalled): a peer that is
+// gone, one that made no progress, or no one (-1).
+struct Blame {
+  int rank = -1;
+  bool stalled = false;
+};
 
 }  // namespace
 
@@ -383,10 +391,11 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
 
   // Requires mu_; io thread. Marks the connection to `peer` dead with `why` (or, when null, a
   // loss caused by `ec`), closes it and fails its queued ops. `fatal` (a loss or an abort frame,
-  // not a goodbye) aborts the whole transport when fail_all_on_peer_loss is set.
-  // `lost_rank` is the rank the abort notice will name (-2: `peer` itself).
+  // not a goodbye) aborts the whole transport when fail_all_on_peer_loss is set. `blame` is
+  // whom this rank's abort notice will name, passed on from the notice or record that explained
+  // the loss (none: `peer` itself, gone).
   void kill_locked(int peer, const error_code& ec, std::exception_ptr why = nullptr,
-                   bool fatal = true, int lost_rank = -2) {
+                   bool fatal = true, std::optional<Blame> blame = std::nullopt) {
     Connection& c = *conns[static_cast<std::size_t>(peer)];
     // Shut down, never closed before the transport goes: another thread may be reading the fd,
     // and a closed fd number can be reused.
@@ -397,7 +406,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
                    : C10D_ERROR(NetworkError, "rank {}: connection to peer rank {} lost: {}", rank,
                                 peer, ec.message());
       if (fatal && fail_all_on_peer_loss && !aborted) {
-        abort_locked(c.dead, lost_rank == -2 ? peer : lost_rank);
+        const Blame named = blame.value_or(Blame{peer, false});
+        abort_locked(c.dead, named.rank, /*orderly=*/false, named.stalled);
         return;
       }
     }
@@ -432,7 +442,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // Best effort: a store that cannot be reached leaves the peers to report a plain loss.
   void publish_failure(const AbortNotice& notice) {
     const std::string value =
-        fmt::format("{}\n{}", notice.lost_rank, describe_failure(notice, rank));
+        encode_failure_record({notice.lost_rank, describe_failure(notice, rank), notice.stalled});
     const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(value.data()),
                                               value.size());
     if (!store_reachable()) return;
@@ -459,24 +469,32 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     }
   }
 
-  // The cause another rank published (an error, and the rank it names as lost), or none. Not
-  // under mu_: a store round trip, only when a connection has ended.
-  std::pair<std::exception_ptr, int> published_failure(int peer) {
-    if (!store_reachable()) return {nullptr, -1};
+  // The cause another rank published (encode_failure_record): the error to report and whom
+  // it blames, or none. Not under mu_: a store round trip, only when a connection has ended. A
+  // record that is not one (anyone who can write the store can write it) is logged, naming the
+  // key, and ignored: the peer is then reported gone.
+  std::pair<std::exception_ptr, Blame> published_failure(int peer) {
+    if (!store_reachable()) return {nullptr, {}};
     try {
       const std::string key = failure_key;
-      if (!store->check(std::span<const std::string>(&key, 1))) return {nullptr, -1};
+      if (!store->check(std::span<const std::string>(&key, 1))) return {nullptr, {}};
       const Bytes v = store->get(failure_key);
       const std::string text(v.begin(), v.end());
-      const auto nl = text.find('\n');
-      if (nl == std::string::npos) return {nullptr, -1};
-      const int lost = std::stoi(text.substr(0, nl));
+      const std::optional<AbortNotice> record = decode_failure_record(text);
+      if (!record) {
+        C10D_LOG_WARN(
+            "rank {}: the failure record in the store ('{}') is not \"<rank>\\n<message>\" "
+            "({} bytes); ignored",
+            rank, failure_key, text.size());
+        return {nullptr, {}};
+      }
+      const AbortNotice heard = heard_abort_notice(*record, rank, static_cast<int>(conns.size()));
       return {C10D_ERROR(NetworkError, "rank {}: connection to peer rank {} closed; {}", rank, peer,
-                         text.substr(nl + 1)),
-              lost};
+                         heard.message),
+              Blame{heard.lost_rank, heard.stalled}};
     } catch (const std::exception& e) {
       C10D_LOG_DEBUG("rank {}: no failure cause from the store: {}", rank, e.what());
-      return {nullptr, -1};
+      return {nullptr, {}};
     }
   }
 
@@ -522,10 +540,22 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         const Bytes v = store->get(k);
         const std::string text(v.begin(), v.end());
         const auto nl = text.find('\n');
-        const int awaits = std::stoi(text.substr(0, nl));
+        const auto awaits = core::parse_int(std::string_view(text).substr(0, nl), 0,
+                                            static_cast<std::int64_t>(conns.size()) - 1);
+        if (!awaits.value) {
+          // Not a record find_stalled writes: `at` waits, for whom is not known.
+          C10D_LOG_WARN(
+              "rank {}: the stall record '{}' names no rank of the group: {}; the chain "
+              "ends at rank {}",
+              rank, k, awaits.error, at);
+          break;
+        }
         report.chain.push_back(
-            {at, awaits, nl == std::string::npos ? std::string() : text.substr(nl + 1)});
-        at = awaits;
+            {at, static_cast<int>(*awaits.value),
+             nl == std::string::npos
+                 ? std::string()
+                 : transport::stall_doing(std::string_view(text).substr(nl + 1))});
+        at = static_cast<int>(*awaits.value);
       }
     } catch (const std::exception& e) {
       C10D_LOG_DEBUG("rank {}: following the ranks' waits in the store stopped: {}", rank,
@@ -947,10 +977,12 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         n == 0 ? error_code(asio::error::eof) : error_code(errno, boost::system::system_category());
     // A peer that aborted while writing to us could not frame an abort notice; it published the
     // cause first, then closed (publish_failure).
-    auto [why, lost_rank] = published_failure(peer);
+    auto [why, blame] = published_failure(peer);
     std::lock_guard lock(mu_);
     c.read_closed.store(true);
-    kill_locked(peer, ec, std::move(why), /*fatal=*/true, why ? lost_rank : -2);
+    const bool explained = why != nullptr;
+    kill_locked(peer, ec, std::move(why), /*fatal=*/true,
+                explained ? std::optional<Blame>(blame) : std::nullopt);
     if (c.target) c.target->complete_locked(aborted ? aborted : c.dead);
     c.target.reset();
     return true;
@@ -1055,17 +1087,15 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     if (c.abort_body) {
       c.abort_body = false;
       c.read_closed.store(true);
-      AbortNotice notice = decode_abort_notice({c.sink.get(), static_cast<std::size_t>(c.len)});
       // Blaming a rank outside the group, or this one, is a peer's garbage: blame no one. A rank
-      // of the group that made no progress (sent as -2 - rank, decoded with `stalled`) stands.
-      if (notice.lost_rank < 0 || notice.lost_rank >= static_cast<int>(conns.size()) ||
-          notice.lost_rank == rank) {
-        notice.lost_rank = -1;
-        notice.stalled = false;
-      }
+      // of the group that made no progress (sent as -2 - rank, decoded with `stalled`) stands,
+      // and this rank's own notice says so too.
+      const AbortNotice notice =
+          heard_abort_notice(decode_abort_notice({c.sink.get(), static_cast<std::size_t>(c.len)}),
+                             rank, static_cast<int>(conns.size()));
       kill_locked(peer, {},
                   C10D_ERROR(NetworkError, "rank {}: {}", rank, describe_failure(notice, peer)),
-                  /*fatal=*/true, notice.lost_rank);
+                  /*fatal=*/true, Blame{notice.lost_rank, notice.stalled});
       return;
     }
     if (c.target) {
@@ -1401,7 +1431,6 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   C10D_CHECK(store != nullptr, "TCPTransport rank {}: needs a store", rank);
   C10D_CHECK(world_size >= 1 && rank >= 0 && rank < world_size,
              "TCPTransport: rank {} is outside a world of size {}", rank, world_size);
-  const auto deadline = Clock::now() + options.timeout;
   impl_->rank = rank;
   impl_->fail_all_on_peer_loss = options.fail_all_on_peer_loss;
   impl_->on_abort = std::move(options.on_abort);
@@ -1409,12 +1438,13 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   impl_->store = store;
   impl_->failure_key = fmt::format("{}/failure", group_name);
   impl_->own_key = fmt::format("{}/addr/{}", group_name, rank);
-  impl_->conns.resize(static_cast<std::size_t>(world_size));
   auto watch = options.setup_watch;
   if (!watch) watch = std::make_shared<backends::SetupWatch>(store, group_name, rank);
   impl_->stall_prefix = fmt::format("{}/stall/{}/", group_name, watch->attempt());
   try {
-    set_up(store.get(), group_name, options, deadline, *watch);
+    // Before a deadline is computed from it: a timeout past kMaxTimeout would wrap it.
+    core::check_timeout(options.timeout, fmt::format("TCPTransport rank {}", rank));
+    set_up(store.get(), group_name, options, Clock::now() + options.timeout, *watch);
   } catch (...) {
     watch->fail(std::current_exception());  // records why, for the other ranks' set-up waits
   }
@@ -1430,6 +1460,8 @@ void TCPTransport::set_up(Store* store, const std::string& group_name,
   // Before anything is published: a rank that cannot hold its sockets fails at once (and
   // records why, for its peers).
   ensure_descriptors(rank, world_size);
+  // After the check above, which bounds the world size by the descriptors it needs.
+  impl_->conns.resize(static_cast<std::size_t>(world_size));
   C10D_CHECK(group_name.size() <= kMaxGroupBytes,
              "TCPTransport rank {}: group name of {} bytes exceeds the limit of {}", rank,
              group_name.size(), kMaxGroupBytes);

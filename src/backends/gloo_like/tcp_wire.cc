@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
+
+#include "core/parse.h"
 
 namespace c10d::inline v1::gloo_like {
 
@@ -280,6 +283,39 @@ AbortNotice decode_abort_notice(std::span<const std::byte> payload) {
   notice.message.assign(reinterpret_cast<const char*>(payload.data() + 4),
                         std::min(payload.size() - 4, kMaxAbortMessageBytes));
   // It ends up in error messages and logs: no control characters from a peer.
+  for (char& c : notice.message) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return notice;
+}
+
+AbortNotice heard_abort_notice(AbortNotice notice, int self, int world_size) {
+  if (notice.lost_rank < 0 || notice.lost_rank >= world_size || notice.lost_rank == self) {
+    notice.lost_rank = -1;
+    notice.stalled = false;
+  }
+  return notice;
+}
+
+std::string encode_failure_record(const AbortNotice& notice) {
+  const std::int32_t cause =
+      notice.stalled && notice.lost_rank >= 0 ? -2 - notice.lost_rank : notice.lost_rank;
+  return fmt::format("{}\n{}", cause, notice.message);
+}
+
+std::optional<AbortNotice> decode_failure_record(std::string_view text) {
+  const auto nl = text.find('\n');
+  if (nl == std::string_view::npos) return std::nullopt;
+  const auto cause = core::parse_int(text.substr(0, nl), std::numeric_limits<std::int32_t>::min(),
+                                     std::numeric_limits<std::int32_t>::max());
+  if (!cause.value) return std::nullopt;
+  AbortNotice notice;
+  notice.lost_rank = static_cast<std::int32_t>(*cause.value);
+  if (notice.lost_rank <= -2) {  // as on the wire (decode_abort_notice)
+    notice.stalled = true;
+    notice.lost_rank = -2 - notice.lost_rank;
+  }
+  notice.message = std::string(text.substr(nl + 1, kMaxAbortMessageBytes));
   for (char& c : notice.message) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
   }

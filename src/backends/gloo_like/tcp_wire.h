@@ -81,6 +81,20 @@ std::vector<std::byte> encode_abort_notice(const AbortNotice& notice);
 // nothing outside `payload`. lost_rank comes back as -1 or a rank >= 0 (-2 - rank gives that rank
 // with `stalled`), not checked against any group: the reader does that.
 AbortNotice decode_abort_notice(std::span<const std::byte> payload);
+// What rank `self` of a group of `world_size` ranks takes from a notice a peer sent (or
+// recorded in the store), and passes on in its own: a lost rank outside the group, or `self`,
+// is a peer's garbage and blames no one (-1, not stalled); a rank of the group that made no
+// progress stays one, so that every rank the failure reaches blames it alike.
+AbortNotice heard_abort_notice(AbortNotice notice, int self, int world_size);
+
+// The failure record a failing rank leaves in the store (<group>/failure) for peers whose
+// connection to it ended mid-frame: "<lost>\n<what>", <lost> the notice's lost rank as on the
+// wire (-1, a rank, or -2 - rank for one that made no progress), <what> the message.
+std::string encode_failure_record(const AbortNotice& notice);
+// The record read back; nullopt when its first line is not a decimal i32 (no sign but '-', no
+// spaces, nothing after it) or there is no second line. The message is kept to
+// kMaxAbortMessageBytes, its control characters made '?'.
+std::optional<AbortNotice> decode_failure_record(std::string_view text);
 
 // ---- the handshake ----
 

@@ -109,6 +109,7 @@ void IciTransport::Chip::release_locked(Incoming& msg) {
 void IciTransport::Chip::deliver_locked(
     const PacketHeader& h, const std::function<void(std::size_t, std::span<std::byte>)>& copy) {
   if (aborted) return;  // nobody can receive it any more
+  heard[static_cast<std::size_t>(h.src)] = {transport::Clock::now(), h.tag};
   const MessageKey mkey{h.src, h.seq};
   std::shared_ptr<Incoming> msg;
   if (h.offset == 0) {

@@ -156,7 +156,10 @@ struct IciTransport::Chip {
   std::vector<std::uint64_t> transit_bytes;  // GUARDED_BY(mu); per hop: transit packets queued
   std::vector<std::uint64_t> held;           // GUARDED_BY(mu); per source: unexpected bytes
   std::vector<std::uint64_t> next_seq;       // GUARDED_BY(mu); per peer
-  std::exception_ptr aborted;                // GUARDED_BY(mu)
+  // GUARDED_BY(mu); per source: when a packet from it was last delivered here, and its tag
+  // (time_point{}: none yet). What a request that times out waiting for it reports.
+  std::vector<std::pair<transport::Clock::time_point, transport::Tag>> heard;
+  std::exception_ptr aborted;  // GUARDED_BY(mu)
   std::atomic<bool> stop{false};
   std::thread router;
 

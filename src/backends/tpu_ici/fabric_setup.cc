@@ -116,6 +116,7 @@ void IciTransport::Chip::set_up() {
   transit_bytes.assign(rings, 0);
   held.assign(static_cast<std::size_t>(n), 0);
   next_seq.assign(static_cast<std::size_t>(n), 0);
+  heard.assign(static_cast<std::size_t>(n), {});
   router = std::thread([this] { router_main(); });
 }
 

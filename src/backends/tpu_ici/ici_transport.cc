@@ -50,11 +50,22 @@ class IciRequest final : public transport::Request {
     if (!core::spin_until([&] { return op_->done.load(std::memory_order_acquire); }, deadline)) {
       std::unique_lock lock(chip_->mu);
       if (!chip_->cv.wait_until(lock, deadline, [&] { return op_->done.load(); })) {
+        const auto now = Clock::now();
         const auto ms =
-            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - op_->posted)
-                .count();
-        C10D_THROW(TimeoutError, "{} timed out on the ICI fabric {} ms after posting",
-                   op_->describe(), ms);
+            std::chrono::duration_cast<std::chrono::milliseconds>(now - op_->posted).count();
+        // What this chip last got from the peer: the group names the rank it waited for, and
+        // the rank the waits lead to, from it (transport.h: PeerTimeout).
+        transport::PeerActivity heard;
+        if (const auto& [at, tag] = chip_->heard[static_cast<std::size_t>(op_->peer)];
+            at != Clock::time_point{}) {
+          heard = {true, now - at, tag};
+        }
+        throw transport::PeerTimeout(
+            core::with_location(__FILE__, __LINE__,
+                                fmt::format("{} timed out on the ICI fabric: not done {} ms after "
+                                            "posting; {}",
+                                            op_->describe(), ms, transport::heard_string(heard))),
+            op_->peer, heard);
       }
     }
     finish();
