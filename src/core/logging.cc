@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -19,7 +20,10 @@ LogLevel level_from_env() {
   if (env == nullptr || *env == '\0') return LogLevel::kWarn;
   try {
     return parse_log_level(env);
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    // The logger cannot throw where it is first used (any thread, any call): say so once and
+    // keep the default.
+    std::fprintf(stderr, "c10d: C10D_LOG_LEVEL ignored, warn used instead: %s\n", e.what());
     return LogLevel::kWarn;
   }
 }

@@ -95,6 +95,7 @@
 #include "c10d/init.h"
 #include "core/check.h"
 #include "core/logging.h"
+#include "core/parse.h"
 
 namespace c10d::inline v1 {
 namespace {
@@ -454,11 +455,8 @@ auto copy_out(const Tensor& all, std::size_t block) {
   };
 }
 
-// Whether collectives are blocking MPI calls: C10D_MPI_BLOCKING, default on ("0" turns it off).
-bool blocking_from_env() {
-  const char* v = std::getenv("C10D_MPI_BLOCKING");
-  return v == nullptr || std::string_view(v) != "0";
-}
+// Whether collectives are blocking MPI calls: C10D_MPI_BLOCKING, a flag, default on.
+bool blocking_from_env() { return core::env_flag("C10D_MPI_BLOCKING").value_or(true); }
 
 // Calls one collective: the blocking MPI function when the group's collectives block
 // (Comms::blocking), else its nonblocking twin, whose request joins the Started `s`. A failure is
