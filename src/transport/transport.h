@@ -48,6 +48,9 @@ using Clock = std::chrono::steady_clock;
 // never mix their bytes; point-to-point user tags live in their own space (user_tag).
 using Tag = std::uint64_t;
 
+// The peer of an any-source receive (irecv_any), where a rank is expected.
+inline constexpr int kAnySource = -1;
+
 inline constexpr Tag kUserTagBit = Tag{1} << 63;
 
 // Group ids take the top 23 bits below the user bit, sequence numbers the low 40.
