@@ -13,12 +13,14 @@
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -549,16 +551,19 @@ class TorchStore final : public bridge::KeyValueStore {
     return store_->compareSet(key, expected, desired);
   }
   bool check(const std::vector<std::string>& keys) override { return store_->check(keys); }
-  // torch's stores report a timed-out wait with errors of their own kinds (c10::Error,
-  // std::runtime_error, ...): one that came once the timeout had passed is taken as the timeout.
+  // Polled with check(), never with torch's wait(): torch 1.13's TCPStore loses its
+  // connection's framing when a wait times out as the key arrives ("Stop_waiting response is
+  // expected"), and our set-up waits in short slices to watch for failed peers.
   bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      store_->wait(keys, timeout);
-      return true;
-    } catch (const std::exception&) {
-      if (std::chrono::steady_clock::now() - start >= timeout) return false;
-      throw;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto pause = std::chrono::milliseconds(1);
+    for (;;) {
+      if (store_->check(keys)) return true;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return false;
+      std::this_thread::sleep_for(
+          std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+      pause = std::min(pause * 2, std::chrono::milliseconds(20));
     }
   }
   bool delete_key(const std::string& key) override { return store_->deleteKey(key); }

@@ -263,10 +263,13 @@ def scenario_ops(rank, world):
         dist.all_reduce(x, group=sub)
         expect_equal(x, torch.full((3,), float(world - 1)), "new_group all_reduce")
         expect(c10d_torch.backend_of(sub) == "tcp", "subgroup backend")
-        c10d_torch.abort(sub)  # fails the subgroup's later ops, not the default group's
-        expect_raises(lambda: dist.all_reduce(torch.ones(1), group=sub))
     else:
         expect(sub == dist.GroupMember.NON_GROUP_MEMBER, "rank 1 got a subgroup")
+    # An abort fails the peers' ops in flight too: let both members finish theirs first.
+    dist.barrier()
+    if r in (0, world - 1):
+        c10d_torch.abort(sub)  # fails the subgroup's later ops, not the default group's
+        expect_raises(lambda: dist.all_reduce(torch.ones(1), group=sub))
     verified += ["new_group", "abort"]
 
     # Refused, with the reason: a non-contiguous, a sparse, an unsupported dtype, recv without src.
