@@ -7,23 +7,27 @@ test/distributed/test_distributed_spawn.py, which Debian does not ship). This dr
 that file does -- a `TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase)`
 whose setUp spawns WORLD_SIZE processes -- with `BACKEND=c10d` as well as `BACKEND=gloo`:
 
-  - c10d joins the suite's backend feature sets where it has the feature (`_FEATURES`), before
+  - c10d joins every backend feature set of the suite that gloo is in (`_FEATURES`), before
     the suite module is imported (its skip decorators read those sets at import);
-  - every process that runs tests imports c10d_torch, which registers the backend: the runner,
-    and the spawned ranks, which re-run this file's top level (as `__mp_main__`) to find the test
-    class, and so run `_suite_module()` below before they unpickle it;
-  - Debian does not package `expecttest`; tests/torch/suite_stubs/expecttest.py stands in.
+  - every process that runs c10d tests imports c10d_torch, which registers the backend: the
+    runner, and the spawned ranks, which re-run this file's top level (as `__mp_main__`) to
+    find the test class, and so run `_suite_module()` below before they unpickle it;
+  - Debian does not package `expecttest`; tests/torch/suite_stubs/expecttest.py stands in;
+  - on Python 3.11, DDP's ReplicatedTensor mode stays off (`_keep_ddp_off_sharded_tensors`).
 
 Usage (from the repository root, after building; see docs/torch.md):
 
   tests/torch/distributed_suite.py --backend both --world 2,3 --json out.json
-  tests/torch/distributed_suite.py -k 'test_all_reduce_*' -k test_barrier
+  tests/torch/distributed_suite.py -k 'test_all_reduce_*' -k test_barrier -v
+  tests/torch/distributed_suite.py --tests-from tests/torch/suite_subset.txt
   tests/torch/distributed_suite.py --list
-  tests/torch/distributed_suite.py --gates        # tests the suite skips for any non-gloo backend
+  tests/torch/distributed_suite.py --gates     # the tests the suite skips for non-gloo backends
+  tests/torch/distributed_suite.py --ungate --tests-from tests/torch/suite_gloo_only.txt
 
-Each (backend, world size) runs in a runner process of its own; the tests of one run go one at
-a time (each test is one process group). The exit status is 1 when a c10d test fails that
-tests/torch/suite_known_failures.txt does not list for that world size.
+Each (backend, world size) runs in a runner process of its own, from a copy of this file in
+the log directory; the tests of one run go one at a time (each test is one process group). The
+exit status is 1 when a c10d test fails that tests/torch/suite_known_failures.txt does not list
+for that world size, or a runner dies.
 """
 
 import argparse
@@ -40,6 +44,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 KNOWN_FAILURES = os.path.join(HERE, "suite_known_failures.txt")
+GLOO_ONLY = os.path.join(HERE, "suite_gloo_only.txt")
 SUITE_MODULE = "torch.testing._internal.distributed.distributed_test"
 ROLE_ENV = "C10D_SUITE_ROLE"
 UNGATE_ENV = "C10D_SUITE_UNGATE"
@@ -127,17 +132,52 @@ def _suite_module():
 
         # Only then: the suite's gates look the sets' names up as backends.
         _register_c10d_features()
+    if os.environ.get(UNGATE_ENV) == "1" and os.environ["BACKEND"] != "gloo":
+        return _import_suite_as_gloo()
     import importlib
 
-    module = importlib.import_module(SUITE_MODULE)
-    if os.environ.get(UNGATE_ENV) == "1" and os.environ["BACKEND"] != "gloo":
-        # Run the tests whose only decoration-time skip is the suite's backend gate: those it
-        # skips for this backend but runs for gloo. Both skip decorators set the attributes on
-        # the function itself (sandcastle_skip, sandcastle_skip_if outside Sandcastle).
-        gloo_skips = _decoration_skips(_load_suite_as("gloo", "_c10d_suite_as_gloo"))
-        base = module.DistributedTest._DistTestBase
-        for name in set(_decoration_skips(module)) - set(gloo_skips):
-            getattr(base, name).__unittest_skip__ = False
+    return importlib.import_module(SUITE_MODULE)
+
+
+class _NamedAsGloo(str):
+    """A backend name the suite's checks take for "gloo" while its value stays the real name.
+
+    The suite compares its module-level BACKEND with backend names in skip decorators
+    (`BACKEND != "gloo"`, `require_backend({"gloo"})`) and in test bodies (`if BACKEND ==
+    "mpi" or BACKEND == "gloo":` picks the CPU model). With this name, both answer as for gloo,
+    while init_process_group(backend=BACKEND) and BACKEND.lower() still say the real backend.
+    """
+
+    def __eq__(self, other):
+        return other == "gloo" or str.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    def __hash__(self):  # found in sets that hold "gloo"
+        return hash("gloo")
+
+
+def _import_suite_as_gloo():
+    """The suite module, with its BACKEND a _NamedAsGloo: for --ungate.
+
+    Executes the module's own source (compiled under its own file name, so tracebacks and line
+    numbers are the file's) with one assignment changed, and registers it under its name before
+    anything imports it.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec(SUITE_MODULE)
+    with open(spec.origin) as f:
+        source = f.read()
+    line = 'BACKEND = os.environ["BACKEND"]\n'
+    if source.count(line) != 1:
+        raise SystemExit(f"--ungate: {spec.origin} has no single line {line.strip()!r}")
+    source = source.replace(line, 'BACKEND = _NamedAsGloo(os.environ["BACKEND"])\n')
+    module = importlib.util.module_from_spec(spec)
+    module._NamedAsGloo = _NamedAsGloo
+    sys.modules[SUITE_MODULE] = module
+    exec(compile(source, spec.origin, "exec"), module.__dict__)
     return module
 
 
@@ -181,10 +221,16 @@ def _matches(name, patterns):
 _EXC_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Exit|Interrupt)\b.*$|^AssertionError.*$")
 
 
+_FRAME_LINE = re.compile(r"^\s*frame #\d+: ")
+_NOT_REASON = re.compile(r"^RuntimeError: Process \d+ (exited|terminated)|^Exception raised from ")
+
+
 def _reason_of(text):
     """The exception line a failure comes down to: the last one in a child's traceback."""
     lines = [l.strip() for l in text.splitlines() if l.strip()]
-    found = [l for l in lines if _EXC_LINE.match(l) and not l.startswith("RuntimeError: Process")]
+    # Not the parent's "Process N exited with error code" wrapper, nor c10::Error's trailer
+    # ("Exception raised from <function> at <file>", then a C++ backtrace) after its message.
+    found = [l for l in lines if _EXC_LINE.match(l) and not _NOT_REASON.match(l)]
     if found:
         return found[-1][:300]
     return lines[-1][:300] if lines else ""
@@ -240,7 +286,9 @@ def _run_runner(args):
             reason = detail if outcome == "skipped" else _reason_of(detail)
             record = {"test": name, "outcome": outcome, "seconds": seconds, "reason": reason}
             if outcome in ("failed", "errors"):
-                record["detail"] = detail[-8000:]
+                # Without c10::Error's C++ backtraces, which would crowd the Python ones out.
+                record["detail"] = "\n".join(
+                    l for l in detail.splitlines() if not _FRAME_LINE.match(l))[-8000:]
             out.write(json.dumps(record) + "\n")
             print(f"{name} ... {outcome} ({seconds}s){': ' + reason if reason else ''}",
                   flush=True)
@@ -271,6 +319,19 @@ def _load_known_failures(path):
             world = None if parts[1] == "*" else int(parts[1])
             known.append((parts[0], world, parts[2]))
     return known
+
+
+def _load_gloo_only(path):
+    """{test: 'file:line condition'} from the --gates listing."""
+    gated = {}
+    if path and os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.startswith("#") or "|" not in line:
+                    continue
+                fields = [x.strip() for x in line.split("|")]
+                gated[fields[0]] = f"{fields[1]}: {fields[2]}"
+    return gated
 
 
 def _known_reason(known, name, world):
@@ -325,9 +386,14 @@ def _runner_cmd(args, extra):
 
 
 def _read_names(path):
-    """Test names, one a line ('#' starts a comment)."""
+    """Test names: the first word of each line ('#' starts a comment)."""
+    names = []
     with open(path) as f:
-        return [l.split("#", 1)[0].strip() for l in f if l.split("#", 1)[0].strip()]
+        for line in f:
+            fields = line.split("#", 1)[0].replace("|", " ").split()
+            if fields:
+                names.append(fields[0])
+    return names
 
 
 def _list(args):
@@ -390,7 +456,7 @@ def _counts(run):
     return c
 
 
-def _summarize(args, runs, known):
+def _summarize(args, runs, known, gated):
     lines = []
     for run in runs:
         c = _counts(run)
@@ -415,7 +481,12 @@ def _summarize(args, runs, known):
         for n in gap:
             r = c["tests"].get(n, {"outcome": "missing", "reason": ""})
             k = _known_reason(known, n, world)
-            note = f"known: {k}" if k else f"UNEXPECTED: {r['reason']}"
+            if r["outcome"] == "skipped" and n in gated:
+                note = f"the suite runs it for gloo only ({gated[n]})"
+            elif k:
+                note = f"known: {k}"
+            else:
+                note = f"UNEXPECTED: {r['reason']}"
             lines.append(f"    {n} [{r['outcome']}] {note}")
     unexpected, fixed = [], []
     for run in runs:
@@ -488,8 +559,10 @@ def _gates(args):
         sys.stderr.write(proc.stderr)
         raise SystemExit("reading the suite's gates failed")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"# Tests that {data['file']} (torch {_torch_version()}) skips for any backend")
-    print("# not named gloo: the decorator's condition, with its line in that file.")
+    print(f"# Tests that {data['file']} ({_torch_version()}) skips for any")
+    print("# backend not named gloo, once c10d is in every feature set gloo is in: the skip")
+    print("# decorator's line in that file, its condition and its message. These are skipped,")
+    print("# not failed, for c10d; --ungate runs them (docs/torch.md).")
     print("# Produced by: tests/torch/distributed_suite.py --gates")
     print("# test | file:line | condition | the suite's skip message")
     for r in data["rows"]:
@@ -498,9 +571,17 @@ def _gates(args):
 
 
 def _torch_version():
+    """Debian's package version where there is one (torch.__version__ says 1.13.0a0 there)."""
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "python3-torch"],
+                             capture_output=True, text=True)
+        if out.returncode == 0 and out.stdout.strip():
+            return "python3-torch " + out.stdout.strip()
+    except OSError:
+        pass
     out = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
                          capture_output=True, text=True)
-    return out.stdout.strip()
+    return "torch " + out.stdout.strip()
 
 
 def main():
@@ -519,7 +600,8 @@ def main():
     ap.add_argument("--gates", action="store_true",
                     help="list the tests the suite skips for any backend not named gloo")
     ap.add_argument("--ungate", action="store_true",
-                    help="also run, for c10d, the tests the suite gates to gloo only")
+                    help="run c10d with the suite's backend-name checks answering as for gloo "
+                         "(runs the tests it gates to gloo: see tests/torch/suite_gloo_only.txt)")
     ap.add_argument("--known-failures", default=KNOWN_FAILURES)
     ap.add_argument("--build-dir", default=os.path.join(REPO, "build"))
     ap.add_argument("--log-dir", help="runner logs and per-test JSON lines (default: a new "
@@ -559,7 +641,8 @@ def main():
     for world in args.worlds:
         for backend in backends:
             runs.append(_run_config(args, backend, world, log_dir))
-    lines, ok, unexpected, fixed, gaps, counts = _summarize(args, runs, known)
+    lines, ok, unexpected, fixed, gaps, counts = _summarize(args, runs, known,
+                                                            _load_gloo_only(GLOO_ONLY))
     text = "\n".join(lines)
     print(text)
     if args.summary:
