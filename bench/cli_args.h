@@ -20,7 +20,7 @@
 #include <string_view>
 #include <system_error>
 
-namespace c10d::bench {
+namespace c10d::inline v1::bench {
 
 // The byte count `s` names: "8", "64K", "1.5M", "2G" (powers of 1024, as nccl-tests'
 // parsesize; K, M, G in either case). nullopt for anything else: a negative or unparsable
@@ -109,4 +109,4 @@ inline std::string memory_fault(const std::string& what, std::uint64_t bytes, in
       bytes_text(static_cast<double>(*available)));
 }
 
-}  // namespace c10d::bench
+}  // namespace c10d::inline v1::bench

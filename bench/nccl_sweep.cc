@@ -20,7 +20,7 @@
 #include "c10d/tensor.h"
 #include "cli_args.h"
 
-namespace c10d::bench {
+namespace c10d::inline v1::bench {
 namespace {
 
 bool rooted(Collective c) { return c == Collective::kBroadcast || c == Collective::kReduce; }
@@ -441,4 +441,4 @@ std::string float_str(double value, int width) {
   return fmt::format("{:>{}.1e}", value, width);
 }
 
-}  // namespace c10d::bench
+}  // namespace c10d::inline v1::bench

@@ -47,7 +47,7 @@
 #include "sweep_args.h"
 #include "sweep_data.h"
 
-namespace c10d::bench {
+namespace c10d::inline v1::bench {
 
 // nccl-tests' bus-bandwidth factor.
 double bus_factor(Collective collective, int world_size);
@@ -104,4 +104,4 @@ std::string float_str(double value, int width);
 // Runs the sweep of `args` on `backend` and prints it from rank 0. Returns the exit status.
 int run_sweep(const SweepArgs& args, SweepBackend& backend);
 
-}  // namespace c10d::bench
+}  // namespace c10d::inline v1::bench

@@ -11,7 +11,7 @@
 
 #include "cli_args.h"
 
-namespace c10d::bench {
+namespace c10d::inline v1::bench {
 namespace {
 
 constexpr std::array<std::pair<Collective, std::string_view>, 6> kCollectives = {{
@@ -226,4 +226,4 @@ std::string usage(std::string_view program, bool accept_backend) {
       program, accept_backend ? " [--backend tcp|mpi|ici]" : "");
 }
 
-}  // namespace c10d::bench
+}  // namespace c10d::inline v1::bench

@@ -44,7 +44,7 @@
 #include "c10d/types.h"
 #include "sweep_data.h"
 
-namespace c10d::bench {
+namespace c10d::inline v1::bench {
 
 struct SweepArgs {
   std::string program;  // for messages and the header
@@ -81,4 +81,4 @@ std::optional<Collective> parse_collective(std::string_view name);
 // The nccl-tests name of a dtype ("float", "half", ...): the `type` column.
 std::string_view type_name(DType dtype);
 
-}  // namespace c10d::bench
+}  // namespace c10d::inline v1::bench

@@ -1,14 +1,16 @@
 #include "sweep_data.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
-#include "core/check.h"
+#include "c10d/errors.h"
 #include "core/half.h"
 
-namespace c10d::bench {
+namespace c10d::inline v1::bench {
 namespace {
 
 // How one dtype's elements are read and written as doubles. Every value the sweep writes or
@@ -50,7 +52,8 @@ void visit_element(DType dtype, F&& f) {
     case DType::kInt64:
       return f(PlainElement<std::int64_t>{});
     default:
-      C10D_THROW(InvalidArgument, "the benchmark has no values for dtype {}", dtype_name(dtype));
+      throw InvalidArgument(
+          fmt::format("the benchmark has no values for dtype {}", dtype_name(dtype)));
   }
 }
 
@@ -262,7 +265,9 @@ std::int64_t count_wrong(const OpCall& call, int rank, int world_size, const voi
 }
 
 void finish_average(DType dtype, void* data, std::int64_t count, int world_size) {
-  C10D_CHECK(is_floating_point(dtype), "avg of integer dtype {}", dtype_name(dtype));
+  if (!is_floating_point(dtype)) {
+    throw InvalidArgument(fmt::format("avg of integer dtype {}", dtype_name(dtype)));
+  }
   visit_element(dtype, [&]<typename E>(E) {
     auto* x = static_cast<typename E::Bits*>(data);
     if (dtype == DType::kFloat64) {
@@ -276,4 +281,4 @@ void finish_average(DType dtype, void* data, std::int64_t count, int world_size)
   });
 }
 
-}  // namespace c10d::bench
+}  // namespace c10d::inline v1::bench

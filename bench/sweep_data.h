@@ -30,7 +30,7 @@
 
 #include "c10d/types.h"
 
-namespace c10d::bench {
+namespace c10d::inline v1::bench {
 
 enum class Collective { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll };
 // all_reduce, reduce and reduce_scatter: the collectives that take a reduce op.
@@ -68,4 +68,4 @@ std::int64_t count_wrong(const OpCall& call, int rank, int world_size, const voi
 // arithmetic for float, half and bfloat16; float64 for double). For backends without an AVG.
 void finish_average(DType dtype, void* data, std::int64_t count, int world_size);
 
-}  // namespace c10d::bench
+}  // namespace c10d::inline v1::bench

@@ -25,16 +25,17 @@
 #include <string>
 #include <vector>
 
+#include "c10d/export.h"
 #include "c10d/tensor.h"
 
-namespace c10d::data {
+namespace c10d::inline v1::data {
 
 // The most data one IDX file may hold (the product of its dims): 4 GiB. Fashion-MNIST's largest
 // file holds 47 MB.
 inline constexpr std::uint64_t kMaxIdxDataBytes = std::uint64_t{4} << 30;
 
 // The dims and bytes of one IDX file (type 0x08): a uint8 tensor of the file's shape.
-Tensor read_idx(const std::filesystem::path& path);
+C10D_API Tensor read_idx(const std::filesystem::path& path);
 
 struct LabeledImages {
   Tensor images;  // float32 [N, rows*cols], pixels scaled to [0, 1]
@@ -49,15 +50,16 @@ struct FashionMnist {
 };
 
 // Where dataset-fashion-mnist installs the files; C10D_FASHION_MNIST overrides it.
-std::filesystem::path default_fashion_mnist_dir();
+C10D_API std::filesystem::path default_fashion_mnist_dir();
 // Reads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `dir`.
-FashionMnist load_fashion_mnist(const std::filesystem::path& dir = default_fashion_mnist_dir());
+C10D_API FashionMnist
+load_fashion_mnist(const std::filesystem::path& dir = default_fashion_mnist_dir());
 // Pairs an images file (N x rows x cols) with a labels file (N), checking that they agree.
-LabeledImages load_labeled_images(const std::filesystem::path& images,
-                                  const std::filesystem::path& labels);
+C10D_API LabeledImages load_labeled_images(const std::filesystem::path& images,
+                                           const std::filesystem::path& labels);
 
 // Rows `indices` of `src` (any dtype, first axis indexed), copied into a new dense tensor.
-Tensor gather_rows(const Tensor& src, const std::vector<std::int64_t>& indices);
+C10D_API Tensor gather_rows(const Tensor& src, const std::vector<std::int64_t>& indices);
 
 // Shards the indices [0, size) across `replicas` ranks, as torch.utils.data.DistributedSampler:
 // every rank gets the same number of samples, so every rank takes the same number of steps.
@@ -65,7 +67,7 @@ Tensor gather_rows(const Tensor& src, const std::vector<std::int64_t>& indices);
 // set_epoch() before each epoch reshuffles. The tail is padded by wrapping around to the start
 // (drop_last = false) or dropped so that it divides evenly (drop_last = true). Rank r takes
 // positions r, r + replicas, r + 2*replicas, ... of the (padded) order.
-class DistributedSampler {
+class C10D_API DistributedSampler {
  public:
   DistributedSampler(std::int64_t size, int replicas, int rank, bool shuffle = true,
                      std::uint64_t seed = 0, bool drop_last = false);
@@ -87,4 +89,4 @@ class DistributedSampler {
   std::int64_t epoch_ = 0;
 };
 
-}  // namespace c10d::data
+}  // namespace c10d::inline v1::data

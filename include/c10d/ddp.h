@@ -39,13 +39,14 @@
 #include <string>
 #include <vector>
 
+#include "c10d/export.h"
 #include "c10d/nn.h"
 #include "c10d/optim.h"
 #include "c10d/process_group.h"
 #include "c10d/tensor.h"
 #include "c10d/work.h"
 
-namespace c10d::ddp {
+namespace c10d::inline v1::ddp {
 
 // One bucket as a comm hook sees it: the parameters' gradients concatenated in `buffer`.
 struct GradBucket {
@@ -60,9 +61,9 @@ struct GradBucket {
 // Starts the bucket's reduction; the future's value is {the averaged flat buffer}, of the
 // bucket's dtype and size.
 using CommHook = std::function<std::shared_ptr<Future>(ProcessGroup& group, GradBucket& bucket)>;
-CommHook allreduce_hook();      // AVG all_reduce of the buffer (the default)
-CommHook fp16_compress_hook();  // sent as float16 (half the bytes), averaged, cast back
-CommHook bf16_compress_hook();  // the same with bfloat16
+C10D_API CommHook allreduce_hook();      // AVG all_reduce of the buffer (the default)
+C10D_API CommHook fp16_compress_hook();  // sent as float16 (half the bytes), averaged, cast back
+C10D_API CommHook bf16_compress_hook();  // the same with bfloat16
 
 struct DDPOptions {
   std::int64_t bucket_cap_bytes = 25 << 20;
@@ -86,7 +87,7 @@ struct IterationStats {
   std::int64_t bytes = 0;  // gradient bytes reduced
 };
 
-class DistributedDataParallel {
+class C10D_API DistributedDataParallel {
  public:
   DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<ProcessGroup> group,
                           DDPOptions options = {});
@@ -131,15 +132,15 @@ struct OptimizerStepOptions {
 // PyTorch/XLA's optimizer_step: all_reduce every gradient (sum scaled by 1/world, bucketed, as
 // lazy collective IR nodes), the optimizer's step, then lazy::mark_step(), so gradient
 // averaging and the update run as one fused step.
-void optimizer_step(optim::Optimizer& optimizer, std::shared_ptr<ProcessGroup> group,
-                    const OptimizerStepOptions& options = {});
+C10D_API void optimizer_step(optim::Optimizer& optimizer, std::shared_ptr<ProcessGroup> group,
+                             const OptimizerStepOptions& options = {});
 
 // The buckets for parameters of `bytes` sizes taken in `order`: consecutive runs, the first up
 // to `first_cap` bytes, the others up to `cap` (a parameter larger than the cap gets a bucket
 // of its own). Parameters of different dtypes never share a bucket. Pure; exposed for tests.
-std::vector<std::vector<int>> assign_buckets(const std::vector<std::int64_t>& bytes,
-                                             const std::vector<DType>& dtypes,
-                                             const std::vector<int>& order, std::int64_t first_cap,
-                                             std::int64_t cap);
+C10D_API std::vector<std::vector<int>> assign_buckets(const std::vector<std::int64_t>& bytes,
+                                                      const std::vector<DType>& dtypes,
+                                                      const std::vector<int>& order,
+                                                      std::int64_t first_cap, std::int64_t cap);
 
-}  // namespace c10d::ddp
+}  // namespace c10d::inline v1::ddp

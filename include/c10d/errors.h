@@ -9,41 +9,43 @@
 #include <stdexcept>
 #include <string>
 
-namespace c10d {
+#include "c10d/export.h"
 
-class Error : public std::runtime_error {
+namespace c10d::inline v1 {
+
+class C10D_API Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
 // A deadline passed before the operation could complete.
-class TimeoutError : public Error {
+class C10D_API TimeoutError : public Error {
  public:
   using Error::Error;
 };
 
 // A peer or server went away, or a connection failed or was refused.
-class NetworkError : public Error {
+class C10D_API NetworkError : public Error {
  public:
   using Error::Error;
 };
 
 // The caller passed something the operation cannot accept.
-class InvalidArgument : public Error {
+class C10D_API InvalidArgument : public Error {
  public:
   using Error::Error;
 };
 
 // The store failed: a server error, a refused handshake, a protocol violation.
-class StoreError : public Error {
+class C10D_API StoreError : public Error {
  public:
   using Error::Error;
 };
 
 // The backend does not implement this operation or option.
-class Unsupported : public Error {
+class C10D_API Unsupported : public Error {
  public:
   using Error::Error;
 };
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

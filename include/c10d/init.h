@@ -26,11 +26,12 @@
 #include <optional>
 #include <string>
 
+#include "c10d/export.h"
 #include "c10d/process_group.h"
 #include "c10d/store.h"
 #include "c10d/types.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 
 struct InitOptions {
   std::string backend;      // empty: C10D_BACKEND, else "tcp"
@@ -42,7 +43,7 @@ struct InitOptions {
   std::shared_ptr<Store> store;         // when set, used instead of the init method's store
 };
 
-std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
+C10D_API std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options = {});
 
 // Options of a ProcessGroup over the TCP transport.
 struct ProcessGroupTCPOptions {
@@ -67,15 +68,16 @@ struct ProcessGroupTCPOptions {
 
 // A ProcessGroup of `world_size` ranks over TCP, meeting through `store`. Blocks until every
 // rank has connected (bounded by options.timeout).
-std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> store, int rank,
-                                                     int world_size,
-                                                     const ProcessGroupTCPOptions& options = {});
+C10D_API std::shared_ptr<ProcessGroup> make_process_group_tcp(
+    std::shared_ptr<Store> store, int rank, int world_size,
+    const ProcessGroupTCPOptions& options = {});
 
 // A ProcessGroup over MPI_COMM_WORLD (rank and size are MPI's), with `timeout` as the default
 // per-op timeout. Initializes MPI (MPI_THREAD_MULTIPLE) unless the program already did, and
 // then finalizes it at exit. Every rank calls it. Throws Unsupported when the library was
 // built without MPI (C10D_WITH_MPI off) or MPI provides less than MPI_THREAD_SERIALIZED.
-std::shared_ptr<ProcessGroup> make_process_group_mpi(Milliseconds timeout = kDefaultTimeout);
+C10D_API std::shared_ptr<ProcessGroup> make_process_group_mpi(
+    Milliseconds timeout = kDefaultTimeout);
 
 // Options of a ProcessGroup over the simulated TPU inter-chip interconnect (docs/ici.md): each
 // rank is one chip of an N-dimensional torus; chips exchange real bytes through shared memory,
@@ -95,17 +97,17 @@ struct ProcessGroupICIOptions {
 
 // A ProcessGroup of `world_size` chips on the ICI fabric, meeting through `store` (every rank on
 // this host). Blocks until its torus neighbours are connected (bounded by options.timeout).
-std::shared_ptr<ProcessGroup> make_process_group_ici(std::shared_ptr<Store> store, int rank,
-                                                     int world_size,
-                                                     const ProcessGroupICIOptions& options = {});
+C10D_API std::shared_ptr<ProcessGroup> make_process_group_ici(
+    std::shared_ptr<Store> store, int rank, int world_size,
+    const ProcessGroupICIOptions& options = {});
 
 // The simulated duration of a completed op of an ICI group: seconds of this chip's virtual
 // clock from the op's start to its end. nullopt for another backend's Work or an op that has
 // not completed.
-std::optional<double> ici_simulated_seconds(const Work& work);
+C10D_API std::optional<double> ici_simulated_seconds(const Work& work);
 
 // The bytes, messages, busy time and utilization (busy / virtual time so far) of every link
 // leaving this chip, as a text table; empty for a group of another backend (or a subgroup).
-std::string ici_link_report(const ProcessGroup& group);
+C10D_API std::string ici_link_report(const ProcessGroup& group);
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

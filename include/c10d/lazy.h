@@ -40,10 +40,11 @@
 #include <string>
 #include <vector>
 
+#include "c10d/export.h"
 #include "c10d/tensor.h"
 #include "c10d/types.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 
 class ProcessGroup;
 
@@ -53,9 +54,9 @@ using Shape = std::vector<std::int64_t>;
 
 // ---- Mode and step ----
 
-bool is_lazy();            // C10D_LAZY (default 1) unless set_lazy was called
-void set_lazy(bool lazy);  // for tests and benchmarks; affects ops recorded afterwards
-void mark_step();          // runs every live pending tensor's graph
+C10D_API bool is_lazy();            // C10D_LAZY (default 1) unless set_lazy was called
+C10D_API void set_lazy(bool lazy);  // for tests and benchmarks; affects ops recorded afterwards
+C10D_API void mark_step();          // runs every live pending tensor's graph
 // Whether a graph run overlaps its collectives with its other steps: a collective node is
 // issued where the plan places it and waited for by the first step that reads its results (so
 // DDP's reduction of the early buckets runs under the rest of backward). That needs a spare
@@ -63,21 +64,22 @@ void mark_step();          // runs every live pending tensor's graph
 // collective is then waited for where it is issued (on the waiting thread, inline). Default:
 // C10D_LAZY_OVERLAP=1 or 0, else on when this host has at least two cores per process of the
 // job (LOCAL_WORLD_SIZE, or mpirun's OMPI_COMM_WORLD_LOCAL_SIZE; 1 if neither is set).
-bool overlap_collectives();
-void set_overlap_collectives(bool overlap);     // for tests and benchmarks
-void set_cache_capacity(std::size_t programs);  // LRU size (default 64, or C10D_LAZY_CACHE)
+C10D_API bool overlap_collectives();
+C10D_API void set_overlap_collectives(bool overlap);  // for tests and benchmarks
+// The LRU size (default 64, or C10D_LAZY_CACHE).
+C10D_API void set_cache_capacity(std::size_t programs);
 
 // ---- Creation ----
 
-Tensor zeros(const Shape& shape, DType dtype = DType::kFloat32);
-Tensor ones(const Shape& shape, DType dtype = DType::kFloat32);
-Tensor full(const Shape& shape, double value, DType dtype = DType::kFloat32);
-Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::kFloat32);
-Tensor scalar(double value, DType dtype = DType::kFloat32);  // shape []
+C10D_API Tensor zeros(const Shape& shape, DType dtype = DType::kFloat32);
+C10D_API Tensor ones(const Shape& shape, DType dtype = DType::kFloat32);
+C10D_API Tensor full(const Shape& shape, double value, DType dtype = DType::kFloat32);
+C10D_API Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::kFloat32);
+C10D_API Tensor scalar(double value, DType dtype = DType::kFloat32);  // shape []
 
 // A seeded random stream (Philox-style counter-based, so results are the same in lazy and
 // eager mode and on every machine). Each call draws fresh numbers and advances the stream.
-class Generator {
+class C10D_API Generator {
  public:
   explicit Generator(std::uint64_t seed) : seed_(seed) {}
   std::uint64_t seed() const { return seed_; }
@@ -92,60 +94,60 @@ class Generator {
   std::uint64_t seed_;
   std::uint64_t offset_ = 0;
 };
-Tensor uniform(const Shape& shape, Generator& gen, double low = 0.0, double high = 1.0,
-               DType dtype = DType::kFloat32);
-Tensor normal(const Shape& shape, Generator& gen, double mean = 0.0, double stddev = 1.0,
-              DType dtype = DType::kFloat32);
+C10D_API Tensor uniform(const Shape& shape, Generator& gen, double low = 0.0, double high = 1.0,
+                        DType dtype = DType::kFloat32);
+C10D_API Tensor normal(const Shape& shape, Generator& gen, double mean = 0.0, double stddev = 1.0,
+                       DType dtype = DType::kFloat32);
 
 // ---- Elementwise ----
 
-Tensor add(const Tensor& a, const Tensor& b);
-Tensor sub(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Tensor& b);
-Tensor div(const Tensor& a, const Tensor& b);
-Tensor maximum(const Tensor& a, const Tensor& b);
-Tensor minimum(const Tensor& a, const Tensor& b);
-Tensor neg(const Tensor& a);
-Tensor abs(const Tensor& a);
-Tensor exp(const Tensor& a);
-Tensor log(const Tensor& a);
-Tensor sqrt(const Tensor& a);
-Tensor tanh(const Tensor& a);
-Tensor sigmoid(const Tensor& a);
-Tensor relu(const Tensor& a);
-Tensor pow(const Tensor& a, double exponent);
-Tensor eq(const Tensor& a, const Tensor& b);  // comparisons give bool
-Tensor ne(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, const Tensor& b);
-Tensor le(const Tensor& a, const Tensor& b);
-Tensor gt(const Tensor& a, const Tensor& b);
-Tensor ge(const Tensor& a, const Tensor& b);
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-Tensor cast(const Tensor& a, DType dtype);
+C10D_API Tensor add(const Tensor& a, const Tensor& b);
+C10D_API Tensor sub(const Tensor& a, const Tensor& b);
+C10D_API Tensor mul(const Tensor& a, const Tensor& b);
+C10D_API Tensor div(const Tensor& a, const Tensor& b);
+C10D_API Tensor maximum(const Tensor& a, const Tensor& b);
+C10D_API Tensor minimum(const Tensor& a, const Tensor& b);
+C10D_API Tensor neg(const Tensor& a);
+C10D_API Tensor abs(const Tensor& a);
+C10D_API Tensor exp(const Tensor& a);
+C10D_API Tensor log(const Tensor& a);
+C10D_API Tensor sqrt(const Tensor& a);
+C10D_API Tensor tanh(const Tensor& a);
+C10D_API Tensor sigmoid(const Tensor& a);
+C10D_API Tensor relu(const Tensor& a);
+C10D_API Tensor pow(const Tensor& a, double exponent);
+C10D_API Tensor eq(const Tensor& a, const Tensor& b);  // comparisons give bool
+C10D_API Tensor ne(const Tensor& a, const Tensor& b);
+C10D_API Tensor lt(const Tensor& a, const Tensor& b);
+C10D_API Tensor le(const Tensor& a, const Tensor& b);
+C10D_API Tensor gt(const Tensor& a, const Tensor& b);
+C10D_API Tensor ge(const Tensor& a, const Tensor& b);
+C10D_API Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+C10D_API Tensor cast(const Tensor& a, DType dtype);
 
 // ---- Reductions (axes may be negative; empty axes = all) ----
 
-Tensor sum(const Tensor& a, std::vector<std::int64_t> axes = {}, bool keepdim = false);
-Tensor mean(const Tensor& a, std::vector<std::int64_t> axes = {}, bool keepdim = false);
-Tensor max(const Tensor& a, std::vector<std::int64_t> axes = {}, bool keepdim = false);
-Tensor argmax(const Tensor& a, std::int64_t axis, bool keepdim = false);  // int64
+C10D_API Tensor sum(const Tensor& a, std::vector<std::int64_t> axes = {}, bool keepdim = false);
+C10D_API Tensor mean(const Tensor& a, std::vector<std::int64_t> axes = {}, bool keepdim = false);
+C10D_API Tensor max(const Tensor& a, std::vector<std::int64_t> axes = {}, bool keepdim = false);
+C10D_API Tensor argmax(const Tensor& a, std::int64_t axis, bool keepdim = false);  // int64
 
 // ---- Linear algebra and shape ----
 
-Tensor matmul(const Tensor& a, const Tensor& b);  // [m,k]x[k,n]; batched [..,m,k]x[..,k,n]
-Tensor transpose(const Tensor& a, std::int64_t dim0 = -2, std::int64_t dim1 = -1);
-Tensor reshape(const Tensor& a, Shape shape);  // one dimension may be -1
-Tensor slice_rows(const Tensor& a, std::int64_t begin, std::int64_t end);  // first axis
-Tensor concat(const std::vector<Tensor>& tensors, std::int64_t axis = 0);
-Tensor broadcast_to(const Tensor& a, const Shape& shape);
+C10D_API Tensor matmul(const Tensor& a, const Tensor& b);  // [m,k]x[k,n]; batched [..,m,k]x[..,k,n]
+C10D_API Tensor transpose(const Tensor& a, std::int64_t dim0 = -2, std::int64_t dim1 = -1);
+C10D_API Tensor reshape(const Tensor& a, Shape shape);  // one dimension may be -1
+C10D_API Tensor slice_rows(const Tensor& a, std::int64_t begin, std::int64_t end);  // first axis
+C10D_API Tensor concat(const std::vector<Tensor>& tensors, std::int64_t axis = 0);
+C10D_API Tensor broadcast_to(const Tensor& a, const Shape& shape);
 
 // ---- Neural-network functions ----
 
-Tensor softmax(const Tensor& a, std::int64_t axis = -1);
-Tensor log_softmax(const Tensor& a, std::int64_t axis = -1);
+C10D_API Tensor softmax(const Tensor& a, std::int64_t axis = -1);
+C10D_API Tensor log_softmax(const Tensor& a, std::int64_t axis = -1);
 // Mean over the batch of -log_softmax(logits)[i, labels[i]]; logits [N, C], labels int64 [N].
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
-Tensor one_hot(const Tensor& labels, std::int64_t classes, DType dtype = DType::kFloat32);
+C10D_API Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
+C10D_API Tensor one_hot(const Tensor& labels, std::int64_t classes, DType dtype = DType::kFloat32);
 
 // ---- Collective ----
 
@@ -155,17 +157,17 @@ Tensor one_hot(const Tensor& labels, std::int64_t classes, DType dtype = DType::
 // result. Returns the reduced tensors (pending). In eager mode it runs at once. The tensors
 // may differ in shape and dtype: those of one dtype travel as one ProcessGroup::all_reduce of
 // a flat buffer, all issued in order before the first is waited on.
-std::vector<Tensor> all_reduce(const std::vector<Tensor>& tensors, ReduceOp op, double scale,
-                               std::shared_ptr<ProcessGroup> group);
+C10D_API std::vector<Tensor> all_reduce(const std::vector<Tensor>& tensors, ReduceOp op,
+                                        double scale, std::shared_ptr<ProcessGroup> group);
 
 // ---- In place ----
 
 // `dst` (every handle sharing its impl) now holds `value`, which must have dst's shape and
 // dtype. Optimizers and DDP write parameters and gradients this way; the old value stays alive
 // for as long as the pending graph reads it.
-void assign(const Tensor& dst, const Tensor& value);
+C10D_API void assign(const Tensor& dst, const Tensor& value);
 // A new handle on the same value, cut from the autograd graph.
-Tensor detach(const Tensor& a);
+C10D_API Tensor detach(const Tensor& a);
 
 // ---- Autograd ----
 //
@@ -176,20 +178,21 @@ Tensor detach(const Tensor& a);
 // computes nothing: the gradients run, fused, with the next step.
 
 // Only leaves (tensors not made by a recorded op) can be switched; floating dtypes only.
-void set_requires_grad(const Tensor& t, bool requires_grad = true);
-bool requires_grad(const Tensor& t);
+C10D_API void set_requires_grad(const Tensor& t, bool requires_grad = true);
+C10D_API bool requires_grad(const Tensor& t);
 // True unless `t` is the result of a recorded op (torch's is_leaf).
-bool is_leaf(const Tensor& t);
+C10D_API bool is_leaf(const Tensor& t);
 // The accumulated gradient of a leaf (undefined Tensor when none yet).
-Tensor grad(const Tensor& t);
+C10D_API Tensor grad(const Tensor& t);
 // Replaces the gradient (every later backward() adds into this handle's impl); an undefined
 // `grad` clears it. The shape and dtype must match the tensor's.
-void set_grad(const Tensor& t, const Tensor& grad);
+C10D_API void set_grad(const Tensor& t, const Tensor& grad);
 // Reverse mode from `root` (a one-element tensor when `grad_output` is undefined), adding into
 // the .grad of every leaf that requires grad. Gradients of broadcast inputs are summed back to
 // their shape. Unless `retain_graph`, the values the graph saved are freed, and a second
 // backward() through the same ops throws InvalidArgument.
-void backward(const Tensor& root, const Tensor& grad_output = {}, bool retain_graph = false);
+C10D_API void backward(const Tensor& root, const Tensor& grad_output = {},
+                       bool retain_graph = false);
 // A leaf's hook runs once per backward() that reaches the leaf, the moment its gradient for
 // that pass is final (every path from the root to the leaf processed), so the hooks of
 // different leaves run in the order their gradients become final: roughly the reverse of
@@ -198,11 +201,11 @@ void backward(const Tensor& root, const Tensor& grad_output = {}, bool retain_gr
 // gradient this way). Hooks run on the thread that called backward(), with grad mode off.
 // Returns an id for remove_grad_hook.
 using GradHook = std::function<void(const Tensor& leaf, const Tensor& grad)>;
-int add_grad_hook(const Tensor& leaf, GradHook hook);
-void remove_grad_hook(const Tensor& leaf, int id);
+C10D_API int add_grad_hook(const Tensor& leaf, GradHook hook);
+C10D_API void remove_grad_hook(const Tensor& leaf, int id);
 
 // While alive, ops record no autograd history on this thread.
-class NoGradGuard {
+class C10D_API NoGradGuard {
  public:
   NoGradGuard();
   ~NoGradGuard();
@@ -212,7 +215,7 @@ class NoGradGuard {
  private:
   bool previous_;
 };
-bool grad_enabled();
+C10D_API bool grad_enabled();
 
 // ---- Introspection ----
 
@@ -221,7 +224,7 @@ bool grad_enabled();
 //     %2 = matmul(%0, %1) : f32[64, 10]
 //     return (%2)
 //   }
-std::string dump_graph(const std::vector<Tensor>& outputs);
+C10D_API std::string dump_graph(const std::vector<Tensor>& outputs);
 
 struct Metrics {
   std::int64_t compiles = 0;  // programs planned (cache misses)
@@ -236,8 +239,8 @@ struct Metrics {
   double compile_seconds = 0;
   double execute_seconds = 0;
 };
-Metrics metrics();
-void reset_metrics();
+C10D_API Metrics metrics();
+C10D_API void reset_metrics();
 
 // The collective nodes run by the calling thread's graph runs (and eager collectives), summed
 // since the thread began: how many, the seconds from each one's issue to its completion, and
@@ -248,24 +251,24 @@ struct CollectiveTime {
   double seconds = 0;
   double wait_seconds = 0;
 };
-CollectiveTime collective_time();
-std::string metrics_report();  // one "name: value" line each
+C10D_API CollectiveTime collective_time();
+C10D_API std::string metrics_report();  // one "name: value" line each
 
 }  // namespace lazy
 
 // Operators on tensors, recorded like the functions above.
-Tensor operator+(const Tensor& a, const Tensor& b);
-Tensor operator-(const Tensor& a, const Tensor& b);
-Tensor operator*(const Tensor& a, const Tensor& b);
-Tensor operator/(const Tensor& a, const Tensor& b);
-Tensor operator-(const Tensor& a);
-Tensor operator+(const Tensor& a, double b);
-Tensor operator-(const Tensor& a, double b);
-Tensor operator*(const Tensor& a, double b);
-Tensor operator/(const Tensor& a, double b);
-Tensor operator+(double a, const Tensor& b);
-Tensor operator-(double a, const Tensor& b);
-Tensor operator*(double a, const Tensor& b);
-Tensor operator/(double a, const Tensor& b);
+C10D_API Tensor operator+(const Tensor& a, const Tensor& b);
+C10D_API Tensor operator-(const Tensor& a, const Tensor& b);
+C10D_API Tensor operator*(const Tensor& a, const Tensor& b);
+C10D_API Tensor operator/(const Tensor& a, const Tensor& b);
+C10D_API Tensor operator-(const Tensor& a);
+C10D_API Tensor operator+(const Tensor& a, double b);
+C10D_API Tensor operator-(const Tensor& a, double b);
+C10D_API Tensor operator*(const Tensor& a, double b);
+C10D_API Tensor operator/(const Tensor& a, double b);
+C10D_API Tensor operator+(double a, const Tensor& b);
+C10D_API Tensor operator-(double a, const Tensor& b);
+C10D_API Tensor operator*(double a, const Tensor& b);
+C10D_API Tensor operator/(double a, const Tensor& b);
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -23,15 +23,16 @@
 #include <utility>
 #include <vector>
 
+#include "c10d/export.h"
 #include "c10d/lazy.h"
 #include "c10d/tensor.h"
 
-namespace c10d::nn {
+namespace c10d::inline v1::nn {
 
 // Named tensors in a fixed order: what state_dict() returns and load_state_dict() takes.
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
-class Module {
+class C10D_API Module {
  public:
   explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
   virtual ~Module() = default;
@@ -98,7 +99,7 @@ class Module {
 
 // y = x W^T + b, with W [out, in] and b [out] initialized as torch does: Kaiming-uniform with
 // a = sqrt(5), i.e. both uniform in [-1/sqrt(in), 1/sqrt(in)], drawn from `gen` (weight first).
-class Linear : public Module {
+class C10D_API Linear : public Module {
  public:
   Linear(std::int64_t in_features, std::int64_t out_features, lazy::Generator& gen,
          bool bias = true, DType dtype = DType::kFloat32);
@@ -111,13 +112,13 @@ class Linear : public Module {
   Tensor bias_;
 };
 
-class ReLU : public Module {
+class C10D_API ReLU : public Module {
  public:
   ReLU() : Module("ReLU") {}
   Tensor forward(const Tensor& input) override { return lazy::relu(input); }
 };
 
-class Tanh : public Module {
+class C10D_API Tanh : public Module {
  public:
   Tanh() : Module("Tanh") {}
   Tensor forward(const Tensor& input) override { return lazy::tanh(input); }
@@ -125,7 +126,7 @@ class Tanh : public Module {
 
 // Zeroes each element with probability p in training mode and scales the rest by 1/(1-p);
 // the identity in evaluation mode. Draws from its own generator (shared with the caller).
-class Dropout : public Module {
+class C10D_API Dropout : public Module {
  public:
   Dropout(double p, std::shared_ptr<lazy::Generator> gen);
   Tensor forward(const Tensor& input) override;
@@ -137,7 +138,7 @@ class Dropout : public Module {
 };
 
 // Runs its children in order; they are named "0", "1", ...
-class Sequential : public Module {
+class C10D_API Sequential : public Module {
  public:
   Sequential() : Module("Sequential") {}
   template <typename M>
@@ -153,13 +154,13 @@ class Sequential : public Module {
 // The file is written whole or not at all: `<path>.tmp`, flushed to disk, renamed onto `path`.
 // Throws InvalidArgument naming the file when it cannot be written (or `path` is a directory
 // or device).
-void save_state_dict(const Module& module, const std::string& path);
-void save_state_dict(const NamedTensors& state, const std::string& path);
+C10D_API void save_state_dict(const Module& module, const std::string& path);
+C10D_API void save_state_dict(const NamedTensors& state, const std::string& path);
 // Reads such a file. A missing, truncated or corrupt file, or one that is not a regular file
 // (a device, FIFO or directory), is an InvalidArgument naming the file and what is wrong with
 // it; reading costs at most the file's size. The loaded values then go through
 // Module::load_state_dict.
-NamedTensors read_state_dict(const std::string& path);
-void load_state_dict(Module& module, const std::string& path, bool strict = true);
+C10D_API NamedTensors read_state_dict(const std::string& path);
+C10D_API void load_state_dict(Module& module, const std::string& path, bool strict = true);
 
-}  // namespace c10d::nn
+}  // namespace c10d::inline v1::nn

@@ -18,12 +18,13 @@
 #include <utility>
 #include <vector>
 
+#include "c10d/export.h"
 #include "c10d/nn.h"
 #include "c10d/tensor.h"
 
-namespace c10d::optim {
+namespace c10d::inline v1::optim {
 
-class Optimizer {
+class C10D_API Optimizer {
  public:
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
@@ -71,7 +72,7 @@ struct SGDOptions {
 
 // torch.optim.SGD: g += wd * p; buf = g on the first step, else momentum * buf +
 // (1 - dampening) * g; g = nesterov ? g + momentum * buf : buf; p -= lr * g.
-class SGD : public Optimizer {
+class C10D_API SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, SGDOptions options);
   void step() override;
@@ -94,7 +95,7 @@ struct AdamOptions {
 
 // torch.optim.Adam (amsgrad off): t += 1; g += wd * p; m = b1 m + (1 - b1) g;
 // v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
-class Adam : public Optimizer {
+class C10D_API Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options);
   void step() override;
@@ -120,9 +121,9 @@ struct AdamWOptions {
 
 // torch.optim.AdamW: as Adam, but p *= 1 - lr * wd before the update instead of adding wd * p
 // to the gradient.
-class AdamW : public Adam {
+class C10D_API AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor> params, AdamWOptions options);
 };
 
-}  // namespace c10d::optim
+}  // namespace c10d::inline v1::optim

@@ -19,13 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "c10d/export.h"
 #include "c10d/tensor.h"
 #include "c10d/types.h"
 #include "c10d/work.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 
-class ProcessGroup {
+class C10D_API ProcessGroup {
  public:
   ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
   virtual ~ProcessGroup() = default;
@@ -88,4 +89,4 @@ class ProcessGroup {
   int size_;
 };
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -31,10 +31,11 @@
 #include <string>
 #include <string_view>
 
+#include "c10d/export.h"
 #include "c10d/store.h"
 #include "c10d/types.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 
 struct RendezvousResult {
   std::shared_ptr<Store> store;
@@ -43,7 +44,7 @@ struct RendezvousResult {
   std::string store_host;  // the TCP store's host (tcp://, env://); empty for file://
 };
 
-RendezvousResult rendezvous(std::string_view init_method, int rank = -1, int world_size = -1,
-                            Milliseconds timeout = kDefaultTimeout);
+C10D_API RendezvousResult rendezvous(std::string_view init_method, int rank = -1,
+                                     int world_size = -1, Milliseconds timeout = kDefaultTimeout);
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

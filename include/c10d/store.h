@@ -29,11 +29,12 @@
 #include <string_view>
 #include <vector>
 
+#include "c10d/export.h"
 #include "c10d/types.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 
-class Store {
+class C10D_API Store {
  public:
   explicit Store(Milliseconds timeout = kDefaultTimeout) : timeout_(timeout) {}
   virtual ~Store() = default;
@@ -80,7 +81,7 @@ struct StoreLimits {
 };
 
 // In-process store: a map under a mutex. For threads-as-ranks tests and single-process use.
-class HashStore : public Store {
+class C10D_API HashStore : public Store {
  public:
   explicit HashStore(Milliseconds timeout = kDefaultTimeout);
   ~HashStore() override;
@@ -124,7 +125,7 @@ struct FileStoreJob {
 // go deletes the file. A file that a live job holds is refused: StoreError "FileStore '<path>' is
 // in use by another job", naming that job's generation. A plain FileStore may read a job's file
 // while the job runs, and fails (StoreError) once the job has deleted it.
-class FileStore : public Store {
+class C10D_API FileStore : public Store {
  public:
   FileStore(std::filesystem::path path, Milliseconds timeout = kDefaultTimeout);
   FileStore(std::filesystem::path path, Milliseconds timeout, const FileStoreJob& job);
@@ -152,7 +153,7 @@ class FileStore : public Store {
 
 // Prefixes every key with "<prefix>/" and forwards to another store; num_keys is the base
 // store's count. Shares ownership of the base store.
-class PrefixStore : public Store {
+class C10D_API PrefixStore : public Store {
  public:
   PrefixStore(std::string prefix, std::shared_ptr<Store> base);
   void set(std::string_view key, std::span<const std::uint8_t> value) override;
@@ -214,7 +215,7 @@ class TCPStoreServer;
 // for while other clients leave theirs unread, fails with StoreError and the connection serves
 // on; a request of 64 KiB or more that finds no room among other clients' large requests fails
 // with StoreError and the connection is closed (the next call reconnects).
-class TCPStore : public Store {
+class C10D_API TCPStore : public Store {
  public:
   explicit TCPStore(TCPStoreOptions options);
   ~TCPStore() override;
@@ -245,4 +246,4 @@ class TCPStore : public Store {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

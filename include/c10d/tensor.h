@@ -24,18 +24,19 @@
 #include <string>
 #include <vector>
 
+#include "c10d/export.h"
 #include "c10d/types.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 
 class TensorImpl;
 class AutogradMeta;  // defined by the lazy core's autograd (src/lazy/autograd.h)
-[[noreturn]] void throw_element_size_mismatch(std::size_t host_size, DType dtype);
+[[noreturn]] C10D_API void throw_element_size_mismatch(std::size_t host_size, DType dtype);
 // InvalidArgument "<what> of an undefined tensor".
-[[noreturn]] void throw_undefined_tensor(const char* what);
+[[noreturn]] C10D_API void throw_undefined_tensor(const char* what);
 
 // Hook for the lazy core: a value that is computed on demand and written into the impl.
-class PendingValue {
+class C10D_API PendingValue {
  public:
   virtual ~PendingValue() = default;
   // Computes the value and gives `impl` its storage. Called at most once per impl.
@@ -43,7 +44,7 @@ class PendingValue {
 };
 
 // Dense bytes with an owner. Either allocated here (aligned to 64 bytes) or borrowed.
-class Storage {
+class C10D_API Storage {
  public:
   // Allocates nbytes of zeroed, 64-byte aligned memory.
   explicit Storage(std::size_t nbytes);
@@ -62,7 +63,7 @@ class Storage {
   std::function<void(void*)> deleter_;
 };
 
-class TensorImpl {
+class C10D_API TensorImpl {
  public:
   // A view of `storage` starting `offset_bytes` in.
   TensorImpl(DType dtype, std::vector<std::int64_t> shape, std::shared_ptr<Storage> storage,
@@ -101,7 +102,7 @@ class TensorImpl {
   std::shared_ptr<AutogradMeta> autograd_meta_;
 };
 
-class Tensor {
+class C10D_API Tensor {
  public:
   Tensor() = default;  // an undefined tensor; defined() is false
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
@@ -166,4 +167,4 @@ Tensor Tensor::from_vector(const std::vector<T>& values, DType dtype) {
   return t;
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -10,7 +10,9 @@
 #include <string_view>
 #include <vector>
 
-namespace c10d {
+#include "c10d/export.h"
+
+namespace c10d::inline v1 {
 
 using Bytes = std::vector<std::uint8_t>;
 using Milliseconds = std::chrono::milliseconds;
@@ -32,7 +34,7 @@ enum class DType : std::uint8_t {
 };
 inline constexpr int kNumDTypes = 10;
 
-[[noreturn]] void throw_invalid_dtype(DType dtype);
+[[noreturn]] C10D_API void throw_invalid_dtype(DType dtype);
 // Bytes per element (inline: every collective's checks call it). InvalidArgument on a value
 // that is not a DType.
 constexpr std::size_t element_size(DType dtype) {
@@ -42,12 +44,12 @@ constexpr std::size_t element_size(DType dtype) {
     throw_invalid_dtype(dtype);
   return kSizes[index];
 }
-std::string_view dtype_name(DType dtype);  // "float32", "bfloat16", ...
+C10D_API std::string_view dtype_name(DType dtype);  // "float32", "bfloat16", ...
 // Parses the names dtype_name() prints, and the nccl-tests short forms ("float", "half",
 // "bfloat16", "double", "int8", "uint8", "int32", "int64", "bool"), and "short" for int16.
 // Throws InvalidArgument.
-DType parse_dtype(std::string_view name);
-bool is_floating_point(DType dtype);
+C10D_API DType parse_dtype(std::string_view name);
+C10D_API bool is_floating_point(DType dtype);
 
 // Numbered as PyTorch numbers ReduceOp::RedOpType.
 enum class ReduceOp : std::uint8_t {
@@ -62,8 +64,8 @@ enum class ReduceOp : std::uint8_t {
   kPremulSum = 8,
 };
 
-std::string_view reduce_op_name(ReduceOp op);     // "sum", "avg", "prod", ...
-ReduceOp parse_reduce_op(std::string_view name);  // throws InvalidArgument
+C10D_API std::string_view reduce_op_name(ReduceOp op);     // "sum", "avg", "prod", ...
+C10D_API ReduceOp parse_reduce_op(std::string_view name);  // throws InvalidArgument
 
 // A reduction with its operator and, for PREMUL_SUM, the factor each input is scaled by.
 struct Reduction {
@@ -115,4 +117,4 @@ struct SendRecvOptions {
   std::optional<Milliseconds> timeout;
 };
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -23,12 +23,13 @@
 #include <string>
 #include <vector>
 
+#include "c10d/export.h"
 #include "c10d/tensor.h"
 #include "c10d/types.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 
-class Future {
+class C10D_API Future {
  public:
   using Callback = std::function<void(Future&)>;
 
@@ -80,7 +81,7 @@ class Future {
 
 // A Work holds its Future (one allocation per op); future() shares ownership of the Work, so a
 // Work whose future() is called must be owned by a std::shared_ptr, as every backend's are.
-class Work : public std::enable_shared_from_this<Work> {
+class C10D_API Work : public std::enable_shared_from_this<Work> {
  public:
   Work(std::string op_name, std::uint64_t sequence);
   virtual ~Work() = default;
@@ -146,4 +147,4 @@ class Work : public std::enable_shared_from_this<Work> {
   mutable Future future_;  // future() hands it out sharing this Work's ownership
 };
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -70,9 +70,10 @@ struct OpOptions {
   std::vector<std::int64_t> output_splits;
 };
 
-// The key-value store the group meets through, provided by the caller (torch's store). Calls
-// come from the thread that makes the group and, after set-up, from the group's own threads
-// (a rank that fails records why). Failures throw.
+// The key-value store the group meets through, provided by the caller (torch's store); also
+// what connect_env_store returns (c10d's own store). Calls come from the thread that makes the
+// group and, after set-up, from the group's own threads (a rank that fails records why).
+// Failures throw.
 class KeyValueStore {
  public:
   virtual ~KeyValueStore() = default;
@@ -91,6 +92,17 @@ class KeyValueStore {
   virtual std::int64_t num_keys() = 0;
   virtual std::chrono::milliseconds timeout() = 0;
 };
+
+// A client of c10d's own TCP store server at MASTER_ADDR:MASTER_PORT (c10drun's, or
+// `c10d-store serve`): c10d's rendezvous("env://") with the server taken as running elsewhere,
+// so no rank hosts one. It proves C10D_STORE_TOKEN to the server when set. `timeout` bounds the
+// connect (with retry) and is the store's default deadline. Throws c10d's errors naming the
+// address (a wrong token: "authentication failed").
+struct ConnectedStore {
+  std::shared_ptr<KeyValueStore> store;
+  std::string host;  // the store's host, for GroupOptions::store_host
+};
+ConnectedStore connect_env_store(int rank, int world_size, std::chrono::milliseconds timeout);
 
 struct GroupOptions {
   // "tcp" (TCP between hosts, shared memory within one) or "ici" (the simulated torus); "mpi"

@@ -1,12 +1,7 @@
 // The c10d half of the torch backend (bridge.h): ops on a c10d ProcessGroup, and c10d's Store
-// over the caller's key-value store. Includes c10d's public headers only, never torch's.
-//
-// Symbols: until c10d's names are its own (an inline namespace), libtorch exports some of the
-// same mangled names (c10d::Work::wait, c10d::Work::~Work, c10d::TCPStore's vtable...). This
-// file is built with hidden visibility, so what it instantiates from c10d's headers stays
-// inside the module; of libc10d's out-of-line functions it calls only ones torch does not also
-// define (tests/torch/check_symbols.sh checks the object file), which is why it waits on a
-// Work's Future rather than calling Work::wait.
+// over the caller's key-value store. Includes c10d's public headers only, never torch's: both
+// libraries name their C++ namespace c10d. Ours is the inline c10d::v1, so their symbols never
+// meet, but a file that saw both would find c10d::ProcessGroup ambiguous.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,6 +20,7 @@
 #include "c10d/errors.h"
 #include "c10d/init.h"
 #include "c10d/process_group.h"
+#include "c10d/rendezvous.h"
 #include "c10d/store.h"
 #include "c10d/tensor.h"
 #include "c10d/types.h"
@@ -245,7 +241,51 @@ class BridgeStore final : public c10d::Store {
   std::shared_ptr<KeyValueStore> kv_;
 };
 
+// c10d's own store (a client of its TCP store server) as the caller's key-value store: what
+// torch's env:// returns under c10drun. Errors pass as c10d's, with their messages.
+class StoreClient final : public KeyValueStore {
+ public:
+  explicit StoreClient(std::shared_ptr<c10d::Store> store) : store_(std::move(store)) {}
+
+  void set(const std::string& key, const std::vector<std::uint8_t>& value) override {
+    store_->set(key, std::span<const std::uint8_t>(value));
+  }
+  std::vector<std::uint8_t> get(const std::string& key) override { return store_->get(key); }
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    return store_->add(key, delta);
+  }
+  std::vector<std::uint8_t> compare_set(const std::string& key,
+                                        const std::vector<std::uint8_t>& expected,
+                                        const std::vector<std::uint8_t>& desired) override {
+    return store_->compare_set(key, expected, desired);
+  }
+  bool check(const std::vector<std::string>& keys) override { return store_->check(keys); }
+  // The server holds the WAIT until the keys exist or `timeout` passes; the connection serves
+  // on after a timeout.
+  bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    try {
+      store_->wait(std::span<const std::string>(keys), timeout);
+      return true;
+    } catch (const c10d::TimeoutError&) {
+      return false;
+    }
+  }
+  bool delete_key(const std::string& key) override { return store_->delete_key(key); }
+  std::int64_t num_keys() override { return store_->num_keys(); }
+  std::chrono::milliseconds timeout() override { return store_->timeout(); }
+
+ private:
+  std::shared_ptr<c10d::Store> store_;
+};
+
 }  // namespace
+
+ConnectedStore connect_env_store(int rank, int world_size, std::chrono::milliseconds timeout) {
+  // ?external=1: the server runs already (the launcher's), so rank 0 connects like the others
+  // whatever C10D_STORE_EXTERNAL says.
+  c10d::RendezvousResult r = c10d::rendezvous("env://?external=1", rank, world_size, timeout);
+  return {std::make_shared<StoreClient>(std::move(r.store)), std::move(r.store_host)};
+}
 
 std::shared_ptr<Group> make_group(std::shared_ptr<KeyValueStore> store, int rank, int size,
                                   const GroupOptions& options) {
@@ -415,17 +455,26 @@ std::exception_ptr op_error(const Op& op) {
 }
 
 void op_wait(Op& op, std::chrono::milliseconds timeout) {
-  // Not Work::wait: see the file comment. The group's worker runs the op meanwhile.
+  // Work::wait, so that the group's wait hook can run a collective that is next to start on this
+  // thread instead of waking the group's worker (backends/common/inline_schedule.h).
   const auto deadline = Clock::now() + timeout;
   for (const auto& w : op.works) {
-    const std::shared_ptr<c10d::Future> f = w->future();
-    if (!f->wait_until(deadline)) {
+    const auto left =
+        std::max(Milliseconds(0), std::chrono::ceil<Milliseconds>(deadline - Clock::now()));
+    try {
+      w->wait(left);
+    } catch (const c10d::TimeoutError&) {
+      if (w->is_completed()) {
+        // The op's own error (its deadline passed) as it is, or it completed just after the
+        // wait gave up.
+        if (const std::exception_ptr error = w->exception()) std::rethrow_exception(error);
+        continue;
+      }
       throw c10d::TimeoutError(fmt::format(
           "rank {}: {} did not complete within the wait's {} ms (it goes on until its own "
           "deadline)",
           op.rank, op_describe(op), timeout.count()));
     }
-    if (f->has_error()) std::rethrow_exception(f->exception());
   }
 }
 

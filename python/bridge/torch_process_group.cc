@@ -9,13 +9,11 @@
 // packs the inputs into one tensor and unpacks the output (docs/torch.md).
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
-#include <dlfcn.h>
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <stdexcept>
@@ -574,6 +572,63 @@ class TorchStore final : public bridge::KeyValueStore {
   c10::intrusive_ptr<::c10d::Store> store_;
 };
 
+// c10d's own store as a torch Store: what env:// gives under c10drun (c10d_torch wraps torch's
+// env:// handler), a client of the launcher's store server, which speaks c10d's protocol and
+// wants the job's token; torch's TCPStore cannot. Serves torch's users of a store alike: torch's
+// barrier and PrefixStore, gloo, and c10d's own group (through TorchStore above). Every wait has
+// a deadline: torch's kNoTimeout ("wait for ever") waits this store's timeout instead, and a get
+// waits for its key that long first, as torch's TCPStore does.
+class C10dStore final : public ::c10d::Store {
+ public:
+  C10dStore(std::shared_ptr<bridge::KeyValueStore> kv, std::string host, std::string address,
+            std::chrono::milliseconds timeout)
+      : ::c10d::Store(timeout),
+        kv_(std::move(kv)),
+        host_(std::move(host)),
+        address_(std::move(address)) {}
+
+  const std::string& host() const { return host_; }
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    translated([&] { kv_->set(key, value); });
+  }
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override {
+    return translated([&] { return kv_->compare_set(key, expected, desired); });
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    wait({key}, timeout_);
+    return translated([&] { return kv_->get(key); });
+  }
+  int64_t add(const std::string& key, int64_t value) override {
+    return translated([&] { return kv_->add(key, value); });
+  }
+  bool deleteKey(const std::string& key) override {
+    return translated([&] { return kv_->delete_key(key); });
+  }
+  bool check(const std::vector<std::string>& keys) override {
+    return translated([&] { return kv_->check(keys); });
+  }
+  int64_t getNumKeys() override {
+    return translated([&] { return kv_->num_keys(); });
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    const std::chrono::milliseconds limit = timeout == kNoTimeout ? timeout_ : timeout;
+    if (!translated([&] { return kv_->wait(keys, limit); })) {
+      throw std::runtime_error(c10::str("c10d store ", address_, ": waited ", limit.count(),
+                                        " ms for keys [", c10::Join(", ", keys),
+                                        "]; still missing"));
+    }
+  }
+
+ private:
+  std::shared_ptr<bridge::KeyValueStore> kv_;
+  std::string host_;
+  std::string address_;
+};
+
 c10::intrusive_ptr<::c10d::ProcessGroup> create_process_group(
     const c10::intrusive_ptr<::c10d::Store>& store, int rank, int world_size,
     std::chrono::milliseconds timeout, const std::string& backend, const std::string& store_host) {
@@ -588,32 +643,37 @@ c10::intrusive_ptr<::c10d::ProcessGroup> create_process_group(
   return c10::make_intrusive<ProcessGroupC10d>(std::move(group), rank, world_size);
 }
 
-// Until c10d's names are its own, both libtorch and libc10d define a few of the same symbols
-// (c10d::Work's destructor and type_info...): this module must bind torch's names to libtorch.
-// The type_info of torch's Work as this module sees it tells which library won.
-void check_torch_binding() {
-  Dl_info info{};
-  const void* addr = &typeid(::c10d::Work);
-  if (dladdr(addr, &info) != 0 && info.dli_fname != nullptr &&
-      std::strstr(info.dli_fname, "libc10d") != nullptr) {
-    throw std::runtime_error(std::string("c10d_torch: torch's c10d::Work resolved to ") +
-                             info.dli_fname +
-                             " instead of libtorch; load torch before libc10d (import torch "
-                             "first, and do not preload libc10d.so)");
-  }
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "c10d as a torch.distributed backend (see c10d_torch)";
   py::module_::import("torch.distributed");
-  check_torch_binding();
   m.def("create_process_group", &create_process_group, py::arg("store"), py::arg("rank"),
         py::arg("world_size"), py::arg("timeout"), py::arg("backend") = std::string(),
         py::arg("store_host") = std::string(), py::call_guard<py::gil_scoped_release>(),
         "Makes the c10d process group (the function registered with "
         "torch.distributed.Backend.register_backend).");
+  m.def(
+      "connect_store",
+      [](int rank, int world_size, std::chrono::milliseconds timeout,
+         const std::string& address) -> c10::intrusive_ptr<::c10d::Store> {
+        bridge::ConnectedStore connected =
+            translated([&] { return bridge::connect_env_store(rank, world_size, timeout); });
+        return c10::make_intrusive<C10dStore>(std::move(connected.store), std::move(connected.host),
+                                              address, timeout);
+      },
+      py::arg("rank"), py::arg("world_size"), py::arg("timeout"), py::arg("address"),
+      py::call_guard<py::gil_scoped_release>(),
+      "A torch Store that is a client of c10d's store server at MASTER_ADDR:MASTER_PORT "
+      "(c10drun's), proving C10D_STORE_TOKEN; `address` names it in messages.");
+  m.def(
+      "store_host",
+      [](const c10::intrusive_ptr<::c10d::Store>& store) -> py::object {
+        auto* ours = dynamic_cast<C10dStore*>(store.get());
+        if (ours == nullptr) return py::none();
+        return py::str(ours->host());
+      },
+      py::arg("store"), "The host of a store connect_store made, else None.");
   m.def(
       "group_backend",
       [](const c10::intrusive_ptr<::c10d::ProcessGroup>& pg) -> py::object {

@@ -5,7 +5,7 @@
 
 #include "core/check.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 void all_gather(const Context& ctx, std::span<const std::byte> input, std::span<std::byte> output,
                 const RingOptions& options) {
@@ -22,4 +22,4 @@ void all_gather(const Context& ctx, std::span<const std::byte> input, std::span<
                   options);
 }
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -15,7 +15,7 @@
 #include "algorithms/context.h"
 #include "algorithms/ring_all_reduce.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 // Gathers every rank's `input` into `output` in rank order. Throws InvalidArgument, before any
 // message, unless output holds exactly n * input.size() bytes. `input` may be this rank's block
@@ -23,4 +23,4 @@ namespace c10d::algorithms {
 void all_gather(const Context& ctx, std::span<const std::byte> input, std::span<std::byte> output,
                 const RingOptions& options = {});
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -8,7 +8,7 @@
 
 #include "core/check.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 namespace {
 
 // Checks that every block of one side fits `buffer_bytes`. `side` is "send" or "receive";
@@ -97,4 +97,4 @@ void all_to_all(const Context& ctx, std::span<const std::byte> input, std::span<
   all_to_allv(ctx, input, counts, offsets, output, counts, offsets);
 }
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

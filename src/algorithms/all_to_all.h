@@ -25,7 +25,7 @@
 
 #include "algorithms/context.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 // Sends input[send_offsets[d], +send_counts[d]) to rank d and receives the block from rank s
 // into output[recv_offsets[s], +recv_counts[s]), for every rank d and s (all in bytes). Each
@@ -43,4 +43,4 @@ void all_to_allv(const Context& ctx, std::span<const std::byte> input,
 void all_to_all(const Context& ctx, std::span<const std::byte> input, std::span<std::byte> output,
                 std::int64_t block_bytes);
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

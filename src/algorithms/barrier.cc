@@ -4,7 +4,7 @@
 #include <bit>
 #include <memory>
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 int dissemination_rounds(int n) {
   return std::bit_width(static_cast<unsigned>(n) - 1);  // ceil(log2 n), 0 for n = 1
@@ -35,4 +35,4 @@ void barrier(const Context& ctx) {
   }
 }
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

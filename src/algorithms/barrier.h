@@ -13,7 +13,7 @@
 
 #include "algorithms/context.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 // Pattern arithmetic (pure; n >= 1, 0 <= rank < n, 0 <= round < dissemination_rounds(n)).
 int dissemination_rounds(int n);  // ceil(log2 n); 0 for n = 1
@@ -23,4 +23,4 @@ int dissemination_recv_peer(int n, int rank, int round);
 // Returns once every rank of ctx has entered the barrier.
 void barrier(const Context& ctx);
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -4,7 +4,7 @@
 
 #include "transport/transport.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 struct Context {
   transport::Transport& transport;
@@ -15,4 +15,4 @@ struct Context {
   int size() const { return transport.size(); }
 };
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -7,7 +7,7 @@
 
 #include "core/check.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 namespace {
 
 // Checks the per-rank buffers of `op`: n of them at the root, whose own slot matches its local
@@ -72,4 +72,4 @@ void scatter(const Context& ctx, std::span<const std::span<const std::byte>> inp
   transport::wait_all(sends, ctx.deadline);
 }
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -19,7 +19,7 @@
 
 #include "algorithms/context.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 // Collects every rank's `input` into root's outputs[rank].
 void gather(const Context& ctx, std::span<const std::byte> input,
@@ -29,4 +29,4 @@ void gather(const Context& ctx, std::span<const std::byte> input,
 void scatter(const Context& ctx, std::span<const std::span<const std::byte>> inputs,
              std::span<std::byte> output, int root);
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -7,7 +7,7 @@
 #include "algorithms/reduce_kernels.h"
 #include "algorithms/scratch.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 namespace {
 
 std::span<std::byte> span_of(void* data, std::size_t elem, Block b) {
@@ -79,4 +79,4 @@ void halving_doubling_all_reduce(const Context& ctx, DType dtype, const Reductio
   if (reduction.op == ReduceOp::kAvg) finish_average(dtype, data, count, ctx.size());
 }
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -10,7 +10,7 @@
 #include "algorithms/context.h"
 #include "c10d/types.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 // Vectors up to this size skip the halving: after the fold, every step exchanges the whole
 // vector (recursive doubling), log2(n) messages instead of 2 log2(n); above it the halving's
@@ -22,4 +22,4 @@ inline constexpr std::int64_t kRecursiveDoublingMaxBytes = 4 << 10;
 void halving_doubling_all_reduce(const Context& ctx, DType dtype, const Reduction& reduction,
                                  void* data, std::int64_t count);
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

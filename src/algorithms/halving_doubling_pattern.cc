@@ -2,7 +2,7 @@
 
 #include "core/check.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 HalvingDoublingPattern::HalvingDoublingPattern(int world_size, int rank, std::int64_t count)
     : n_(world_size), rank_(rank), count_(count) {
@@ -77,4 +77,4 @@ Block HalvingDoublingPattern::owned() const {
   return block_of(count_, pof2_, vrank_);
 }
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -19,7 +19,7 @@
 
 #include "algorithms/ring_pattern.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 class HalvingDoublingPattern {
  public:
@@ -57,4 +57,4 @@ class HalvingDoublingPattern {
   std::int64_t count_;
 };
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -12,7 +12,7 @@
 #include "core/check.h"
 #include "core/half.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 namespace {
 
 // Elements per float32 chunk of the 16-bit paths: two 1 KiB buffers stay in L1 and the
@@ -338,4 +338,4 @@ void finish_average(DType dtype, void* data, std::int64_t count, int world_size)
   }
 }
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

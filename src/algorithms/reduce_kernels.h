@@ -30,7 +30,7 @@
 
 #include "c10d/types.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 // Throws InvalidArgument, naming op and dtype, unless the kernels support `op` on `dtype`
 // (table above). Cheap; the kernels below call it too, but an algorithm should call it before
@@ -62,4 +62,4 @@ void premul_in_place(DType dtype, double factor, void* data, std::int64_t count)
 // negative count.
 void finish_average(DType dtype, void* data, std::int64_t count, int world_size);
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

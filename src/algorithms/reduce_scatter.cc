@@ -8,7 +8,7 @@
 #include "algorithms/scratch.h"
 #include "core/check.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 namespace {
 
@@ -84,4 +84,4 @@ void reduce_scatter(const Context& ctx, DType dtype, const Reduction& reduction,
       output, count, options);
 }
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -20,7 +20,7 @@
 #include "algorithms/ring_all_reduce.h"
 #include "c10d/types.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 // output[i] = reduction over ranks q of q's input[rank * count + i], for i in [0, count).
 // `input` holds n * count elements of `dtype`, `output` count elements; they may overlap in any
@@ -40,4 +40,4 @@ void reduce_scatter_blocks(const Context& ctx, DType dtype, const Reduction& red
 // The n block pointers of a contiguous input of n blocks of `block_bytes`, in rank order.
 std::vector<const void*> block_pointers(const void* input, int n, std::size_t block_bytes);
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -13,7 +13,7 @@
 #include "algorithms/scratch.h"
 #include "core/check.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 namespace {
 
 RingPattern pattern_for(const Context& ctx, std::int64_t count, const RingOptions& options) {
@@ -265,4 +265,4 @@ void ring_all_reduce(const Context& ctx, DType dtype, const Reduction& reduction
   if (reduction.op == ReduceOp::kAvg) finish_average(dtype, data, count, ctx.size());
 }
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -18,7 +18,7 @@
 #include "algorithms/context.h"
 #include "c10d/types.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 struct RingOptions {
   std::vector<int> order;                   // empty: ranks in order 0..n-1
@@ -47,4 +47,4 @@ void ring_reduce_scatter_to(const Context& ctx, DType dtype, const Reduction& re
 void ring_all_gather(const Context& ctx, DType dtype, void* data, std::int64_t count,
                      const RingOptions& options = {});
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -4,7 +4,7 @@
 
 #include "core/check.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 Block block_of(std::int64_t count, int n, int r) {
   const std::int64_t base = count / n;
@@ -50,4 +50,4 @@ Block RingPattern::block_at(int q) const {
   return block_of(count_, n, order_[static_cast<std::size_t>(pos)]);
 }
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 struct Block {
   std::int64_t offset = 0;  // first element
@@ -56,4 +56,4 @@ class RingPattern {
   std::int64_t count_ = 0;
 };
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -2,7 +2,7 @@
 
 #include <array>
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 namespace {
 
 struct Slot {
@@ -28,4 +28,4 @@ Scratch::Scratch(ScratchSlot slot, std::size_t bytes) {
   span_ = {s.bytes.get(), bytes};
 }
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -13,7 +13,7 @@
 #include <memory>
 #include <span>
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 enum class ScratchSlot { kSegments, kInputCopy, kPartials, kStaging, kCount };
 
@@ -33,4 +33,4 @@ class Scratch {
   std::span<std::byte> span_;
 };
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

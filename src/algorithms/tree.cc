@@ -10,7 +10,7 @@
 #include "algorithms/scratch.h"
 #include "core/check.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 namespace {
 
 // Requests a chain keeps posted per link: enough that a segment is on the wire while the
@@ -158,4 +158,4 @@ void tree_reduce(const Context& ctx, DType dtype, const Reduction& reduction, vo
   }
 }
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

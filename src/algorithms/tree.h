@@ -26,7 +26,7 @@
 #include "algorithms/context.h"
 #include "c10d/types.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 
 // ---- Pattern arithmetic (pure; n >= 1, 0 <= root, rank < n) ----
 
@@ -68,4 +68,4 @@ void broadcast(const Context& ctx, std::span<std::byte> data, int root,
 void tree_reduce(const Context& ctx, DType dtype, const Reduction& reduction, void* data,
                  std::int64_t count, int root);
 
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -13,7 +13,7 @@
 
 #include "c10d/errors.h"
 
-namespace c10d::core {
+namespace c10d::inline v1::core {
 
 void random_bytes(std::span<std::uint8_t> out) {
   // RAND_bytes takes an int count; nobody here asks for more than a few dozen bytes.
@@ -72,4 +72,4 @@ std::string empty_token_message(std::string_view what) {
       what);
 }
 
-}  // namespace c10d::core
+}  // namespace c10d::inline v1::core

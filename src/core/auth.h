@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-namespace c10d::core {
+namespace c10d::inline v1::core {
 
 inline constexpr std::size_t kMacBytes = 32;  // HMAC-SHA256
 using Mac = std::array<std::uint8_t, kMacBytes>;
@@ -45,4 +45,4 @@ std::optional<std::string> token_from_env();
 // Why an empty token given as `what` ("C10D_STORE_TOKEN", "--token") is refused, and what to do.
 std::string empty_token_message(std::string_view what);
 
-}  // namespace c10d::core
+}  // namespace c10d::inline v1::core

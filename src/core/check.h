@@ -9,11 +9,11 @@
 
 #include "c10d/errors.h"
 
-namespace c10d::core {
+namespace c10d::inline v1::core {
 
 std::string with_location(const char* file, int line, const std::string& message);
 
-}  // namespace c10d::core
+}  // namespace c10d::inline v1::core
 
 // Throws `ErrorType` with a formatted message: C10D_THROW(TimeoutError, "waited {} ms", ms).
 #define C10D_THROW(ErrorType, ...) \

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-namespace c10d::core {
+namespace c10d::inline v1::core {
 
 void fault_point(std::string_view step) {
   static const std::string wanted = [] {
@@ -21,4 +21,4 @@ void fault_point(std::string_view step) {
   }
 }
 
-}  // namespace c10d::core
+}  // namespace c10d::inline v1::core

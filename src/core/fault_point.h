@@ -10,8 +10,8 @@
 
 #include <string_view>
 
-namespace c10d::core {
+namespace c10d::inline v1::core {
 
 void fault_point(std::string_view step);
 
-}  // namespace c10d::core
+}  // namespace c10d::inline v1::core

@@ -15,7 +15,7 @@
 #include <bit>
 #include <cstdint>
 
-namespace c10d::core {
+namespace c10d::inline v1::core {
 
 // float16 bits -> float32, exact.
 inline float half_to_float(std::uint16_t h) {
@@ -87,4 +87,4 @@ inline std::uint16_t float_to_bfloat16(float f) {
   return static_cast<std::uint16_t>(is_nan ? ((w >> 16) | 0x0040u) : rounded);
 }
 
-}  // namespace c10d::core
+}  // namespace c10d::inline v1::core

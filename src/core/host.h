@@ -7,7 +7,7 @@
 
 #include "core/parse.h"
 
-namespace c10d::core {
+namespace c10d::inline v1::core {
 
 // The job's processes on this host: LOCAL_WORLD_SIZE (c10drun, torchrun) or mpirun's
 // OMPI_COMM_WORLD_LOCAL_SIZE, each in [1, 2^20] (else an InvalidArgument naming it); 1 when
@@ -31,4 +31,4 @@ inline bool has_own_core() {
   return own;
 }
 
-}  // namespace c10d::core
+}  // namespace c10d::inline v1::core

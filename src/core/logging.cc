@@ -9,7 +9,7 @@
 
 #include "core/check.h"
 
-namespace c10d::core {
+namespace c10d::inline v1::core {
 namespace {
 
 const auto kStart = std::chrono::steady_clock::now();
@@ -58,4 +58,4 @@ void log_line(LogLevel level, std::string_view message) {
   (void)ignored;
 }
 
-}  // namespace c10d::core
+}  // namespace c10d::inline v1::core

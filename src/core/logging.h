@@ -7,7 +7,7 @@
 
 #include <string_view>
 
-namespace c10d::core {
+namespace c10d::inline v1::core {
 
 enum class LogLevel { kTrace = 0, kDebug, kInfo, kWarn, kError, kOff };
 
@@ -16,7 +16,7 @@ void set_log_level(LogLevel level);               // overrides the environment (
 LogLevel parse_log_level(std::string_view name);  // throws InvalidArgument
 void log_line(LogLevel level, std::string_view message);
 
-}  // namespace c10d::core
+}  // namespace c10d::inline v1::core
 
 #define C10D_LOG(level, ...)                                                             \
   do {                                                                                   \

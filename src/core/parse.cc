@@ -10,7 +10,7 @@
 
 #include "core/check.h"
 
-namespace c10d::core {
+namespace c10d::inline v1::core {
 namespace {
 
 template <typename T>
@@ -123,4 +123,4 @@ std::optional<std::size_t> checked_mul_add(std::size_t a, std::size_t b, std::si
   return sum;
 }
 
-}  // namespace c10d::core
+}  // namespace c10d::inline v1::core

@@ -21,7 +21,7 @@
 
 #include "c10d/types.h"
 
-namespace c10d::core {
+namespace c10d::inline v1::core {
 
 // A parsed value, or why there is none.
 template <typename T>
@@ -61,4 +61,4 @@ void check_timeout(Milliseconds timeout, std::string_view what);
 // a * b + c, or nullopt when it does not fit a size_t.
 std::optional<std::size_t> checked_mul_add(std::size_t a, std::size_t b, std::size_t c = 0);
 
-}  // namespace c10d::core
+}  // namespace c10d::inline v1::core

@@ -18,7 +18,7 @@
 #include "core/host.h"
 #include "core/parse.h"
 
-namespace c10d::core {
+namespace c10d::inline v1::core {
 
 inline constexpr std::chrono::microseconds kHotSpin{20};
 
@@ -56,4 +56,4 @@ bool spin_until(
   }
 }
 
-}  // namespace c10d::core
+}  // namespace c10d::inline v1::core

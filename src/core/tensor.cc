@@ -6,7 +6,7 @@
 
 #include "core/check.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 constexpr std::size_t kAlignment = 64;
@@ -153,4 +153,4 @@ Tensor Tensor::narrow_rows(std::int64_t begin, std::int64_t end) const {
       std::make_shared<TensorImpl>(dtype(), std::move(new_shape), impl_->storage(), offset));
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

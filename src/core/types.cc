@@ -4,7 +4,7 @@
 
 #include "core/check.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 struct DTypeInfo {
@@ -87,4 +87,4 @@ ReduceOp parse_reduce_op(std::string_view name) {
              name);
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

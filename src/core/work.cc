@@ -8,7 +8,7 @@
 #include "core/check.h"
 #include "core/spin_wait.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 // The parking lot: futures share these mutexes and condition variables by address. Two futures
@@ -136,4 +136,4 @@ void Work::wait(Milliseconds timeout) {
   if (auto err = future_.exception()) std::rethrow_exception(err);
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -2,7 +2,7 @@
 #include "c10d/ddp.h"
 #include "core/check.h"
 
-namespace c10d::ddp {
+namespace c10d::inline v1::ddp {
 
 std::vector<std::vector<int>> assign_buckets(const std::vector<std::int64_t>& bytes,
                                              const std::vector<DType>& dtypes,
@@ -33,4 +33,4 @@ std::vector<std::vector<int>> assign_buckets(const std::vector<std::int64_t>& by
   return buckets;
 }
 
-}  // namespace c10d::ddp
+}  // namespace c10d::inline v1::ddp

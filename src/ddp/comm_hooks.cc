@@ -7,7 +7,7 @@
 #include "core/check.h"
 #include "core/half.h"
 
-namespace c10d::ddp {
+namespace c10d::inline v1::ddp {
 namespace {
 
 std::shared_ptr<Future> average(ProcessGroup& group, const Tensor& t) {
@@ -55,4 +55,4 @@ CommHook bf16_compress_hook() {
       "bf16_compress_hook");
 }
 
-}  // namespace c10d::ddp
+}  // namespace c10d::inline v1::ddp

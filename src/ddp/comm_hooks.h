@@ -7,10 +7,10 @@
 
 #include "c10d/ddp.h"
 
-namespace c10d::ddp {
+namespace c10d::inline v1::ddp {
 
 struct AllreduceHook {
   std::shared_ptr<Future> operator()(ProcessGroup& group, GradBucket& bucket) const;
 };
 
-}  // namespace c10d::ddp
+}  // namespace c10d::inline v1::ddp

@@ -26,7 +26,7 @@
 #include "core/logging.h"
 #include "ddp/comm_hooks.h"
 
-namespace c10d::ddp {
+namespace c10d::inline v1::ddp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -405,4 +405,4 @@ std::vector<std::vector<std::string>> DistributedDataParallel::bucket_layout() c
   return out;
 }
 
-}  // namespace c10d::ddp
+}  // namespace c10d::inline v1::ddp

@@ -7,7 +7,7 @@
 #include "c10d/data.h"
 #include "core/check.h"
 
-namespace c10d::data {
+namespace c10d::inline v1::data {
 namespace {
 
 std::uint64_t splitmix64(std::uint64_t& state) {
@@ -69,4 +69,4 @@ std::vector<std::int64_t> DistributedSampler::indices() const {
   return mine;
 }
 
-}  // namespace c10d::data
+}  // namespace c10d::inline v1::data

@@ -19,7 +19,7 @@
 #include "c10d/data.h"
 #include "core/check.h"
 
-namespace c10d::data {
+namespace c10d::inline v1::data {
 namespace {
 
 constexpr std::uint8_t kUnsignedByte = 0x08;
@@ -257,4 +257,4 @@ Tensor gather_rows(const Tensor& src, const std::vector<std::int64_t>& indices) 
   return out;
 }
 
-}  // namespace c10d::data
+}  // namespace c10d::inline v1::data

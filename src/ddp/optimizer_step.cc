@@ -6,7 +6,7 @@
 #include "c10d/lazy.h"
 #include "core/check.h"
 
-namespace c10d::ddp {
+namespace c10d::inline v1::ddp {
 
 void optimizer_step(optim::Optimizer& optimizer, std::shared_ptr<ProcessGroup> group,
                     const OptimizerStepOptions& options) {
@@ -40,4 +40,4 @@ void optimizer_step(optim::Optimizer& optimizer, std::shared_ptr<ProcessGroup> g
   lazy::mark_step();
 }
 
-}  // namespace c10d::ddp
+}  // namespace c10d::inline v1::ddp

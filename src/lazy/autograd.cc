@@ -8,7 +8,7 @@
 
 #include "core/check.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace autograd {
 namespace {
 
@@ -315,4 +315,4 @@ NoGradGuard::~NoGradGuard() { autograd::t_grad_enabled = previous_; }
 
 bool grad_enabled() { return autograd::t_grad_enabled; }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

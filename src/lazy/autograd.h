@@ -34,7 +34,7 @@
 #include "c10d/tensor.h"
 #include "lazy/autograd_hook.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 
 namespace lazy::autograd {
 class Node;
@@ -134,4 +134,4 @@ std::vector<Tensor> reachable_leaves(const std::vector<Tensor>& roots);
 Tensor sum_to(const Tensor& grad, const Shape& shape);
 
 }  // namespace lazy::autograd
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -17,7 +17,7 @@
 #include "core/check.h"
 #include "lazy/autograd.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 using autograd::Edge;
@@ -116,4 +116,4 @@ void backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) 
   }
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -2,7 +2,7 @@
 
 #include <atomic>
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 std::atomic<RecordFn> g_hook{nullptr};
@@ -27,4 +27,4 @@ void record_op(const OpRecord& record) {
 RecordSuspendGuard::RecordSuspendGuard() : previous_(t_suspended) { t_suspended = true; }
 RecordSuspendGuard::~RecordSuspendGuard() { t_suspended = previous_; }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -43,11 +43,11 @@
 #include "c10d/tensor.h"
 #include "c10d/types.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 class ProcessGroup;
 }
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 struct OpRecord {
   std::string_view name;  // the public op's name: "add", "sum", "softmax", ...
@@ -93,4 +93,4 @@ class RecordSuspendGuard {
   bool previous_;
 };
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -13,7 +13,7 @@
 #include "core/check.h"
 #include "lazy/autograd.h"
 
-namespace c10d::lazy::autograd {
+namespace c10d::inline v1::lazy::autograd {
 namespace {
 
 using Grads = std::vector<Tensor>;
@@ -161,4 +161,4 @@ const Rule* find_rule(std::string_view op) {
   return it == table.end() ? nullptr : &it->second;
 }
 
-}  // namespace c10d::lazy::autograd
+}  // namespace c10d::inline v1::lazy::autograd

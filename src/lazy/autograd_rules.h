@@ -8,11 +8,11 @@
 
 #include "lazy/autograd.h"
 
-namespace c10d::lazy::autograd {
+namespace c10d::inline v1::lazy::autograd {
 
 using RuleTable = std::unordered_map<std::string_view, Rule>;
 
 void add_elementwise_rules(RuleTable& table);
 void add_shape_rules(RuleTable& table);
 
-}  // namespace c10d::lazy::autograd
+}  // namespace c10d::inline v1::lazy::autograd

@@ -6,7 +6,7 @@
 #include "lazy/autograd.h"
 #include "lazy/autograd_rules.h"
 
-namespace c10d::lazy::autograd {
+namespace c10d::inline v1::lazy::autograd {
 namespace {
 
 using Grads = std::vector<Tensor>;
@@ -167,4 +167,4 @@ void add_shape_rules(RuleTable& table) {
   table["cross_entropy"] = rule(cross_entropy_rule, true, false);
 }
 
-}  // namespace c10d::lazy::autograd
+}  // namespace c10d::inline v1::lazy::autograd

@@ -5,7 +5,7 @@
 
 #include "core/parse.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 std::shared_ptr<Program> ProgramCache::find(const Graph& g) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -51,4 +51,4 @@ ProgramCache& program_cache() {
   return cache;
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

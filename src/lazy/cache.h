@@ -14,7 +14,7 @@
 
 #include "lazy/program.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 class ProgramCache {
  public:
@@ -36,4 +36,4 @@ class ProgramCache {
 
 ProgramCache& program_cache();
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -11,7 +11,7 @@
 #include "lazy/executor.h"
 #include "lazy/graph.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 // -1: not set; read C10D_LAZY on first use.
@@ -214,4 +214,4 @@ void mark_step() { run_step(nullptr); }
 
 void set_cache_capacity(std::size_t programs) { program_cache().set_capacity(programs); }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

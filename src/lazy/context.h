@@ -14,7 +14,7 @@
 #include "c10d/tensor.h"
 #include "lazy/ir.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 class LazyValue final : public PendingValue {
  public:
@@ -49,4 +49,4 @@ void set_last_collective(std::shared_ptr<Node> node);
 // Runs every live pending tensor of this thread, plus `requester` (a read of its value) if set.
 void run_step(TensorImpl* requester);
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -7,7 +7,7 @@
 #include "lazy/graph.h"
 #include "lazy/ops_common.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 std::string attrs(const Node& n) {
@@ -96,4 +96,4 @@ std::string dump_graph(const std::vector<Tensor>& outputs) {
                      fmt::join(rets, ", "));
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

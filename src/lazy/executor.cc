@@ -12,7 +12,7 @@
 #include "c10d/work.h"
 #include "core/check.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -355,4 +355,4 @@ std::vector<Buf> execute(Program& program, const Graph& graph, bool reuse) {
   return run.go();
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -14,8 +14,8 @@
 #include "lazy/kernels.h"
 #include "lazy/program.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 std::vector<Buf> execute(Program& program, const Graph& graph, bool reuse);
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -4,7 +4,7 @@
 #include <tuple>
 #include <unordered_map>
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 using DataKey = std::tuple<const void*, std::size_t, int, Shape>;
@@ -92,4 +92,4 @@ Graph canonicalize(const std::vector<Value>& roots) {
   return g;
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

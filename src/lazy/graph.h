@@ -15,7 +15,7 @@
 
 #include "lazy/ir.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 // One output of one entry of a canonical graph or program.
 struct Slot {
@@ -37,4 +37,4 @@ struct Graph {
 
 Graph canonicalize(const std::vector<Value>& roots);
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

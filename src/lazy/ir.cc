@@ -3,7 +3,7 @@
 #include <bit>
 #include <cstring>
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 std::string_view op_name(OpKind op) {
   switch (op) {
@@ -165,4 +165,4 @@ std::shared_ptr<Node> make_node(OpKind op, std::vector<Value> operands,
   return node;
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -19,11 +19,11 @@
 #include "c10d/tensor.h"
 #include "c10d/types.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 class ProcessGroup;
 }
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 using Shape = std::vector<std::int64_t>;
 
@@ -126,4 +126,4 @@ std::shared_ptr<Node> make_node(OpKind op, std::vector<Value> operands,
 
 std::uint64_t hash_combine(std::uint64_t seed, std::uint64_t value);
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -12,7 +12,7 @@
 #include "core/check.h"
 #include "lazy/program.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 // Calls f(T{}) with the C++ type of `t`, for the dtypes kernels compute in: float32, float64,
 // int32, int64, and bool when `with_bool`. Any other dtype is an InvalidArgument.
@@ -80,4 +80,4 @@ void convert(DType from, const void* src, DType to, void* dst, std::int64_t n);
 // Writes `value`, converted to `dtype`, into n elements.
 void fill(DType dtype, void* dst, std::int64_t n, double value);
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -11,7 +11,7 @@
 #include "lazy/kernels.h"
 #include "lazy/kernels_f32_packets.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 static_assert(kTile % kF32Block == 0, "a tile is a whole number of blocks");
@@ -403,4 +403,4 @@ F32Plan plan_f32(const FusedKernel& k) {
   return plan;
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

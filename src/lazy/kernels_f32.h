@@ -22,7 +22,7 @@
 
 #include "lazy/program.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 // out[i] = op(a[i], b[i]) for a binary instruction, op(a[i]) for a unary one; with an
 // immediate operand (TileInstr::a_imm / b_imm), `a` is the register operand and `imm` the
@@ -169,4 +169,4 @@ void f32_avx512_chain(const F32Chain& chain, void* const* regs, std::int64_t n);
 
 }  // namespace detail
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

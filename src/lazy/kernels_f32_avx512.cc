@@ -33,7 +33,7 @@
 #error "kernels_f32_avx512.cc must be compiled with -mavx512f -mavx512dq -mfma"
 #endif
 
-namespace c10d::lazy::detail {
+namespace c10d::inline v1::lazy::detail {
 namespace {
 
 namespace ei = Eigen::internal;
@@ -109,4 +109,4 @@ F32Kernels f32_avx512_kernels(OpKind op) {
   }
 }
 
-}  // namespace c10d::lazy::detail
+}  // namespace c10d::inline v1::lazy::detail

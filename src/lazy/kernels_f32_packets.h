@@ -14,7 +14,7 @@
 
 #include "lazy/kernels_f32.h"
 
-namespace c10d::lazy::f32_packets {
+namespace c10d::inline v1::lazy::f32_packets {
 namespace {
 
 namespace ei = Eigen::internal;
@@ -232,4 +232,4 @@ void f32_chain_run(const F32Chain& chain, void* const* regs, std::int64_t n) {
 }
 
 }  // namespace
-}  // namespace c10d::lazy::f32_packets
+}  // namespace c10d::inline v1::lazy::f32_packets

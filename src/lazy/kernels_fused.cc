@@ -19,7 +19,7 @@
 #include "lazy/kernels.h"
 #include "lazy/kernels_f32.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 template <class T>
@@ -482,4 +482,4 @@ void run_fused(const FusedKernel& k, std::vector<Buf>& bufs) {
   }
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -14,7 +14,7 @@
 #include "lazy/kernels.h"
 #include "lazy/random.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 template <class F>
@@ -385,4 +385,4 @@ void run_random(bool normal, const ValueType& out, double a, double b, std::uint
   }
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

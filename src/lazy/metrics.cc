@@ -4,7 +4,7 @@
 #include "c10d/lazy.h"
 #include "lazy/context.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 Metrics metrics() {
   const Counters& c = counters();
@@ -42,4 +42,4 @@ std::string metrics_report() {
       m.forced_syncs, m.steps, m.cse_merged, m.compile_seconds, m.execute_seconds);
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

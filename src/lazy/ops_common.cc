@@ -4,7 +4,7 @@
 
 #include "core/check.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 std::string_view short_dtype(DType t) {
   switch (t) {
@@ -107,4 +107,4 @@ Tensor constant_scalar(double value, DType dtype) {
   return make_pending({make_node(OpKind::kConstant, {}, {{dtype, {}}}, {}, {value}), 0});
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -17,7 +17,7 @@
 #include "lazy/context.h"
 #include "lazy/ir.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 std::string_view short_dtype(DType t);     // "f32", "i64", "bool", ...
 std::string type_str(const ValueType& t);  // "f32[3, 4]"
@@ -52,4 +52,4 @@ inline void record(std::string_view name, std::vector<Tensor> inputs, const Tens
   record(name, std::move(inputs), {output}, [](OpRecord&) {});
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

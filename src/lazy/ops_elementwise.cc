@@ -6,7 +6,7 @@
 #include "core/check.h"
 #include "lazy/ops_common.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 bool float_math(OpKind op) {
@@ -108,9 +108,9 @@ Tensor cast(const Tensor& a, DType dtype) {
   return r;
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy
 
-namespace c10d {
+namespace c10d::inline v1 {
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return lazy::add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return lazy::sub(a, b); }
@@ -142,4 +142,4 @@ Tensor operator/(double a, const Tensor& b) {
   return lazy::div(lazy::constant_scalar(a, lazy::scalar_dtype(b, a)), b);
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -3,7 +3,7 @@
 #include "core/check.h"
 #include "lazy/ops_common.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 void check_float(std::string_view op, const ValueType& t) {
@@ -90,4 +90,4 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
   return r;
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -7,7 +7,7 @@
 #include "core/check.h"
 #include "lazy/ops_common.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 std::vector<std::int64_t> normalize_axes(std::string_view op, const std::vector<std::int64_t>& axes,
@@ -114,4 +114,4 @@ Tensor argmax(const Tensor& a, std::int64_t axis, bool keepdim) {
   return r;
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -5,7 +5,7 @@
 #include "core/check.h"
 #include "lazy/ops_common.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 // True when `v` is a pending transpose of its operand's last two axes.
@@ -177,4 +177,4 @@ Tensor broadcast_to(const Tensor& a, const Shape& shape) {
   return r;
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -5,7 +5,7 @@
 #include "core/check.h"
 #include "lazy/ops_common.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 std::int64_t checked_numel(std::string_view op, const Shape& shape) {
@@ -117,4 +117,4 @@ Tensor detach(const Tensor& a) {
                                              impl->offset_bytes()));
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -17,7 +17,7 @@
 #include "lazy/kernels_f32.h"
 #include "lazy/program.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 struct Group {
@@ -525,4 +525,4 @@ std::unique_ptr<Program> plan(const Graph& graph) {
   return program;
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -22,7 +22,7 @@
 #include "lazy/graph.h"
 #include "lazy/ir.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 struct ProgramEntry {
   OpKind op;
@@ -118,4 +118,4 @@ struct Program {
 // Plans a program for `graph` (dead code is never in it: only what the roots reach is).
 std::unique_ptr<Program> plan(const Graph& graph);
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

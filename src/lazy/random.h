@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 
 inline std::uint64_t splitmix64(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -24,4 +24,4 @@ inline double random_unit(std::uint64_t seed, std::uint64_t counter) {
   return static_cast<double>(random_bits(seed, counter) >> 11) * 0x1.0p-53;
 }
 
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

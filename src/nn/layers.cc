@@ -4,7 +4,7 @@
 #include "c10d/nn.h"
 #include "core/check.h"
 
-namespace c10d::nn {
+namespace c10d::inline v1::nn {
 
 Linear::Linear(std::int64_t in_features, std::int64_t out_features, lazy::Generator& gen, bool bias,
                DType dtype)
@@ -46,4 +46,4 @@ Tensor Sequential::forward(const Tensor& input) {
   return x;
 }
 
-}  // namespace c10d::nn
+}  // namespace c10d::inline v1::nn

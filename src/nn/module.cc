@@ -6,7 +6,7 @@
 #include "c10d/nn.h"
 #include "core/check.h"
 
-namespace c10d::nn {
+namespace c10d::inline v1::nn {
 namespace {
 
 std::string shape_string(const std::vector<std::int64_t>& shape) {
@@ -145,4 +145,4 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
   for (auto& [dst, value] : writes) lazy::assign(dst, value.clone());
 }
 
-}  // namespace c10d::nn
+}  // namespace c10d::inline v1::nn

@@ -10,7 +10,7 @@
 #include "c10d/optim.h"
 #include "core/check.h"
 
-namespace c10d::optim {
+namespace c10d::inline v1::optim {
 namespace {
 
 // A 0-d tensor holding `v` as data, of a floating dtype.
@@ -216,4 +216,4 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
                        .weight_decay = o.weight_decay},
            /*decoupled=*/true) {}
 
-}  // namespace c10d::optim
+}  // namespace c10d::inline v1::optim

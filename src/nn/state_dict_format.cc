@@ -17,7 +17,7 @@
 
 #include "core/check.h"
 
-namespace c10d::nn {
+namespace c10d::inline v1::nn {
 namespace format {
 namespace {
 
@@ -228,7 +228,9 @@ Decoded decode_from(Source& in) {
 void encode(const NamedTensors& state, std::vector<std::uint8_t>& out) {
   C10D_CHECK(state.size() <= kMaxEntries, "state_dict has {} entries, the format allows {}",
              state.size(), kMaxEntries);
-  out.insert(out.end(), std::begin(kMagic), std::end(kMagic));
+  // Byte by byte: GCC 12 takes vector::insert of a range into the empty vector, inlined into
+  // save_state_dict by link-time optimization, for an overflow (-Wstringop-overflow).
+  for (const char c : kMagic) out.push_back(static_cast<std::uint8_t>(c));
   put<std::uint32_t>(out, kVersion);
   put<std::uint32_t>(out, static_cast<std::uint32_t>(state.size()));
   for (const auto& [name, t] : state) {
@@ -367,4 +369,4 @@ void load_state_dict(Module& module, const std::string& path, bool strict) {
   }
 }
 
-}  // namespace c10d::nn
+}  // namespace c10d::inline v1::nn

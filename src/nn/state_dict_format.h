@@ -30,7 +30,7 @@
 
 #include "c10d/nn.h"
 
-namespace c10d::nn::format {
+namespace c10d::inline v1::nn::format {
 
 inline constexpr char kMagic[8] = {'C', '1', '0', 'D', 'S', 'D', 'C', 'T'};
 inline constexpr std::uint32_t kVersion = 1;
@@ -47,4 +47,4 @@ struct Decoded {
 };
 Decoded decode(std::span<const std::uint8_t> bytes);
 
-}  // namespace c10d::nn::format
+}  // namespace c10d::inline v1::nn::format

@@ -16,7 +16,7 @@
 #include "core/logging.h"
 #include "core/parse.h"
 
-namespace c10d::store::file {
+namespace c10d::inline v1::store::file {
 namespace {
 
 // Lock retries start short: a lock is held only for the few system calls of one operation.
@@ -241,4 +241,4 @@ void LockedFile::fail(const char* what) const {
   C10D_THROW(StoreError, "FileStore '{}': {} failed: {}", path_, what, std::strerror(errno));
 }
 
-}  // namespace c10d::store::file
+}  // namespace c10d::inline v1::store::file

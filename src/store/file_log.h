@@ -33,7 +33,7 @@
 #include <string>
 #include <string_view>
 
-namespace c10d::store::file {
+namespace c10d::inline v1::store::file {
 
 #ifndef F_OFD_SETLK
 #error "FileStore needs open-file-description locks (F_OFD_SETLK, Linux 3.15 or later)"
@@ -136,4 +136,4 @@ class LockedFile {
   ino_t inode_ = 0;
 };
 
-}  // namespace c10d::store::file
+}  // namespace c10d::inline v1::store::file

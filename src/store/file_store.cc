@@ -53,7 +53,7 @@
 #include "store/file_log.h"
 #include "store/store_util.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using store::file::Clock;
@@ -538,4 +538,4 @@ void FileStore::multi_set(std::span<const std::string> keys, std::span<const Byt
   });
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

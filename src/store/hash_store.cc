@@ -13,7 +13,7 @@
 #include "core/check.h"
 #include "store/store_util.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -201,4 +201,4 @@ void HashStore::multi_set(std::span<const std::string> keys, std::span<const Byt
   state_->changed.notify_all();
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -13,7 +13,7 @@
 #include "core/logging.h"
 #include "core/parse.h"
 
-namespace c10d::store {
+namespace c10d::inline v1::store {
 namespace {
 
 std::optional<std::string> env(const char* name) {
@@ -96,4 +96,4 @@ std::shared_ptr<Store> open_mpirun_store(const MpirunJob& job, int rank, Millise
   }
 }
 
-}  // namespace c10d::store
+}  // namespace c10d::inline v1::store

@@ -18,7 +18,7 @@
 #include "c10d/store.h"
 #include "c10d/types.h"
 
-namespace c10d::store {
+namespace c10d::inline v1::store {
 
 struct MpirunJob {
   std::filesystem::path port_file;  // where rank 0 leaves the store's port
@@ -32,4 +32,4 @@ std::optional<MpirunJob> mpirun_job();
 // Rank 0 hosts the store and publishes its port; the others read the port and connect.
 std::shared_ptr<Store> open_mpirun_store(const MpirunJob& job, int rank, Milliseconds timeout);
 
-}  // namespace c10d::store
+}  // namespace c10d::inline v1::store

@@ -7,7 +7,7 @@
 #include "c10d/store.h"
 #include "core/check.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 // The base's timeout, so a PrefixStore starts with the deadline its base was given.
@@ -82,4 +82,4 @@ void PrefixStore::multi_set(std::span<const std::string> keys, std::span<const B
   base_->multi_set(keys_of(keys), values);
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

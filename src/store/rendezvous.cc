@@ -19,7 +19,7 @@
 #include "core/parse.h"
 #include "store/mpirun_store.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 // Numbers and flags parse strictly (core/parse.h: the whole text, within its bounds).
@@ -262,4 +262,4 @@ RendezvousResult rendezvous(std::string_view init_method, int rank, int world_si
   return result;
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -1,6 +1,6 @@
 #include "c10d/store.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 
 void Store::set(std::string_view key, std::string_view value) {
   set(key, std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(value.data()),
@@ -22,4 +22,4 @@ void Store::set_timeout(Milliseconds timeout) {
   timeout_ = timeout;
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -4,7 +4,7 @@
 
 #include "core/check.h"
 
-namespace c10d::store {
+namespace c10d::inline v1::store {
 
 Clock::time_point deadline_after(Milliseconds timeout) {
   const Clock::time_point now = Clock::now();
@@ -60,4 +60,4 @@ std::optional<std::int64_t> parse_int64(std::span<const std::uint8_t> text) {
   return value;
 }
 
-}  // namespace c10d::store
+}  // namespace c10d::inline v1::store

@@ -12,7 +12,7 @@
 
 #include "c10d/store.h"
 
-namespace c10d::store {
+namespace c10d::inline v1::store {
 
 using Clock = std::chrono::steady_clock;
 
@@ -37,4 +37,4 @@ inline Bytes to_bytes(std::span<const std::uint8_t> bytes) {
   return Bytes(bytes.begin(), bytes.end());
 }
 
-}  // namespace c10d::store
+}  // namespace c10d::inline v1::store

@@ -34,7 +34,7 @@
 #include "store/tcp_store_server.h"
 #include "store/wire.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -745,4 +745,4 @@ void TCPStore::multi_set(std::span<const std::string> keys, std::span<const Byte
       "MULTI_SET of keys " + keys_text(keys));
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

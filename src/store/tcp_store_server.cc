@@ -31,7 +31,7 @@
 #include "store/store_util.h"
 #include "store/wire.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 namespace asio = boost::asio;
@@ -1315,4 +1315,4 @@ store::ServerStats TCPStoreServer::stats() const {
   return st;
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -41,7 +41,7 @@
 
 #include "c10d/store.h"
 
-namespace c10d::store {
+namespace c10d::inline v1::store {
 
 struct ServerOptions {
   // Address to bind: an IPv4 or IPv6 literal or a host name; "" or "0.0.0.0" binds every IPv4
@@ -108,9 +108,9 @@ struct ServerStats {
 // Raises this process's soft limit on open files to the hard limit (best effort).
 void raise_open_file_limit();
 
-}  // namespace c10d::store
+}  // namespace c10d::inline v1::store
 
-namespace c10d {
+namespace c10d::inline v1 {
 
 class TCPStoreServer {
  public:
@@ -134,4 +134,4 @@ class TCPStoreServer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

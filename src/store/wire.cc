@@ -8,7 +8,7 @@
 #include "c10d/errors.h"
 #include "core/auth.h"
 
-namespace c10d::store::wire {
+namespace c10d::inline v1::store::wire {
 
 std::string_view kind_name(Kind kind) {
   switch (kind) {
@@ -385,4 +385,4 @@ bool mac_equal(std::span<const std::uint8_t> a, std::span<const std::uint8_t> b)
   return core::mac_equal(a, b);
 }
 
-}  // namespace c10d::store::wire
+}  // namespace c10d::inline v1::store::wire

@@ -61,7 +61,7 @@
 #include "c10d/store.h"
 #include "c10d/types.h"
 
-namespace c10d::store::wire {
+namespace c10d::inline v1::store::wire {
 
 inline constexpr std::uint32_t kMagic = 0x44303143;  // "C10D" as little-endian bytes
 inline constexpr std::uint16_t kVersion = 1;
@@ -232,4 +232,4 @@ Mac auth_mac(std::string_view token, const Nonce& nonce);
 // Constant-time comparison.
 bool mac_equal(std::span<const std::uint8_t> a, std::span<const std::uint8_t> b);
 
-}  // namespace c10d::store::wire
+}  // namespace c10d::inline v1::store::wire

@@ -17,7 +17,7 @@
 
 #include "core/check.h"
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 namespace {
 
 std::string what_of(const std::exception_ptr& error) {
@@ -277,4 +277,4 @@ std::unique_ptr<Request> InProcTransport::irecv(int peer, Tag tag, std::span<std
 
 void InProcTransport::abort(std::exception_ptr reason) { world_->abort(rank_, std::move(reason)); }
 
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

@@ -38,7 +38,7 @@
 
 #include "transport/transport.h"
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 
 class InProcWorld {
  public:
@@ -110,4 +110,4 @@ class InProcTransport final : public Transport {
   const int rank_;
 };
 
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

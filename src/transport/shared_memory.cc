@@ -22,7 +22,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 namespace {
 
 // Closes an fd on every path.
@@ -279,4 +279,4 @@ void futex_wake(std::atomic<std::uint32_t>& word) {
             nullptr, 0);
 }
 
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

@@ -27,7 +27,7 @@
 #include <string>
 #include <string_view>
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 
 class SharedSegment {
  public:
@@ -85,4 +85,4 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
                 std::chrono::microseconds timeout);
 void futex_wake(std::atomic<std::uint32_t>& word);
 
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

@@ -4,7 +4,7 @@
 
 #include <charconv>
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 namespace {
 
 // Reads a decimal int (an optional '-') at the front of `text` and the one space after it.
@@ -41,4 +41,4 @@ std::vector<StallRecord> decode_stall_records(std::string_view text) {
   return records;
 }
 
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

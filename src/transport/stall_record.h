@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 
 inline constexpr std::string_view kStallRecordsKey = "c10d/stalls";
 
@@ -26,4 +26,4 @@ std::string encode_stall_record(const StallRecord& record);
 // Every well-formed line of `text`; others are skipped.
 std::vector<StallRecord> decode_stall_records(std::string_view text);
 
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

@@ -4,7 +4,7 @@
 
 #include "core/check.h"
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 
 SubTransport::SubTransport(std::shared_ptr<Transport> parent, std::vector<int> ranks)
     : parent_(std::move(parent)), ranks_(std::move(ranks)) {
@@ -34,4 +34,4 @@ std::unique_ptr<Request> SubTransport::irecv(int peer, Tag tag, std::span<std::b
   return parent_->irecv(parent_rank(peer), tag, data);
 }
 
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

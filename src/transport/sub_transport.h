@@ -13,7 +13,7 @@
 
 #include "transport/transport.h"
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 
 class SubTransport final : public Transport {
  public:
@@ -39,4 +39,4 @@ class SubTransport final : public Transport {
   int rank_ = -1;
 };
 
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 
 std::string tag_string(Tag tag) {
   const auto group = (tag >> 40) & (kMaxGroups - 1);
@@ -26,4 +26,4 @@ void wait_all(std::span<const std::unique_ptr<Request>> requests, Clock::time_po
   }
 }
 
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

@@ -40,7 +40,7 @@
 
 #include "c10d/errors.h"
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 
 using Clock = std::chrono::steady_clock;
 
@@ -142,4 +142,4 @@ class Transport {
 // Waits for every request in order, each against the same deadline.
 void wait_all(std::span<const std::unique_ptr<Request>> requests, Clock::time_point deadline);
 
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

@@ -9,7 +9,7 @@
 #include "core/check.h"
 #include "core/parse.h"
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 
 std::uint64_t UnexpectedBuffer::allocation_at(std::uint64_t at) const {
   const std::uint64_t chunk = at / kChunkBytes;
@@ -80,4 +80,4 @@ std::exception_ptr unexpected_limit_error(std::string_view who, int peer, std::u
                     who, peer, held, kUnexpectedOverheadBytes, limit, kMaxUnexpectedBytesVariable);
 }
 
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

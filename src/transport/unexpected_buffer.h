@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 
 inline constexpr std::uint64_t kDefaultMaxUnexpectedBytes = std::uint64_t{1} << 30;
 // Counted per unexpected message besides its bytes: about what its bookkeeping costs.
@@ -75,4 +75,4 @@ std::uint64_t parse_max_unexpected_bytes(std::string_view text);
 std::exception_ptr unexpected_limit_error(std::string_view who, int peer, std::uint64_t held,
                                           std::uint64_t limit);
 
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

@@ -16,7 +16,7 @@
 #include "ranks.h"
 #include "transport/inproc_transport.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 namespace {
 
 using testing::context;
@@ -178,4 +178,4 @@ TEST(RingAllReduceTest, APeerThatDiesFailsItsNeighboursNamingItAndNobodyHangs) {
 }
 
 }  // namespace
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

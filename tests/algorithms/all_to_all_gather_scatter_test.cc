@@ -19,7 +19,7 @@
 #include "ranks.h"
 #include "transport/inproc_transport.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 namespace {
 
 using testing::context;
@@ -445,4 +445,4 @@ TEST(ReduceScatterTest, BadArgumentsFailOnEveryRankBeforeAnyMessage) {
 }
 
 }  // namespace
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

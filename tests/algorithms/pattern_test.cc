@@ -10,7 +10,7 @@
 #include "algorithms/ring_pattern.h"
 #include "c10d/errors.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 namespace {
 
 using Buffers = std::vector<std::vector<std::int64_t>>;
@@ -192,4 +192,4 @@ TEST(HalvingDoublingPatternTest, FoldPairsAndVirtualRanks) {
 }
 
 }  // namespace
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

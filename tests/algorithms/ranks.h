@@ -15,7 +15,7 @@
 #include "c10d/types.h"
 #include "transport/inproc_transport.h"
 
-namespace c10d::algorithms::testing {
+namespace c10d::inline v1::algorithms::testing {
 
 // Makes rank r's transport; called on rank r's own thread (a transport's setup may wait for
 // the other ranks).
@@ -73,4 +73,4 @@ inline double expected(ReduceOp op, int n, std::int64_t i) {
   return op == ReduceOp::kAvg ? e / n : e;
 }
 
-}  // namespace c10d::algorithms::testing
+}  // namespace c10d::inline v1::algorithms::testing

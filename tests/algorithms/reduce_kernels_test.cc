@@ -18,7 +18,7 @@
 #include "c10d/errors.h"
 #include "core/half.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 namespace {
 
 using Rng = std::mt19937_64;
@@ -454,4 +454,4 @@ TEST(ReduceKernelsTest, RefusesBadArguments) {
 }
 
 }  // namespace
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -21,7 +21,7 @@
 #include "ranks.h"
 #include "transport/inproc_transport.h"
 
-namespace c10d::algorithms {
+namespace c10d::inline v1::algorithms {
 namespace {
 
 using testing::context;
@@ -356,4 +356,4 @@ TEST(BarrierTest, ARankThatNeverJoinsTimesOutTheOthersByTheirDeadline) {
 }
 
 }  // namespace
-}  // namespace c10d::algorithms
+}  // namespace c10d::inline v1::algorithms

@@ -7,7 +7,7 @@
 #include <exception>
 #include <string>
 
-namespace c10d::testing {
+namespace c10d::inline v1::testing {
 
 // Prints "FAIL <what>" unless `ok`; returns `ok`.
 inline bool check(bool ok, const std::string& what) {
@@ -26,4 +26,4 @@ int run_program(Run run) {
   }
 }
 
-}  // namespace c10d::testing
+}  // namespace c10d::inline v1::testing

@@ -18,7 +18,7 @@
 #include "c10d/init.h"
 #include "c10d/store.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
@@ -562,4 +562,4 @@ TEST(ProcessGroupTCPTest, InitProcessGroupOverAFileUrlAndUnknownBackendsRejected
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

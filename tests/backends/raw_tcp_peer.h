@@ -25,7 +25,7 @@
 #include "c10d/store.h"
 #include "transport/transport.h"
 
-namespace c10d::gloo_like::testing {
+namespace c10d::inline v1::gloo_like::testing {
 
 using transport::Clock;
 
@@ -210,4 +210,4 @@ inline RawPeer connect_as_rank(Store& store, const std::string& group, int rank,
   return peer;
 }
 
-}  // namespace c10d::gloo_like::testing
+}  // namespace c10d::inline v1::gloo_like::testing

@@ -24,7 +24,7 @@
 #include "transport/shared_memory.h"
 #include "transport_test_util.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 namespace {
 
 using namespace std::chrono_literals;
@@ -279,4 +279,4 @@ TEST(ShmTransportTest, RingSizesThatAreNotPowersOfTwoAreRefused) {
 }
 
 }  // namespace
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

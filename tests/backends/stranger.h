@@ -23,7 +23,7 @@
 #include "backends/gloo_like/tcp_wire.h"
 #include "c10d/store.h"
 
-namespace c10d::gloo_like::testing {
+namespace c10d::inline v1::gloo_like::testing {
 
 // The port in "host:port".
 inline std::uint16_t port_of(const std::string& addr) {
@@ -170,4 +170,4 @@ inline ClaimResult claim_rank(StrangerSocket& s, const Identity& claimed, std::u
   return result;
 }
 
-}  // namespace c10d::gloo_like::testing
+}  // namespace c10d::inline v1::gloo_like::testing

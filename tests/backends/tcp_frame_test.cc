@@ -12,7 +12,7 @@
 
 #include "backends/gloo_like/tcp_wire.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 namespace {
 
 // Bytes that end where an inaccessible page begins.
@@ -173,4 +173,4 @@ TEST(FrameHeaderFuzzTest, RandomAndMutatedHeadersAndAbortNoticesNeverCrashOrRead
 }
 
 }  // namespace
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

@@ -25,7 +25,7 @@
 #include "stranger.h"
 #include "transport_test_util.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 namespace {
 
 using namespace std::chrono_literals;
@@ -472,4 +472,4 @@ TEST_F(HandshakeTest, TheKeyComesFromTheTokenElseFromASecretSharedThroughTheStor
 }
 
 }  // namespace
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

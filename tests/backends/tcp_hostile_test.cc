@@ -22,7 +22,7 @@
 #include "transport/unexpected_buffer.h"
 #include "transport_test_util.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 namespace {
 
 using namespace std::chrono_literals;
@@ -365,4 +365,4 @@ TEST(TCPHostileTest, AMaxUnexpectedBytesVariableThatIsNotAPositiveCountIsRefused
 }
 
 }  // namespace
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

@@ -22,7 +22,7 @@
 #include "c10d/store.h"
 #include "transport_test_util.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 namespace {
 
 using namespace std::chrono_literals;
@@ -405,9 +405,9 @@ TEST(TCPTransportTest, AbortFailsPendingRequestsAndReleasesWaiters) {
 }
 
 }  // namespace
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 namespace {
 
 TEST(TCPTransportTest, LocalAddressTowardsAHostIsTheInterfaceThatReachesIt) {
@@ -440,4 +440,4 @@ TEST(TCPTransportTest, AbortNoticeRoundTripsAndCutsLongMessages) {
 }
 
 }  // namespace
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

@@ -11,7 +11,7 @@
 #include <random>
 #include <string>
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 namespace {
 
 struct Frames {
@@ -259,4 +259,4 @@ TEST(TCPWireFuzzTest, MutatedAndRandomFramesNeverCrashOrPassAForgedMac) {
 }
 
 }  // namespace
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

@@ -20,7 +20,7 @@
 #include "algorithms/ring_all_reduce.h"
 #include "transport/transport.h"
 
-namespace c10d::testing {
+namespace c10d::inline v1::testing {
 
 inline transport::Clock::time_point soon() {
   return transport::Clock::now() + std::chrono::seconds(20);
@@ -79,4 +79,4 @@ inline void expect_all_reduce_closed_forms(const RunRanks& run, int max_ranks, s
   }
 }
 
-}  // namespace c10d::testing
+}  // namespace c10d::inline v1::testing

@@ -13,7 +13,7 @@
 
 #include "../store/child_process.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
@@ -134,4 +134,4 @@ TEST(ProgramsCliTest, OtherBenchmarksValidateTheirFlags) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

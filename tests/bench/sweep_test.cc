@@ -15,7 +15,7 @@
 #include "cli_args.h"
 #include "nccl_sweep.h"
 
-namespace c10d::bench {
+namespace c10d::inline v1::bench {
 namespace {
 
 // A world of one rank. all_reduce over one rank returns the rank's input; with `corrupt`, one
@@ -283,4 +283,4 @@ TEST(SweepTest, BusFactorsAreNcclTests) {
 }
 
 }  // namespace
-}  // namespace c10d::bench
+}  // namespace c10d::inline v1::bench

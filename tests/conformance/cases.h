@@ -10,7 +10,7 @@
 #include "check.h"
 #include "conformance.h"
 
-namespace c10d::conformance {
+namespace c10d::inline v1::conformance {
 
 // ---- Single ops (reduction_cases.cc) ----
 // `view`: the tensor is a view into a larger one whose other elements must stay untouched.
@@ -69,4 +69,4 @@ void bad_arguments_case(ProcessGroup& pg, const Config& config, Reporter& rep);
 void large_counts_case(ProcessGroup& pg, const Config& config, Reporter& rep);
 void errors_case(ProcessGroup& pg, const Config& config, Reporter& rep);
 
-}  // namespace c10d::conformance
+}  // namespace c10d::inline v1::conformance

@@ -8,7 +8,7 @@
 #include "c10d/errors.h"
 #include "elements.h"
 
-namespace c10d::conformance {
+namespace c10d::inline v1::conformance {
 namespace {
 
 std::string current_error() {
@@ -231,4 +231,4 @@ std::vector<int> roots(const ProcessGroup& pg) {
   return {0, pg.size() - 1};
 }
 
-}  // namespace c10d::conformance
+}  // namespace c10d::inline v1::conformance

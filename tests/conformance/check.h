@@ -20,7 +20,7 @@
 #include "c10d/work.h"
 #include "conformance.h"
 
-namespace c10d::conformance {
+namespace c10d::inline v1::conformance {
 
 // One call of the API as a failure message names it.
 struct Call {
@@ -115,4 +115,4 @@ inline constexpr ReduceOp kAllReduceOps[] = {
     ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor,    ReduceOp::kPremulSum,
 };
 
-}  // namespace c10d::conformance
+}  // namespace c10d::inline v1::conformance

@@ -7,7 +7,7 @@
 #include "cases.h"
 #include "check.h"
 
-namespace c10d::conformance {
+namespace c10d::inline v1::conformance {
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> table = {
@@ -70,4 +70,4 @@ Summary run_conformance(ProcessGroup& pg, const Config& config) {
   return summary;
 }
 
-}  // namespace c10d::conformance
+}  // namespace c10d::inline v1::conformance

@@ -71,7 +71,7 @@
 #include "c10d/process_group.h"
 #include "c10d/types.h"
 
-namespace c10d::conformance {
+namespace c10d::inline v1::conformance {
 
 struct Config {
   // Elements per tensor (per block, for the ops that move or reduce one block per rank).
@@ -111,4 +111,4 @@ struct Summary {
 
 Summary run_conformance(ProcessGroup& pg, const Config& config = {});
 
-}  // namespace c10d::conformance
+}  // namespace c10d::inline v1::conformance

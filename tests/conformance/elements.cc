@@ -8,7 +8,7 @@
 
 #include "core/half.h"
 
-namespace c10d::conformance {
+namespace c10d::inline v1::conformance {
 namespace {
 
 std::uint64_t mix(std::uint64_t z) {  // splitmix64's finalizer
@@ -301,4 +301,4 @@ Tensor ReductionPattern::expected(std::vector<std::int64_t> shape, std::int64_t 
   return t;
 }
 
-}  // namespace c10d::conformance
+}  // namespace c10d::inline v1::conformance

@@ -31,7 +31,7 @@
 #include "c10d/tensor.h"
 #include "c10d/types.h"
 
-namespace c10d::conformance {
+namespace c10d::inline v1::conformance {
 
 // Reduction patterns repeat after this many global indices: lcm(1..8) * 23, so (r + i) mod n
 // repeats for every world size up to 8, and larger than every small count.
@@ -86,4 +86,4 @@ class ReductionPattern {
   std::vector<Num> expected_;  // the closed form, by global index mod kPeriod
 };
 
-}  // namespace c10d::conformance
+}  // namespace c10d::inline v1::conformance

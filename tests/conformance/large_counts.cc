@@ -4,7 +4,7 @@
 
 #include "cases.h"
 
-namespace c10d::conformance {
+namespace c10d::inline v1::conformance {
 
 // The large count, for a representative subset only (the whole sweep at 1 << 20 elements
 // would take minutes): all_reduce (the ring path) for float32 and bfloat16 x SUM/AVG/MAX and
@@ -41,4 +41,4 @@ void large_counts_case(ProcessGroup& pg, const Config& config, Reporter& rep) {
   if (n >= 2) send_recv_once(pg, config, rep, f32, big);
 }
 
-}  // namespace c10d::conformance
+}  // namespace c10d::inline v1::conformance

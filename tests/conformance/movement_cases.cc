@@ -12,7 +12,7 @@
 #include "cases.h"
 #include "elements.h"
 
-namespace c10d::conformance {
+namespace c10d::inline v1::conformance {
 namespace {
 
 // Seeds: one range per op, plus the rank whose data it is.
@@ -340,4 +340,4 @@ void send_recv_case(ProcessGroup& pg, const Config& config, Reporter& rep) {
   }
 }
 
-}  // namespace c10d::conformance
+}  // namespace c10d::inline v1::conformance

@@ -11,7 +11,7 @@
 #include "cases.h"
 #include "elements.h"
 
-namespace c10d::conformance {
+namespace c10d::inline v1::conformance {
 namespace {
 
 // What a rejection must name: the op and the dtype.
@@ -272,4 +272,4 @@ void tensor_lists_case(ProcessGroup& pg, const Config& config, Reporter& rep) {
   }
 }
 
-}  // namespace c10d::conformance
+}  // namespace c10d::inline v1::conformance

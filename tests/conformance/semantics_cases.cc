@@ -14,7 +14,7 @@
 #include "cases.h"
 #include "elements.h"
 
-namespace c10d::conformance {
+namespace c10d::inline v1::conformance {
 namespace {
 
 using namespace std::chrono_literals;
@@ -499,4 +499,4 @@ void errors_case(ProcessGroup& pg, const Config& config, Reporter& rep) {
   expect_error(rep, call, "result()", [&] { (void)work->result(); });
 }
 
-}  // namespace c10d::conformance
+}  // namespace c10d::inline v1::conformance

@@ -18,7 +18,7 @@
 #include "conformance.h"
 #include "transport/inproc_transport.h"
 
-namespace c10d::conformance {
+namespace c10d::inline v1::conformance {
 namespace {
 
 using namespace std::chrono_literals;
@@ -188,4 +188,4 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, ThreadsConformanceTest, ::testing::Range(1,
                          });
 
 }  // namespace
-}  // namespace c10d::conformance
+}  // namespace c10d::inline v1::conformance

@@ -12,7 +12,7 @@
 #include <limits>
 #include <random>
 
-namespace c10d::core {
+namespace c10d::inline v1::core {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -189,4 +189,4 @@ TEST(BFloat16Test, RandomFloatsRoundToNearestEven) {
 }
 
 }  // namespace
-}  // namespace c10d::core
+}  // namespace c10d::inline v1::core

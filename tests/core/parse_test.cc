@@ -11,7 +11,7 @@
 
 #include "c10d/errors.h"
 
-namespace c10d::core {
+namespace c10d::inline v1::core {
 namespace {
 
 TEST(ParseTest, IntegersAreTheWholeTextWithinTheirBounds) {
@@ -89,4 +89,4 @@ TEST(ParseTest, TimeoutsAreBounded) {
 }
 
 }  // namespace
-}  // namespace c10d::core
+}  // namespace c10d::inline v1::core

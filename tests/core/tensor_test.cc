@@ -6,7 +6,7 @@
 
 #include "c10d/errors.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 TEST(TensorTest, EmptyIsZeroedAndSized) {
@@ -79,4 +79,4 @@ TEST(TensorTest, PendingValueIsMaterializedOnceOnFirstRead) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -4,7 +4,7 @@
 
 #include "c10d/errors.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 TEST(DTypeTest, SizesAndNamesRoundTrip) {
@@ -49,4 +49,4 @@ TEST(ReduceOpTest, NumberedAsPyTorch) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

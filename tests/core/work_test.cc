@@ -8,7 +8,7 @@
 
 #include "c10d/errors.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
@@ -140,4 +140,4 @@ TEST(WorkTest, FailedWorkReportsItsError) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -20,7 +20,7 @@
 
 #include "c10d/errors.h"
 
-namespace c10d::data {
+namespace c10d::inline v1::data {
 namespace {
 
 class IdxTest : public ::testing::Test {
@@ -314,4 +314,4 @@ TEST(DistributedSamplerTest, BadArgumentsAreNamed) {
 }
 
 }  // namespace
-}  // namespace c10d::data
+}  // namespace c10d::inline v1::data

@@ -26,7 +26,7 @@
 #include "c10d/optim.h"
 #include "transport/inproc_transport.h"
 
-namespace c10d::ddp {
+namespace c10d::inline v1::ddp {
 namespace {
 
 using namespace std::chrono_literals;
@@ -376,4 +376,4 @@ TEST(AssignBucketsTest, FirstBucketSmallThenCappedRunsNeverMixingDtypes) {
 }
 
 }  // namespace
-}  // namespace c10d::ddp
+}  // namespace c10d::inline v1::ddp

@@ -17,7 +17,7 @@
 
 #include "../store/child_process.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
@@ -210,4 +210,4 @@ TEST(TrainFmnistTest, NonFiniteLossFailsTheRunNamingWhere) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -18,7 +18,7 @@
 #include "c10d/init.h"
 #include "c10d/store.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
@@ -156,4 +156,4 @@ TEST(BoundsTest, ProcessWideSettingsAreParsedStrictlyAndBounded) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

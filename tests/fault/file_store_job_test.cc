@@ -20,7 +20,7 @@
 #include "c10d/rendezvous.h"
 #include "c10d/store.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
@@ -327,4 +327,4 @@ TEST(FileStoreJobTest, AJoinerThatNeverSeesItsRankZeroTimesOutSayingWhatTheFileH
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

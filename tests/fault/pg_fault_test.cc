@@ -19,7 +19,7 @@
 #include "../store/child_process.h"
 #include "store/tcp_store_server.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
@@ -344,4 +344,4 @@ TEST(ProcessGroupFaultTest, BlockingMpiCollectivePastItsDeadlineAbortsTheJob) {
 #endif
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -22,7 +22,7 @@
 #include "store/tcp_store_server.h"
 #include "transport/shared_memory.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
@@ -280,4 +280,4 @@ TEST(SetupLeakTest, SegmentsAreCreatedOwnerOnlyWhateverTheUmask) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

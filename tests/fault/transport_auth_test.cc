@@ -14,7 +14,7 @@
 #include "c10d/store.h"
 #include "store/tcp_store_server.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
@@ -115,4 +115,4 @@ TEST_F(TransportAuthTest, AnAddressOverwrittenInAnOpenStoreFailsTheConnectingRan
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -22,7 +22,7 @@
 #include "c10d/errors.h"
 #include "c10d/store.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 namespace {
 
 using namespace std::chrono_literals;
@@ -305,4 +305,4 @@ TEST(IciHostileTest, UnexpectedBytesCountOnlyUntilTheirReceivesTakeThem) {
 }
 
 }  // namespace
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

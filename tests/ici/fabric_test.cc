@@ -10,7 +10,7 @@
 #include "backends/tpu_ici/ici_transport.h"
 #include "c10d/errors.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 namespace {
 
 using namespace std::chrono_literals;
@@ -191,4 +191,4 @@ TEST(IciFabricTest, SizeMismatchesAndDeadlinesFailTheReceive) {
 }
 
 }  // namespace
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -11,7 +11,7 @@
 #include "conformance.h"
 #include "ici_threads.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 namespace {
 
 using namespace std::chrono_literals;
@@ -55,4 +55,4 @@ INSTANTIATE_TEST_SUITE_P(Slices, IciConformanceTest,
                          });
 
 }  // namespace
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -15,7 +15,7 @@
 #include "c10d/init.h"
 #include "c10d/store.h"
 
-namespace c10d::tpu_ici::testing {
+namespace c10d::inline v1::tpu_ici::testing {
 
 // Runs body(rank, group) on `world` threads, each with its own ICI group of `options`; every
 // group stays alive until every body returned. Answers the error messages of bodies that threw.
@@ -49,4 +49,4 @@ inline std::string joined(const std::vector<std::string>& lines) {
   return s;
 }
 
-}  // namespace c10d::tpu_ici::testing
+}  // namespace c10d::inline v1::tpu_ici::testing

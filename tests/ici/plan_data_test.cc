@@ -12,7 +12,7 @@
 #include "backends/tpu_ici/torus_plans.h"
 #include "transport/inproc_transport.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 namespace {
 
 using Body = std::function<void(const algorithms::Context&, const Torus&)>;
@@ -134,4 +134,4 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 }  // namespace
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

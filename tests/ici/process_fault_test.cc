@@ -11,7 +11,7 @@
 #include "../store/child_process.h"
 #include "store/tcp_store_server.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
@@ -74,4 +74,4 @@ TEST(IciProcessFaultTest, AHealthyRunPasses) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -15,7 +15,7 @@
 #include "c10d/tensor.h"
 #include "ici_threads.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 namespace {
 
 using namespace std::chrono_literals;
@@ -149,4 +149,4 @@ TEST(ProcessGroupIciTest, OtherBackendsHaveNoSimulatedTime) {
 }
 
 }  // namespace
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -8,7 +8,7 @@
 
 #include "c10d/errors.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 namespace {
 
 TEST(TopologyTest, ParsesAxisSizes) {
@@ -119,4 +119,4 @@ TEST(TopologyTest, RingOrderStepsBetweenNeighbours) {
 }
 
 }  // namespace
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

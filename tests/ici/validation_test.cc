@@ -11,7 +11,7 @@
 #include "backends/tpu_ici/torus_plans.h"
 #include "c10d/errors.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 namespace {
 
 constexpr double kB = 4.5e10;  // one way
@@ -146,4 +146,4 @@ TEST(IciValidationTest, TheSimulatorNamesAChipLeftWaiting) {
 }
 
 }  // namespace
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -26,7 +26,7 @@
 #include "c10d/store.h"
 #include "store/tcp_store_server.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using test::ChildExit;
@@ -513,4 +513,4 @@ TEST_F(C10drunTest, UsageErrorsExitTwoAndNameTheFlag) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

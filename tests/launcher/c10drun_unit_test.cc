@@ -11,7 +11,7 @@
 #include "launcher/launch_options.h"
 #include "launcher/line_prefixer.h"
 
-namespace c10d::launcher {
+namespace c10d::inline v1::launcher {
 namespace {
 
 LaunchOptions parse(const std::vector<std::string>& args) { return parse_launch_options(args); }
@@ -199,4 +199,4 @@ TEST(BlameTest, ProcessStateReadsProc) {
 }
 
 }  // namespace
-}  // namespace c10d::launcher
+}  // namespace c10d::inline v1::launcher

@@ -11,7 +11,7 @@
 #include "c10d/lazy.h"
 #include "lazy/autograd.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using testing::make;
@@ -240,4 +240,4 @@ TEST_P(AutogradEngineTest, DeepChainNeedsNoRecursion) {
 INSTANTIATE_TEST_SUITE_P(Modes, AutogradEngineTest, ::testing::Bool(), testing::mode_name);
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -13,7 +13,7 @@
 #include "autograd_testing.h"
 #include "c10d/lazy.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using lazy::Shape;
@@ -276,4 +276,4 @@ TEST_P(GradcheckTest, ComposedGraphsAndReuse) {
 INSTANTIATE_TEST_SUITE_P(Modes, GradcheckTest, ::testing::Bool(), testing::mode_name);
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

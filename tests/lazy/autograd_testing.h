@@ -12,7 +12,7 @@
 #include "c10d/lazy.h"
 #include "c10d/tensor.h"
 
-namespace c10d::testing {
+namespace c10d::inline v1::testing {
 
 // A float64 (or other) tensor of `shape` holding `values` in row-major order.
 inline Tensor make(const std::vector<double>& values, std::vector<std::int64_t> shape,
@@ -111,4 +111,4 @@ inline std::string mode_name(const ::testing::TestParamInfo<bool>& info) {
   return info.param ? "Lazy" : "Eager";
 }
 
-}  // namespace c10d::testing
+}  // namespace c10d::inline v1::testing

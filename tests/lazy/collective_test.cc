@@ -8,7 +8,7 @@
 #include "lazy_testing.h"
 #include "transport/inproc_transport.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 using namespace std::chrono_literals;
@@ -198,4 +198,4 @@ INSTANTIATE_TEST_SUITE_P(Modes, CollectiveTest, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "Lazy" : "Eager"; });
 
 }  // namespace
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

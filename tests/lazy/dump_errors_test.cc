@@ -2,7 +2,7 @@
 #include "c10d/errors.h"
 #include "lazy_testing.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 using testing::f32;
@@ -93,4 +93,4 @@ INSTANTIATE_TEST_SUITE_P(Modes, ErrorsTest, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "Lazy" : "Eager"; });
 
 }  // namespace
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -7,7 +7,7 @@
 
 #include "lazy_testing.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 using Shape = std::vector<std::int64_t>;
@@ -148,4 +148,4 @@ TEST(LazyEqualsEager, RandomStreamsMatch) {
 }
 
 }  // namespace
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

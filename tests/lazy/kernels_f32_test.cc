@@ -20,7 +20,7 @@
 
 #include "lazy/kernels.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -417,4 +417,4 @@ TEST(KernelsF32, RegisterChainOnlyForCoveredChainsThatFit) {
 }
 
 }  // namespace
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -11,7 +11,7 @@
 #include "c10d/lazy.h"
 #include "c10d/tensor.h"
 
-namespace c10d::lazy::testing {
+namespace c10d::inline v1::lazy::testing {
 
 // Sets the mode for its scope and restores lazy mode after.
 class ModeGuard {
@@ -88,4 +88,4 @@ inline void expect_near(const std::vector<double>& got, const std::vector<double
   }
 }
 
-}  // namespace c10d::lazy::testing
+}  // namespace c10d::inline v1::lazy::testing

@@ -3,7 +3,7 @@
 
 #include "lazy_testing.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 using testing::expect_near;
@@ -42,4 +42,4 @@ INSTANTIATE_TEST_SUITE_P(Modes, NnOpsTest, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "Lazy" : "Eager"; });
 
 }  // namespace
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

@@ -5,7 +5,7 @@
 #include "lazy/context.h"
 #include "lazy_testing.h"
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 using testing::expect_near;
@@ -216,9 +216,9 @@ TEST_F(StructureTest, RepeatedStepsReuseTheirBuffers) {
 }
 
 }  // namespace
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy
 
-namespace c10d::lazy {
+namespace c10d::inline v1::lazy {
 namespace {
 
 TEST(TransposeFoldTest, MatmulReadsTransposedOperandsWithoutACopy) {
@@ -243,4 +243,4 @@ TEST(TransposeFoldTest, MatmulReadsTransposedOperandsWithoutACopy) {
 }
 
 }  // namespace
-}  // namespace c10d::lazy
+}  // namespace c10d::inline v1::lazy

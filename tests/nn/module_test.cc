@@ -17,7 +17,7 @@
 #include "c10d/nn.h"
 #include "nn/state_dict_format.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using testing::values;
@@ -415,4 +415,4 @@ TEST_P(ModuleTest, MismatchedStateIsRejectedNamingTheEntry) {
 INSTANTIATE_TEST_SUITE_P(Modes, ModuleTest, ::testing::Bool(), testing::mode_name);
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -11,7 +11,7 @@
 #include "../lazy/autograd_testing.h"
 #include "c10d/errors.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using testing::make;
@@ -208,4 +208,4 @@ TEST_P(OptimTest, StateDictResumesWhereItLeftOff) {
 INSTANTIATE_TEST_SUITE_P(Modes, OptimTest, ::testing::Bool(), testing::mode_name);
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -8,7 +8,7 @@
 #include "c10d/nn.h"
 #include "c10d/optim.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using testing::make;
@@ -112,4 +112,4 @@ TEST(TrainTest, RepeatedLazyStepCompilesNothingAfterStepTwo) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

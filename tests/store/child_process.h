@@ -30,7 +30,7 @@
 
 extern char** environ;
 
-namespace c10d::test {
+namespace c10d::inline v1::test {
 
 using Clock = std::chrono::steady_clock;
 
@@ -223,4 +223,4 @@ class ChildProcess {
   ChildExit exit_;
 };
 
-}  // namespace c10d::test
+}  // namespace c10d::inline v1::test

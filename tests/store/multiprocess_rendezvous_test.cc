@@ -17,7 +17,7 @@
 #include "child_process.h"
 #include "store/tcp_store_server.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using test::ChildExit;
@@ -144,4 +144,4 @@ TEST_F(MultiprocessRendezvousTest, FileInitMethodFindsAllRanks) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -17,7 +17,7 @@
 
 #include "store/wire.h"
 
-namespace c10d::testing {
+namespace c10d::inline v1::testing {
 
 class RawClient {
  public:
@@ -134,4 +134,4 @@ class RawClient {
   int fd_ = -1;
 };
 
-}  // namespace c10d::testing
+}  // namespace c10d::inline v1::testing

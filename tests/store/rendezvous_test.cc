@@ -21,7 +21,7 @@
 #include "c10d/store.h"
 #include "store/tcp_store_server.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 constexpr Milliseconds kTimeout{10'000};
@@ -352,4 +352,4 @@ TEST_F(RendezvousTest, FileWorldOfThreeThreadsMeets) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

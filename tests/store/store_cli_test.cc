@@ -12,7 +12,7 @@
 
 #include "child_process.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using test::ChildExit;
@@ -203,4 +203,4 @@ TEST_F(StoreCliTest, HelpListsEverySubcommandAndFlag) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -22,7 +22,7 @@
 #include "store/tcp_store_server.h"
 #include "store/wire.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
@@ -770,4 +770,4 @@ TEST(ExhaustionTest, RequestStalledMidFrameIsClosed) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -21,7 +21,7 @@
 #include "c10d/errors.h"
 #include "c10d/store.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
@@ -555,4 +555,4 @@ TEST(FileStoreTest, HugeLengthInRecordGivesStoreErrorWithoutAllocating) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -13,7 +13,7 @@
 #include "store/tcp_store_server.h"
 #include "store/wire.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
@@ -495,4 +495,4 @@ TEST_F(TCPStoreTest, HostedServerOnIPv6LoopbackWhenAvailable) {
 }
 
 }  // namespace
-}  // namespace c10d
+}  // namespace c10d::inline v1

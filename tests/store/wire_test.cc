@@ -6,7 +6,7 @@
 #include <limits>
 #include <random>
 
-namespace c10d::store::wire {
+namespace c10d::inline v1::store::wire {
 namespace {
 
 Bytes frame(Kind kind, const std::function<void(Bytes&)>& body) {
@@ -418,4 +418,4 @@ TEST(WireFuzzTest, MutatedAnswersStayWithinTheAnswerLimit) {
 }
 
 }  // namespace
-}  // namespace c10d::store::wire
+}  // namespace c10d::inline v1::store::wire

@@ -15,7 +15,7 @@
 
 #include "c10d/errors.h"
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 namespace {
 
 using namespace std::chrono_literals;
@@ -322,4 +322,4 @@ TEST_F(InProcTransportTest, PeerOutsideTheWorldIsInvalidArgument) {
 }
 
 }  // namespace
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

@@ -11,7 +11,7 @@
 
 #include "c10d/errors.h"
 
-namespace c10d::transport {
+namespace c10d::inline v1::transport {
 namespace {
 
 constexpr std::uint64_t kChunk = UnexpectedBuffer::kChunkBytes;
@@ -130,4 +130,4 @@ TEST(MaxUnexpectedBytesTest, TheLimitErrorNamesPeerBytesLimitAndVariable) {
 }
 
 }  // namespace
-}  // namespace c10d::transport
+}  // namespace c10d::inline v1::transport

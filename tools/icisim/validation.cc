@@ -11,7 +11,7 @@
 #include "backends/tpu_ici/timing_sim.h"
 #include "backends/tpu_ici/torus_plans.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 namespace {
 
 struct Case {
@@ -81,4 +81,4 @@ int print_validation_table() {
   return all_ok ? 0 : 1;
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

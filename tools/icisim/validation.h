@@ -2,9 +2,9 @@
 // markdown table of docs/ici.md (tests/ici/validation_test.cc asserts the same cases within 3%).
 #pragma once
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 // Prints the table on stdout; returns 0 when every case is within 3%, else 1.
 int print_validation_table();
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

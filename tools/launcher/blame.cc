@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-namespace c10d::launcher {
+namespace c10d::inline v1::launcher {
 namespace {
 
 bool stopped(char state) { return state == 'T' || state == 't'; }
@@ -75,4 +75,4 @@ Cause find_cause(const std::vector<ProcessView>& processes, int failed_rank,
   return cause;
 }
 
-}  // namespace c10d::launcher
+}  // namespace c10d::inline v1::launcher

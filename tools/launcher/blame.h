@@ -17,7 +17,7 @@
 
 #include "transport/stall_record.h"
 
-namespace c10d::launcher {
+namespace c10d::inline v1::launcher {
 
 // A local process as the supervisor sees it.
 struct ProcessView {
@@ -40,4 +40,4 @@ char process_state(pid_t pid);
 Cause find_cause(const std::vector<ProcessView>& processes, int failed_rank,
                  const std::vector<transport::StallRecord>& records);
 
-}  // namespace c10d::launcher
+}  // namespace c10d::inline v1::launcher

@@ -79,7 +79,7 @@
 #include "store/tcp_store_server.h"
 #include "transport/stall_record.h"
 
-namespace c10d::launcher {
+namespace c10d::inline v1::launcher {
 namespace {
 
 constexpr int kExitFailure = 1;
@@ -179,7 +179,7 @@ int launch(const LaunchOptions& options) {
 }
 
 }  // namespace
-}  // namespace c10d::launcher
+}  // namespace c10d::inline v1::launcher
 
 int main(int argc, char** argv) {
   namespace launcher = c10d::launcher;

@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-namespace c10d::launcher {
+namespace c10d::inline v1::launcher {
 namespace {
 
 constexpr std::string_view kUsage = R"(usage:
@@ -154,4 +154,4 @@ LaunchOptions parse_launch_options(const std::vector<std::string>& args) {
 
 std::string_view launch_usage() { return kUsage; }
 
-}  // namespace c10d::launcher
+}  // namespace c10d::inline v1::launcher

@@ -16,7 +16,7 @@
 
 #include "c10d/types.h"
 
-namespace c10d::launcher {
+namespace c10d::inline v1::launcher {
 
 inline constexpr int kMaxProcsPerNode = 4096;
 inline constexpr int kMaxNodes = 100'000;  // with kMaxProcsPerNode, the world size fits an int
@@ -50,4 +50,4 @@ LaunchOptions parse_launch_options(const std::vector<std::string>& args);
 // The --help text.
 std::string_view launch_usage();
 
-}  // namespace c10d::launcher
+}  // namespace c10d::inline v1::launcher

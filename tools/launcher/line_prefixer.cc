@@ -2,7 +2,7 @@
 
 #include <utility>
 
-namespace c10d::launcher {
+namespace c10d::inline v1::launcher {
 
 LinePrefixer::LinePrefixer(std::string prefix, std::size_t max_line_bytes)
     : prefix_(std::move(prefix)), max_line_bytes_(max_line_bytes == 0 ? 1 : max_line_bytes) {}
@@ -46,4 +46,4 @@ void LinePrefixer::emit(std::string_view line, std::string& out) const {
   } while (!line.empty());
 }
 
-}  // namespace c10d::launcher
+}  // namespace c10d::inline v1::launcher

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-namespace c10d::launcher {
+namespace c10d::inline v1::launcher {
 
 class LinePrefixer {
  public:
@@ -39,4 +39,4 @@ class LinePrefixer {
   std::string partial_;  // the bytes after the last '\n', at most max_line_bytes_
 };
 
-}  // namespace c10d::launcher
+}  // namespace c10d::inline v1::launcher

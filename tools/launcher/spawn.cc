@@ -15,7 +15,7 @@
 
 extern char** environ;
 
-namespace c10d::launcher {
+namespace c10d::inline v1::launcher {
 namespace {
 
 // A pipe whose ends close on exec; the read end is non-blocking, the write end (the child's
@@ -130,4 +130,4 @@ SpawnedChild spawn_child(const std::vector<std::string>& argv, const std::vector
   return child;  // the write ends close here: the child holds the only copies
 }
 
-}  // namespace c10d::launcher
+}  // namespace c10d::inline v1::launcher

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-namespace c10d::launcher {
+namespace c10d::inline v1::launcher {
 
 // An owned file descriptor, closed on destruction.
 class UniqueFd {
@@ -75,4 +75,4 @@ std::vector<std::string> environment_with(const std::map<std::string, std::strin
 SpawnedChild spawn_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                          const InheritedState& inherited);
 
-}  // namespace c10d::launcher
+}  // namespace c10d::inline v1::launcher

@@ -15,7 +15,7 @@
 #include "c10d/errors.h"
 #include "core/logging.h"
 
-namespace c10d::launcher {
+namespace c10d::inline v1::launcher {
 namespace {
 
 constexpr std::size_t kReadChunk = 64 * 1024;
@@ -290,4 +290,4 @@ void Supervisor::finish_output() {
 
 void Supervisor::report(const std::string& line) const { write_all(STDERR_FILENO, line + "\n"); }
 
-}  // namespace c10d::launcher
+}  // namespace c10d::inline v1::launcher

@@ -43,7 +43,7 @@
 #include "launcher/line_prefixer.h"
 #include "launcher/spawn.h"
 
-namespace c10d::launcher {
+namespace c10d::inline v1::launcher {
 
 class Supervisor {
  public:
@@ -115,4 +115,4 @@ class Supervisor {
   std::vector<char> read_buffer_;
 };
 
-}  // namespace c10d::launcher
+}  // namespace c10d::inline v1::launcher

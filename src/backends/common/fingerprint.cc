@@ -9,7 +9,7 @@
 
 #include "core/check.h"
 
-namespace c10d::backends {
+namespace c10d::inline v1::backends {
 namespace {
 
 constexpr std::array<std::string_view, 14> kOpNames = {"?",
@@ -110,4 +110,4 @@ std::exception_ptr fingerprint_mismatch(std::span<const std::byte> all, int size
                   group, describe_fingerprint(at(0)), fmt::join(differ, ", "))));
 }
 
-}  // namespace c10d::backends
+}  // namespace c10d::inline v1::backends

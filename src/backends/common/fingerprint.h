@@ -27,7 +27,7 @@
 #include "c10d/tensor.h"
 #include "c10d/types.h"
 
-namespace c10d::backends {
+namespace c10d::inline v1::backends {
 
 // C10D_DEBUG=DETAIL in the environment.
 bool detail_from_env();
@@ -59,4 +59,4 @@ std::string describe_fingerprint(std::span<const std::byte, Fingerprint::kBytes>
 std::exception_ptr fingerprint_mismatch(std::span<const std::byte> all, int size,
                                         std::string_view group);
 
-}  // namespace c10d::backends
+}  // namespace c10d::inline v1::backends

@@ -34,7 +34,7 @@
 
 #include "c10d/work.h"
 
-namespace c10d::backends {
+namespace c10d::inline v1::backends {
 
 // The Work wait hook a group gives every collective's Work (one per group): calls the group's
 // `run` (its run_inline) while the group lives.
@@ -206,4 +206,4 @@ class InlineSchedule {
   Clock::duration look_ = kGrace;  // the idle worker's next sleep at an empty queue (kLookMax)
 };
 
-}  // namespace c10d::backends
+}  // namespace c10d::inline v1::backends

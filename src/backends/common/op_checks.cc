@@ -6,7 +6,7 @@
 
 #include "core/check.h"
 
-namespace c10d::backends {
+namespace c10d::inline v1::backends {
 
 void OpChecks::defined(const Tensor& t, std::string_view op, std::string_view what) const {
   C10D_CHECK(t.defined(), "{}: {} is an undefined tensor", op, what);
@@ -160,4 +160,4 @@ bool OpChecks::new_group(const std::vector<int>& ranks) const {
   return seen[static_cast<std::size_t>(rank_)] != 0;
 }
 
-}  // namespace c10d::backends
+}  // namespace c10d::inline v1::backends

@@ -12,7 +12,7 @@
 #include "c10d/tensor.h"
 #include "c10d/types.h"
 
-namespace c10d::backends {
+namespace c10d::inline v1::backends {
 
 // Byte counts and offsets of an all_to_all: block r of the input goes to rank r, block s of the
 // output comes from rank s.
@@ -59,4 +59,4 @@ class OpChecks {
   int size_;
 };
 
-}  // namespace c10d::backends
+}  // namespace c10d::inline v1::backends

@@ -9,7 +9,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 
-namespace c10d::backends {
+namespace c10d::inline v1::backends {
 namespace {
 
 // How long the store gets to answer a probe before a failing rank stops asking it (the store's
@@ -143,4 +143,4 @@ void SetupWatch::fail(std::exception_ptr error) {
   std::rethrow_exception(thrown_);
 }
 
-}  // namespace c10d::backends
+}  // namespace c10d::inline v1::backends

@@ -35,7 +35,7 @@
 
 #include "c10d/store.h"
 
-namespace c10d::backends {
+namespace c10d::inline v1::backends {
 
 class SetupWatch {
  public:
@@ -80,4 +80,4 @@ class SetupWatch {
   bool store_gone_ = false;
 };
 
-}  // namespace c10d::backends
+}  // namespace c10d::inline v1::backends

@@ -50,7 +50,7 @@
 #include "core/spin_wait.h"
 #include "transport/sub_transport.h"
 
-namespace c10d::backends {
+namespace c10d::inline v1::backends {
 namespace {
 
 using algorithms::Context;
@@ -865,4 +865,4 @@ std::shared_ptr<transport::Transport> transport_of(const ProcessGroup& group) {
   return pg == nullptr ? nullptr : pg->transport();
 }
 
-}  // namespace c10d::backends
+}  // namespace c10d::inline v1::backends

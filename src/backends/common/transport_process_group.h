@@ -58,7 +58,7 @@
 #include "c10d/work.h"
 #include "transport/transport.h"
 
-namespace c10d::backends {
+namespace c10d::inline v1::backends {
 
 // What a backend may add to the group (the ICI backend does): its own Work type and per-op
 // bookkeeping, and its own algorithms. Every method runs on the group's threads: make_work on the
@@ -118,4 +118,4 @@ std::shared_ptr<ProcessGroup> make_transport_process_group(
 // backend's accessors, such as ici_link_report, find their transport this way).
 std::shared_ptr<transport::Transport> transport_of(const ProcessGroup& group);
 
-}  // namespace c10d::backends
+}  // namespace c10d::inline v1::backends

@@ -11,7 +11,7 @@
 #include "core/logging.h"
 #include "core/parse.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 std::shared_ptr<ProcessGroup> set_up(std::shared_ptr<Store> store, int rank, int world_size,
@@ -74,4 +74,4 @@ std::shared_ptr<ProcessGroup> make_process_group_tcp(std::shared_ptr<Store> stor
   }
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -4,7 +4,7 @@
 
 #include "core/check.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 namespace {
 
 // A TCP request of a rank that also has same-host peers (see the header).
@@ -65,4 +65,4 @@ void RoutedTransport::abort(std::exception_ptr reason) {
   tcp_->abort(std::move(reason));
 }
 
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

@@ -16,7 +16,7 @@
 #include "backends/gloo_like/shm_transport.h"
 #include "transport/transport.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 
 class RoutedTransport final : public transport::Transport {
  public:
@@ -42,4 +42,4 @@ class RoutedTransport final : public transport::Transport {
   std::shared_ptr<transport::Transport> tcp_;
 };
 
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

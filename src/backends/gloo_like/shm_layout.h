@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <string>
 
-namespace c10d::gloo_like::shm {
+namespace c10d::inline v1::gloo_like::shm {
 
 static_assert(std::endian::native == std::endian::little, "shared memory layout: little-endian");
 
@@ -84,4 +84,4 @@ inline std::string check_message_header(const MessageHeader& h, std::uint64_t se
   return "";
 }
 
-}  // namespace c10d::gloo_like::shm
+}  // namespace c10d::inline v1::gloo_like::shm

@@ -30,7 +30,7 @@
 #include "transport/shared_memory.h"
 #include "transport/unexpected_buffer.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 
 namespace {
 
@@ -760,4 +760,4 @@ void ShmTransport::abort(std::exception_ptr reason) {
   impl_->abort_locked(std::move(reason));
 }
 
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

@@ -78,7 +78,7 @@
 #include "c10d/types.h"
 #include "transport/transport.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 
 struct ShmTransportOptions {
   std::string group_name = "default";
@@ -138,4 +138,4 @@ class ShmTransport final : public transport::Transport {
   std::shared_ptr<Impl> impl_;
 };
 
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

@@ -14,7 +14,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using boost::system::error_code;
@@ -493,4 +493,4 @@ std::vector<std::optional<tcp::socket>> accept_peers(tcp::acceptor& acceptor,
   return ins;
 }
 
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

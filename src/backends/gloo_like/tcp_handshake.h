@@ -24,7 +24,7 @@
 #include "store/asio.h"
 #include "transport/transport.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 
 inline constexpr std::string_view kTransportSecretKey = "c10d/transport_secret";
 
@@ -62,4 +62,4 @@ std::vector<std::optional<boost::asio::ip::tcp::socket>> accept_peers(
 
 inline constexpr std::size_t kMaxPendingHandshakes = 64;
 
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

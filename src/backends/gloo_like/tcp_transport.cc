@@ -40,7 +40,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 // clang-format on
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using boost::system::error_code;
@@ -1547,4 +1547,4 @@ void TCPTransport::abort(std::exception_ptr reason) {
   impl_->abort(std::move(reason));
 }
 
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

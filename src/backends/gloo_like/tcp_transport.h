@@ -80,7 +80,7 @@
 #include "c10d/store.h"
 #include "transport/transport.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 
 struct TCPTransportOptions {
   std::string host = "127.0.0.1";  // the address to listen on and publish (IPv4 or IPv6)
@@ -141,4 +141,4 @@ class TCPTransport final : public transport::Transport {
   std::shared_ptr<Impl> impl_;
 };
 
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 
 namespace {
 
@@ -312,4 +312,4 @@ std::string describe_frame_fault(FrameFault fault, const FrameHeader& header) {
   return fmt::format("unknown fault {}", static_cast<int>(fault));
 }
 
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

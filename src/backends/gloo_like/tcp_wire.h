@@ -62,7 +62,7 @@
 
 #include "core/auth.h"
 
-namespace c10d::gloo_like {
+namespace c10d::inline v1::gloo_like {
 
 // No op uses this tag: it has the user bit and a group id above transport::kMaxGroups.
 inline constexpr std::uint64_t kGoodbyeTag = ~std::uint64_t{0};
@@ -248,4 +248,4 @@ inline FrameFault decode_frame_header(std::span<const std::byte, kFrameHeaderByt
   return FrameFault::kNone;
 }
 
-}  // namespace c10d::gloo_like
+}  // namespace c10d::inline v1::gloo_like

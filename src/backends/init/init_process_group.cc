@@ -9,7 +9,7 @@
 #include "core/check.h"
 #include "core/parse.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 std::string from_env(const std::string& value, const char* name, const char* fallback) {
@@ -88,4 +88,4 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   return make_process_group_tcp(rv.store, rv.rank, rv.world_size, tcp);
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -8,7 +8,7 @@
 
 #include "core/logging.h"
 
-namespace c10d::mpi {
+namespace c10d::inline v1::mpi {
 
 DeadlineWatchdog::Clock::time_point DeadlineWatchdog::deadline_in(Clock::duration timeout) {
   // libstdc++'s steady_clock is CLOCK_MONOTONIC, whose coarse twin counts from the same origin.
@@ -80,4 +80,4 @@ void DeadlineWatchdog::loop() {
   }
 }
 
-}  // namespace c10d::mpi
+}  // namespace c10d::inline v1::mpi

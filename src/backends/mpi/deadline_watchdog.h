@@ -27,7 +27,7 @@
 #include <string>
 #include <thread>
 
-namespace c10d::mpi {
+namespace c10d::inline v1::mpi {
 
 class DeadlineWatchdog {
  public:
@@ -69,4 +69,4 @@ class DeadlineWatchdog {
   std::thread thread_;
 };
 
-}  // namespace c10d::mpi
+}  // namespace c10d::inline v1::mpi

@@ -96,7 +96,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -1486,4 +1486,4 @@ std::shared_ptr<ProcessGroup> make_process_group_mpi(Milliseconds timeout) {
   return std::make_shared<ProcessGroupMPI>(comm, rank, size, timeout, "world");
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -11,7 +11,7 @@
 #include "core/logging.h"
 #include "core/spin_wait.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 using namespace fabric;
 
@@ -381,4 +381,4 @@ void IciTransport::Chip::router_loop() {
   }
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

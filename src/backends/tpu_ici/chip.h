@@ -35,7 +35,7 @@
 #include "c10d/errors.h"
 #include "transport/unexpected_buffer.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 namespace fabric {
 
 using transport::Clock;
@@ -196,4 +196,4 @@ struct IciTransport::Chip {
   void shut_down();
 };
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -50,7 +50,7 @@
 #include <span>
 #include <string>
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 static_assert(std::endian::native == std::endian::little, "the ICI fabric assumes little-endian");
 
@@ -143,4 +143,4 @@ inline std::string check_packet(const PacketHeader& h, int world, std::size_t ri
   return "";
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -7,7 +7,7 @@
 #include "core/check.h"
 #include "core/fault_point.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 using namespace fabric;
 
@@ -148,4 +148,4 @@ void IciTransport::Chip::shut_down() {
                /*notify=*/false);
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -8,7 +8,7 @@
 #include "backends/tpu_ici/torus_plans.h"
 #include "core/check.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 namespace {
 
 // AVG and PREMUL_SUM accumulate as plain sums (reduce_kernels.h): scale this rank's input once
@@ -133,4 +133,4 @@ bool IciHooks::all_to_allv(const algorithms::Context& ctx, std::span<const std::
   return true;
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -17,7 +17,7 @@
 #include "backends/common/transport_process_group.h"
 #include "backends/tpu_ici/ici_transport.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 class IciWork final : public Work {
  public:
@@ -55,4 +55,4 @@ class IciHooks final : public backends::BackendHooks {
   const bool torus_algorithms_;
 };
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -11,7 +11,7 @@
 #include "core/parse.h"
 #include "core/spin_wait.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 using namespace fabric;
 
@@ -205,4 +205,4 @@ std::string IciTransport::link_report() const {
   return s;
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -45,7 +45,7 @@
 #include "c10d/types.h"
 #include "transport/transport.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 struct FabricOptions {
   std::string group_name = "default";
@@ -91,4 +91,4 @@ class IciTransport final : public transport::Transport {
   std::shared_ptr<Chip> chip_;
 };
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

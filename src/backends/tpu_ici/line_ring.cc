@@ -4,7 +4,7 @@
 
 #include "algorithms/ring_pattern.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 namespace {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
@@ -121,4 +121,4 @@ void append_all_gather(const LineRing& line, Range range, std::size_t element_by
   append(line, range, element_bytes, false, steps);
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -26,7 +26,7 @@
 
 #include "backends/tpu_ici/plan.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 struct LineRing {
   std::vector<int> ranks;  // by coordinate
@@ -44,4 +44,4 @@ Range line_block(Range range, int n, int c);
 // The folded ring order of a line of n chips, by coordinate.
 std::vector<int> folded_order(int n);
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

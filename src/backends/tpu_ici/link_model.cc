@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 MessageTimes LinkClock::cross(double bandwidth, double latency, std::uint64_t bytes,
                               MessageTimes in) {
@@ -50,4 +50,4 @@ void LinkClock::forget_before(double t) {
   busy_intervals_.erase(busy_intervals_.begin(), it);
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

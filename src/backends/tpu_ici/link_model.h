@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 struct MessageTimes {
   double head = 0;
@@ -60,4 +60,4 @@ class LinkClock {
   std::uint64_t messages_ = 0;
 };
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -3,7 +3,7 @@
 #include "backends/tpu_ici/line_ring.h"
 #include "backends/tpu_ici/torus_plans.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 void merge_parts(const std::vector<std::vector<Step>>& parts, Plan& into) {
   for (const auto& part : parts) {
@@ -47,4 +47,4 @@ Plan multi_axis_all_reduce(const Torus& torus, int rank, std::int64_t count,
   return plan;
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

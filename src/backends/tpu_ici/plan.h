@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 enum class TransferKind : std::uint8_t { kSend, kRecv, kRecvReduce };
 
@@ -51,4 +51,4 @@ struct Range {
 // Appends step t of every part to step t of `into`.
 void merge_parts(const std::vector<std::vector<Step>>& parts, Plan& into);
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

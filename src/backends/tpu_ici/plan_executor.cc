@@ -8,7 +8,7 @@
 #include "algorithms/scratch.h"
 #include "core/check.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 void run_plan(const algorithms::Context& ctx, const Plan& plan, std::span<std::byte> data,
               std::span<const std::byte> input, DType dtype, const Reduction& reduction) {
@@ -65,4 +65,4 @@ void run_plan(const algorithms::Context& ctx, const Plan& plan, std::span<std::b
   }
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -16,11 +16,11 @@
 #include "backends/tpu_ici/plan.h"
 #include "c10d/types.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 // `reduction` is used as reduce_into takes it (AVG and PREMUL_SUM accumulate as sums); it is
 // read only when the plan has kRecvReduce transfers.
 void run_plan(const algorithms::Context& ctx, const Plan& plan, std::span<std::byte> data,
               std::span<const std::byte> input, DType dtype, const Reduction& reduction);
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

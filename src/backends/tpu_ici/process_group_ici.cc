@@ -10,7 +10,7 @@
 #include "core/check.h"
 #include "core/parse.h"
 
-namespace c10d {
+namespace c10d::inline v1 {
 namespace {
 
 using tpu_ici::IciTransport;
@@ -74,4 +74,4 @@ std::string ici_link_report(const ProcessGroup& group) {
   return fabric == nullptr ? std::string() : fabric->link_report();
 }
 
-}  // namespace c10d
+}  // namespace c10d::inline v1

@@ -3,7 +3,7 @@
 // middle of each line carry the most and set the time.
 #include "backends/tpu_ici/torus_plans.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 Plan routed_all_to_all(int rank, int n, std::span<const std::int64_t> send_counts,
                        std::span<const std::int64_t> send_offsets,
@@ -26,4 +26,4 @@ Plan routed_all_to_all(int rank, int n, std::span<const std::int64_t> send_count
   return plan;
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

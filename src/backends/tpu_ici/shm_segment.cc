@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 bool ByteRing::has_room(std::size_t bytes) const {
   const std::uint64_t head = header_->head.load(std::memory_order_acquire);
@@ -55,4 +55,4 @@ bool ByteRing::empty() const {
          header_->head.load(std::memory_order_relaxed);
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

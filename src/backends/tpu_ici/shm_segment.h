@@ -15,7 +15,7 @@
 #include "backends/tpu_ici/fabric_layout.h"
 #include "transport/shared_memory.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 using transport::futex_wait;
 using transport::futex_wake;
@@ -51,4 +51,4 @@ class ByteRing {
   std::size_t capacity_ = 0;
 };
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

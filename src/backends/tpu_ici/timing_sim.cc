@@ -6,7 +6,7 @@
 
 #include "core/check.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 namespace {
 
 struct Arrival {
@@ -168,4 +168,4 @@ std::vector<AxisUsage> axis_usage(const Torus& torus, const SimResult& result) {
   return out;
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -23,7 +23,7 @@
 #include "backends/tpu_ici/plan.h"
 #include "backends/tpu_ici/topology.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 struct SimResult {
   double seconds = 0;                // the last chip's finish time
@@ -47,4 +47,4 @@ struct AxisUsage {
 };
 std::vector<AxisUsage> axis_usage(const Torus& torus, const SimResult& result);
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -9,7 +9,7 @@
 #include "c10d/errors.h"
 #include "core/check.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 namespace {
 
 struct Preset {
@@ -297,4 +297,4 @@ Torus make_torus(const TopologySpec& spec, int world_size) {
   return torus;
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

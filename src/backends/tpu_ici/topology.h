@@ -26,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 // One hop: the axis and the direction, as axis * 2 + (0 for +, 1 for -).
 using Hop = std::uint8_t;
@@ -115,4 +115,4 @@ std::string parse_dims(std::string_view text, std::vector<int>& dims);
 // chips do not match the world size, a v5e slice above 16x16, a bad wrap list or link).
 Torus make_torus(const TopologySpec& spec, int world_size);
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

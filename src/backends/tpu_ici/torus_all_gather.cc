@@ -3,7 +3,7 @@
 #include "backends/tpu_ici/line_ring.h"
 #include "backends/tpu_ici/torus_plans.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 Plan torus_all_gather(const Torus& torus, int rank, std::int64_t block_bytes) {
   Plan plan;
   for (int a = 0; a < torus.ndims(); ++a) {
@@ -14,4 +14,4 @@ Plan torus_all_gather(const Torus& torus, int rank, std::int64_t block_bytes) {
   return plan;
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

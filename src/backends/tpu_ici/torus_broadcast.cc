@@ -14,7 +14,7 @@
 
 #include "backends/tpu_ici/torus_plans.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 namespace {
 
 struct Chain {
@@ -87,4 +87,4 @@ Plan torus_broadcast(const Torus& torus, int rank, int root, std::int64_t bytes,
   return plan;
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

@@ -23,7 +23,7 @@
 #include "backends/tpu_ici/plan.h"
 #include "backends/tpu_ici/topology.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 Plan multi_axis_all_reduce(const Torus& torus, int rank, std::int64_t count,
                            std::size_t element_bytes);
@@ -54,4 +54,4 @@ inline constexpr std::int64_t kBroadcastSegmentBytes = 1 << 20;
 Plan torus_broadcast(const Torus& torus, int rank, int root, std::int64_t bytes,
                      std::int64_t segment_bytes = kBroadcastSegmentBytes);
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici

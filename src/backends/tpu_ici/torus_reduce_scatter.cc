@@ -3,7 +3,7 @@
 #include "backends/tpu_ici/line_ring.h"
 #include "backends/tpu_ici/torus_plans.h"
 
-namespace c10d::tpu_ici {
+namespace c10d::inline v1::tpu_ici {
 
 Plan torus_reduce_scatter(const Torus& torus, int rank, std::int64_t count,
                           std::size_t element_bytes) {
@@ -16,4 +16,4 @@ Plan torus_reduce_scatter(const Torus& torus, int rank, std::int64_t count,
   return plan;
 }
 
-}  // namespace c10d::tpu_ici
+}  // namespace c10d::inline v1::tpu_ici
