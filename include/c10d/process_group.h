@@ -71,8 +71,21 @@ class C10D_API ProcessGroup {
   virtual std::shared_ptr<Work> barrier(const BarrierOptions& opts = {}) = 0;
   virtual std::shared_ptr<Work> send(std::vector<Tensor> tensors, int dst_rank,
                                      const SendRecvOptions& opts = {}) = 0;
+  // The Work's source_rank() is src_rank.
   virtual std::shared_ptr<Work> recv(std::vector<Tensor> tensors, int src_rank,
                                      const SendRecvOptions& opts = {}) = 0;
+  // Receives into tensors[0] (exactly one tensor, as torch's recvAnysource takes) the next
+  // message with opts.tag from whichever rank of the group sends it first (MPI_ANY_SOURCE); once
+  // the Work succeeded its source_rank() names that rank. Matching: a message from rank P with
+  // tag T goes to the earliest posted recv that accepts it, recv(P, T) or recv_any_source(T)
+  // alike, so messages of one (sender, tag) are received in the order they were sent, whoever
+  // receives them; a recv_any_source whose messages already arrived takes the one that came
+  // first. The message's size must equal the tensor's (else the Work fails with
+  // InvalidArgument naming the sender). Every backend implements it (TCP with or without shared
+  // memory, ICI, MPI, in-process), or throws Unsupported naming the op and the backend. Issued
+  // and ordered like recv (thread-safety above); a timeout names the tag and says no rank sent.
+  virtual std::shared_ptr<Work> recv_any_source(std::vector<Tensor> tensors,
+                                                const SendRecvOptions& opts = {}) = 0;
 
   // A subgroup of `ranks` (ranks of this group, distinct, any order: position i becomes rank i
   // of the subgroup). Every rank of this group calls new_group with the same list, in the same

@@ -8,7 +8,8 @@
 //
 // A Work is what a collective returns: its Future plus the op's name and sequence number. Every
 // wait takes a deadline; waiting past it throws TimeoutError naming the op. wait() rethrows the
-// op's error.
+// op's error. The Work of a recv or recv_any_source also tells, once it succeeded, which rank
+// sent what it received (source_rank()).
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -100,6 +101,10 @@ class C10D_API Work : public std::enable_shared_from_this<Work> {
   void wait(Milliseconds timeout = kDefaultTimeout);
   // The op's outputs (for in-place ops, its inputs). Rethrows the op's error.
   std::vector<Tensor> result() const { return future_.value(); }
+  // The rank, in the op's group, whose message a recv or recv_any_source received (for recv,
+  // its src_rank). Throws InvalidArgument, naming the op, for any other op, and for a receive
+  // that has not completed or failed (as torch's Work::sourceRank does for other ops).
+  int source_rank() const;
   std::shared_ptr<Future> future() const {
     return std::shared_ptr<Future>(std::const_pointer_cast<Work>(shared_from_this()), &future_);
   }
@@ -107,6 +112,8 @@ class C10D_API Work : public std::enable_shared_from_this<Work> {
   // For backends: complete the op.
   void finish(std::vector<Tensor> outputs = {}) { future_.mark_completed(std::move(outputs)); }
   void finish_with_error(std::exception_ptr error) { future_.set_error(std::move(error)); }
+  // For backends: the sender of a receive's message, set before finish().
+  void set_source_rank(int rank) { source_rank_.store(rank, std::memory_order_relaxed); }
 
   // A wait's timeout, and its start and deadline read from the clock only when first asked: a
   // hook that runs the op to completion at once need not read it (on these guests a read costs
@@ -144,6 +151,8 @@ class C10D_API Work : public std::enable_shared_from_this<Work> {
   std::string op_name_;
   std::uint64_t sequence_;
   std::shared_ptr<const WaitHook> wait_hook_;
+  // -1: not a receive, or none yet. Written before the future completes, which publishes it.
+  std::atomic<int> source_rank_{-1};
   mutable Future future_;  // future() hands it out sharing this Work's ownership
 };
 

@@ -148,6 +148,8 @@ std::shared_ptr<Op> scatter(Group& g, Buffer output, std::vector<Buffer> inputs,
 std::shared_ptr<Op> barrier(Group& g, const OpOptions& o);
 std::shared_ptr<Op> send(Group& g, std::vector<Buffer> tensors, int dst, const OpOptions& o);
 std::shared_ptr<Op> recv(Group& g, std::vector<Buffer> tensors, int src, const OpOptions& o);
+// A receive from whichever rank sends first with o.tag (c10d's recv_any_source): one buffer.
+std::shared_ptr<Op> recv_any_source(Group& g, std::vector<Buffer> tensors, const OpOptions& o);
 
 // The op's name and the c10d sequence number of its first Work ("all_reduce #12"), for messages.
 std::string op_describe(const Op& op);
@@ -156,6 +158,9 @@ bool op_completed(const Op& op);
 bool op_succeeded(const Op& op);
 // The op's error once it failed, else null.
 std::exception_ptr op_error(const Op& op);
+// The rank whose message a recv or recv_any_source that succeeded received (c10d's
+// Work::source_rank); throws, naming the op, for another op or one not done or failed.
+int op_source_rank(const Op& op);
 // Blocks until the op completes and rethrows its error. Throws c10d's TimeoutError, naming the
 // op and the rank, when `timeout` passes first (the op itself goes on to its own deadline).
 void op_wait(Op& op, std::chrono::milliseconds timeout);

@@ -432,6 +432,21 @@ std::shared_ptr<Op> recv(Group& g, std::vector<Buffer> tensors, int src, const O
                 g.pg->recv(tensors_of(tensors), src, {.tag = o.tag, .timeout = timeout_of(o)}));
 }
 
+std::shared_ptr<Op> recv_any_source(Group& g, std::vector<Buffer> tensors, const OpOptions& o) {
+  return single(
+      g, "recv_any_source",
+      g.pg->recv_any_source(tensors_of(tensors), {.tag = o.tag, .timeout = timeout_of(o)}));
+}
+
+int op_source_rank(const Op& op) {
+  if (op.works.size() != 1) {
+    throw c10d::InvalidArgument(
+        fmt::format("rank {}: {}: source_rank() names the sender of a recv or recv_any_source",
+                    op.rank, op_describe(op)));
+  }
+  return op.works.front()->source_rank();
+}
+
 std::string op_describe(const Op& op) {
   if (op.works.empty()) return op.name;
   return fmt::format("{} #{}", op.name, op.works.front()->sequence());

@@ -236,6 +236,12 @@ class WorkC10d final : public ::c10d::Work {
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
+  // recv's and recvAnysource's sender (torch's recv without src returns it). Other ops throw,
+  // as torch's own Works do.
+  int sourceRank() const override {
+    return translated([&] { return bridge::op_source_rank(*op_); });
+  }
+
  private:
   std::shared_ptr<bridge::Op> op_;
   std::vector<at::Tensor> outputs_;
@@ -493,13 +499,16 @@ class ProcessGroupC10d final : public ::c10d::ProcessGroup {
     });
   }
 
-  // c10d's transports match a receive by (peer, tag); a receive from any peer needs either
-  // the transports' help or an announcement with every send (docs/torch.md).
-  c10::intrusive_ptr<::c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
-    throw std::runtime_error(c10::str(
-        "ProcessGroup ", kBackendName,
-        " does not support recvAnysource (recv without src): c10d matches a receive by its "
-        "source rank; pass src"));
+  // recv without src: c10d's recv_any_source, whose Work names the sender (sourceRank).
+  c10::intrusive_ptr<::c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                                 int tag) override {
+    one_tensor(tensors, "recvAnysource");
+    bridge::OpOptions o = options(::c10d::kUnsetTimeout);
+    o.tag = tag;
+    return launch(OpType::RECVANYSOURCE, tensors, [&] {
+      return bridge::recv_any_source(*group_, buffers_of(tensors, "recvAnysource", "the tensor"),
+                                     o);
+    });
   }
 
  private:

@@ -126,6 +126,21 @@ std::shared_ptr<Future> Future::then(std::function<std::vector<Tensor>(Future&)>
 Work::Work(std::string op_name, std::uint64_t sequence)
     : op_name_(std::move(op_name)), sequence_(sequence) {}
 
+int Work::source_rank() const {
+  // After the completion (acquire) that publishes it.
+  const bool succeeded = is_success();
+  const int rank = source_rank_.load(std::memory_order_relaxed);
+  if (succeeded && rank >= 0) return rank;
+  const bool receive = op_name_ == "recv" || op_name_ == "recv_any_source";
+  C10D_THROW(InvalidArgument,
+             "{} (sequence {}): source_rank() names the sender of a recv or recv_any_source that "
+             "succeeded; this op {}",
+             op_name_, sequence_,
+             !receive         ? "is not one"
+             : is_completed() ? "failed"
+                              : "has not completed yet");
+}
+
 void Work::wait(Milliseconds timeout) {
   WaitClock clock(timeout);
   if (wait_hook_ && !future_.completed()) (*wait_hook_)(*this, clock);

@@ -1,9 +1,10 @@
 // InProcTransport: matching, copying and failing messages between threads of one process.
 //
 // Every op is owned by the request it was returned in; the world only keeps raw pointers to the
-// unmatched ones in its channels, under mu_. An op leaves its channel exactly once: when it is
-// matched (and completed), failed by abort()/fail_rank() (and completed), or cancelled by its
-// request's destructor. So the world never holds a pointer to a destroyed op.
+// unmatched ones in its inboxes, under mu_: receives as posted receives of their own rank's
+// inbox, sends as unexpected messages of their destination's. An op leaves its inbox exactly
+// once: when it is matched (and completed), failed by abort()/fail_rank() (and completed), or
+// cancelled by its request's destructor. So the world never holds a pointer to a destroyed op.
 #include "transport/inproc_transport.h"
 
 #include <fmt/format.h>
@@ -48,14 +49,12 @@ struct InProcWorld::Op {
         recv_data(recv) {}
 
   std::size_t bytes() const { return is_send ? send_data.size() : recv_data.size(); }
-  ChannelKey key() const {
-    return is_send ? ChannelKey{self, peer, tag} : ChannelKey{peer, self, tag};
-  }
-  std::deque<Op*>& queue_in(Channel& channel) const {
-    return is_send ? channel.sends : channel.recvs;
-  }
   // "rank 1 irecv from rank 0 (group 0 user tag 5, 64 bytes)": who, which way, what.
   std::string describe() const {
+    if (peer == kAnySource) {
+      return fmt::format("rank {} irecv from any rank ({}, {} bytes)", self, tag_string(tag),
+                         bytes());
+    }
     return fmt::format("rank {} {} rank {} ({}, {} bytes)", self,
                        is_send ? "isend to" : "irecv from", peer, tag_string(tag), bytes());
   }
@@ -72,7 +71,8 @@ struct InProcWorld::Op {
   // never after, so test() can read both without the lock.
   std::atomic<bool> done{false};
   std::exception_ptr error;
-  std::condition_variable cv;  // notified under mu_ when `done` is set; waits on mu_
+  std::atomic<int> source{-1};  // a receive's sender, set before `done`
+  std::condition_variable cv;   // notified under mu_ when `done` is set; waits on mu_
 
   // Requires the world's mu_ (the waiter re-checks `done` under it, so no wakeup is lost).
   void complete_locked(std::exception_ptr outcome) {
@@ -92,6 +92,7 @@ class InProcWorld::OpRequest final : public Request {
 
   bool test() override { return world_->test(op_); }
   void wait(Clock::time_point deadline) override { world_->wait(op_, deadline); }
+  int source() const override { return op_.source.load(std::memory_order_acquire); }
   Op& op() { return op_; }
 
  private:
@@ -102,6 +103,7 @@ class InProcWorld::OpRequest final : public Request {
 InProcWorld::InProcWorld(int size) : size_(size) {
   C10D_CHECK(size >= 1, "InProcWorld needs at least one rank, got {}", size);
   ranks_.resize(static_cast<std::size_t>(size));
+  inboxes_.assign(static_cast<std::size_t>(size), Inbox(size, kDefaultMaxUnexpectedBytes));
 }
 
 void InProcWorld::fail_rank(int rank, std::exception_ptr reason) {
@@ -117,8 +119,20 @@ void InProcWorld::fail_rank(int rank, std::exception_ptr reason) {
   fail_queued_locked([&](const Op& op) -> std::exception_ptr {
     if (op.self == rank) return reason;
     if (op.peer == rank) return refusal_locked(op);  // now the NetworkError naming `rank`
+    if (op.peer == kAnySource) return no_sender_locked(op.self);
     return nullptr;
   });
+}
+
+std::exception_ptr InProcWorld::no_sender_locked(int rank) const {
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank && !ranks_[static_cast<std::size_t>(r)].died) return nullptr;
+  }
+  return make_error<NetworkError>(
+      __FILE__, __LINE__,
+      fmt::format("rank {}: an any-source receive cannot complete: every other rank of the "
+                  "world failed",
+                  rank));
 }
 
 void InProcWorld::abort(int rank, std::exception_ptr reason) {
@@ -138,6 +152,7 @@ std::exception_ptr InProcWorld::refusal_locked(const Op& op) const {
   const auto& self = ranks_[static_cast<std::size_t>(op.self)];
   if (self.aborted) return self.aborted;
   if (self.died) return self.died;
+  if (op.peer == kAnySource) return nullptr;  // no_sender_locked, unless a send waits for it
   const auto& peer = ranks_[static_cast<std::size_t>(op.peer)];
   if (peer.died) {
     return make_error<NetworkError>(
@@ -153,21 +168,27 @@ void InProcWorld::submit(Op& op) {
     op.complete_locked(std::move(refusal));
     return;
   }
-  const auto it = channels_.try_emplace(op.key()).first;
-  Channel& channel = it->second;
-  std::deque<Op*>& theirs = op.is_send ? channel.recvs : channel.sends;
-  if (theirs.empty()) {
-    op.queue_in(channel).push_back(&op);
+  if (op.is_send) {
+    Inbox& inbox = inboxes_[static_cast<std::size_t>(op.peer)];
+    if (const auto recv = inbox.match(op.self, op.tag)) {
+      transfer_locked(op, **recv);
+    } else {
+      inbox.push_unexpected(op.self, op.tag, &op);
+    }
     return;
   }
-  Op& match = *theirs.front();
-  theirs.pop_front();
-  if (channel.sends.empty() && channel.recvs.empty()) channels_.erase(it);
-  if (op.is_send) {
-    transfer_locked(op, match);
-  } else {
-    transfer_locked(match, op);
+  Inbox& inbox = inboxes_[static_cast<std::size_t>(op.self)];
+  if (const auto found = inbox.find_unexpected(op.peer, op.tag)) {
+    transfer_locked(*inbox.take(*found), op);
+    return;
   }
+  if (op.peer == kAnySource) {
+    if (auto none = no_sender_locked(op.self)) {
+      op.complete_locked(std::move(none));
+      return;
+    }
+  }
+  inbox.post(op.peer, op.tag, &op);
 }
 
 void InProcWorld::transfer_locked(Op& send, Op& recv) {
@@ -188,40 +209,34 @@ void InProcWorld::transfer_locked(Op& send, Op& recv) {
   }
   // The one copy of this message. memcpy with a null pointer is undefined even for 0 bytes.
   if (sent > 0) std::memcpy(recv.recv_data.data(), send.send_data.data(), sent);
+  recv.source.store(send.self, std::memory_order_relaxed);  // published by complete_locked
   send.complete_locked(nullptr);
   recv.complete_locked(nullptr);
 }
 
 void InProcWorld::fail_queued_locked(
     const std::function<std::exception_ptr(const Op&)>& error_for) {
-  for (auto it = channels_.begin(); it != channels_.end();) {
-    for (std::deque<Op*>* queue : {&it->second.sends, &it->second.recvs}) {
-      std::deque<Op*> kept;
-      for (Op* op : *queue) {
-        if (auto error = error_for(*op)) {
-          op->complete_locked(std::move(error));
-        } else {
-          kept.push_back(op);
-        }
-      }
-      *queue = std::move(kept);
-    }
-    if (it->second.sends.empty() && it->second.recvs.empty()) {
-      it = channels_.erase(it);
-    } else {
-      ++it;
-    }
+  const auto fail = [&](Op* op) {
+    auto error = error_for(*op);
+    if (!error) return false;
+    op->complete_locked(std::move(error));
+    return true;
+  };
+  for (Inbox& inbox : inboxes_) {
+    inbox.erase_receives_if(fail);
+    inbox.erase_all_unexpected_if([&](int, Op* op) { return fail(op); });
   }
 }
 
 void InProcWorld::cancel(Op& op) {
   std::lock_guard lock(mu_);
   if (op.done.load(std::memory_order_relaxed)) return;
-  const auto it = channels_.find(op.key());
-  if (it == channels_.end()) return;  // never queued: submit() did not get to run
-  std::deque<Op*>& queue = op.queue_in(it->second);
-  queue.erase(std::remove(queue.begin(), queue.end(), &op), queue.end());
-  if (it->second.sends.empty() && it->second.recvs.empty()) channels_.erase(it);
+  // Not found: never queued (submit() did not get to run).
+  if (op.is_send) {
+    inboxes_[static_cast<std::size_t>(op.peer)].erase_unexpected(op.self, &op);
+  } else {
+    inboxes_[static_cast<std::size_t>(op.self)].cancel(op.peer, &op);
+  }
 }
 
 bool InProcWorld::test(Op& op) {
@@ -235,6 +250,14 @@ void InProcWorld::wait(Op& op, Clock::time_point deadline) {
   if (!op.cv.wait_until(lock, deadline, [&] { return op.done.load(std::memory_order_relaxed); })) {
     const auto pending_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - op.posted_at).count();
+    if (op.peer == kAnySource) {
+      throw PeerTimeout(
+          core::with_location(__FILE__, __LINE__,
+                              fmt::format("{} timed out: no rank sent a message with {} in the "
+                                          "{} ms after posting",
+                                          op.describe(), tag_string(op.tag), pending_ms)),
+          kAnySource);
+    }
     throw PeerTimeout(
         core::with_location(
             __FILE__, __LINE__,
@@ -271,6 +294,13 @@ std::unique_ptr<Request> InProcTransport::irecv(int peer, Tag tag, std::span<std
              peer, size());
   auto request = std::make_unique<InProcWorld::OpRequest>(
       world_, rank_, peer, tag, std::span<const std::byte>{}, data, false);
+  world_->submit(request->op());
+  return request;
+}
+
+std::unique_ptr<Request> InProcTransport::irecv_any(Tag tag, std::span<std::byte> data) {
+  auto request = std::make_unique<InProcWorld::OpRequest>(
+      world_, rank_, kAnySource, tag, std::span<const std::byte>{}, data, false);
   world_->submit(request->op());
   return request;
 }

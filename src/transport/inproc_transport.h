@@ -3,7 +3,11 @@
 //
 // The N ranks of one test share an InProcWorld (std::make_shared<InProcWorld>(n)); each rank's
 // thread gets its own InProcTransport(world, rank). Semantics are those of transport.h:
-//   - Matching is FIFO per (source, destination, tag).
+//   - Matching is transport.h's, by each destination rank's Matcher (transport/matcher.h): FIFO
+//     per (source, destination, tag), any-source receives included. A send that no receive
+//     took waits as the destination's unexpected message (nothing copied; no bound applies).
+//   - An any-source receive fails once every other rank has died (fail_rank) with nothing for it
+//     queued, or when its own rank aborts or dies.
 //   - Nothing is copied at post time. A message is copied exactly once, by whichever side posts
 //     second, straight from the sender's span into the receiver's span; that completes both
 //     requests. So a send completes only once a receive matched it (rendezvous): an algorithm
@@ -26,16 +30,14 @@
 #pragma once
 
 #include <cstddef>
-#include <deque>
 #include <exception>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
-#include <tuple>
 #include <vector>
 
+#include "transport/matcher.h"
 #include "transport/transport.h"
 
 namespace c10d::inline v1::transport {
@@ -58,14 +60,8 @@ class InProcWorld {
   struct Op;        // one posted isend or irecv; lives inside its request
   class OpRequest;  // the Request handed to the caller
 
-  // (source rank, destination rank, tag)
-  using ChannelKey = std::tuple<int, int, Tag>;
-  // Unmatched ops of one channel, oldest first. At most one of the two is non-empty: an arriving
-  // op matches the other side's front before it would queue.
-  struct Channel {
-    std::deque<Op*> sends;
-    std::deque<Op*> recvs;
-  };
+  // A rank's matching: its posted receives, and the sends to it that no receive took yet.
+  using Inbox = Matcher<Op*, Op*>;
   struct RankState {
     std::exception_ptr aborted;  // set by the rank's abort()
     std::exception_ptr died;     // set by fail_rank()
@@ -83,14 +79,17 @@ class InProcWorld {
   void transfer_locked(Op& send, Op& recv);
   // Requires mu_. Fails and unregisters every queued op for which `error_for` returns an error.
   void fail_queued_locked(const std::function<std::exception_ptr(const Op&)>& error_for);
+  // Requires mu_. Why an any-source receive of `rank` cannot wait: every other rank died (null
+  // while one lives).
+  std::exception_ptr no_sender_locked(int rank) const;
 
   const int size_;
   // Guards everything below and every Op's outcome. Copies run under it too: that keeps cancel()
   // and abort() trivially safe (no op is ever half-copied when a lock holder looks), and copy
   // bandwidth is not what threads-as-ranks tests measure.
   std::mutex mu_;
-  std::map<ChannelKey, Channel> channels_;  // GUARDED_BY(mu_); empty channels are erased
-  std::vector<RankState> ranks_;            // GUARDED_BY(mu_)
+  std::vector<Inbox> inboxes_;    // GUARDED_BY(mu_); by destination rank
+  std::vector<RankState> ranks_;  // GUARDED_BY(mu_)
 };
 
 // One rank's endpoint in an InProcWorld. Create one per rank.
@@ -103,6 +102,7 @@ class InProcTransport final : public Transport {
 
   std::unique_ptr<Request> isend(int peer, Tag tag, std::span<const std::byte> data) override;
   std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data) override;
+  std::unique_ptr<Request> irecv_any(Tag tag, std::span<std::byte> data) override;
   void abort(std::exception_ptr reason) override;
 
  private:

@@ -5,6 +5,28 @@
 #include "core/check.h"
 
 namespace c10d::inline v1::transport {
+namespace {
+
+// The parent's any-source request, telling its source in the view's numbering.
+class ViewRequest final : public Request {
+ public:
+  // `ranks`: the view's, by view rank (a copy: the request may outlive the view).
+  ViewRequest(std::unique_ptr<Request> parent, std::vector<int> ranks)
+      : parent_(std::move(parent)), ranks_(std::move(ranks)) {}
+  bool test() override { return parent_->test(); }
+  void wait(Clock::time_point deadline) override { parent_->wait(deadline); }
+  int source() const override {
+    const int s = parent_->source();
+    const auto at = std::find(ranks_.begin(), ranks_.end(), s);
+    return at == ranks_.end() ? -1 : static_cast<int>(at - ranks_.begin());
+  }
+
+ private:
+  std::unique_ptr<Request> parent_;
+  std::vector<int> ranks_;
+};
+
+}  // namespace
 
 SubTransport::SubTransport(std::shared_ptr<Transport> parent, std::vector<int> ranks)
     : parent_(std::move(parent)), ranks_(std::move(ranks)) {
@@ -32,6 +54,10 @@ std::unique_ptr<Request> SubTransport::isend(int peer, Tag tag, std::span<const 
 
 std::unique_ptr<Request> SubTransport::irecv(int peer, Tag tag, std::span<std::byte> data) {
   return parent_->irecv(parent_rank(peer), tag, data);
+}
+
+std::unique_ptr<Request> SubTransport::irecv_any(Tag tag, std::span<std::byte> data) {
+  return std::make_unique<ViewRequest>(parent_->irecv_any(tag, data), ranks_);
 }
 
 }  // namespace c10d::inline v1::transport

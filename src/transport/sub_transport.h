@@ -4,7 +4,11 @@
 // ops are told apart from its parent's by the group id in their tags (transport.h).
 //
 // abort() aborts the parent: the connections are shared, so a view cannot fail alone. Requests
-// are the parent's, so a timed-out one names its peer by the parent's rank.
+// are the parent's, so a timed-out one names its peer by the parent's rank, and an irecv's
+// source() is the parent's rank too; an irecv_any's source() is this view's (the request is
+// wrapped: the view's callers know no other numbering for a sender they did not name). An
+// any-source receive of the view matches only its members' messages because its tag carries the
+// subgroup's id, which only members send with.
 // Thread-safety and request lifetime are the parent's.
 #pragma once
 
@@ -24,6 +28,7 @@ class SubTransport final : public Transport {
   int size() const override { return static_cast<int>(ranks_.size()); }
   std::unique_ptr<Request> isend(int peer, Tag tag, std::span<const std::byte> data) override;
   std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data) override;
+  std::unique_ptr<Request> irecv_any(Tag tag, std::span<std::byte> data) override;
   void abort(std::exception_ptr reason) override { parent_->abort(std::move(reason)); }
   // The parent's: the requests are the parent's, so their PeerTimeout names the parent's ranks.
   StallReport find_stalled(int peer, std::string_view doing,

@@ -11,6 +11,17 @@
 // InvalidArgument that names the peer, the tag and both sizes (and the send too, where the
 // transport still can: in-process it does, over TCP the send has completed when it was written).
 //
+// Any source: irecv_any(tag, data) takes the next message with `tag` from whichever peer sends
+// it (MPI_ANY_SOURCE). A message from P with tag T goes to the earliest posted receive that
+// accepts it, a receive from P or an any-source receive alike, so the order above holds whoever
+// receives; an any-source receive posted while messages for it wait takes the one that arrived
+// first (transport/matcher.h has the rules, kept once for every transport). Once it completed,
+// its request's source() names the sender. Sizes are checked as for irecv, naming the sender.
+// It fails when this rank's transport aborts, or, where a transport tells peers that are gone
+// (TCP, in-process), once no peer is left that could still send; a peer lost while others remain
+// does not fail it (the others may be the senders), which only its deadline bounds then. Its
+// PeerTimeout names the tag and says that no rank sent, with peer() -1.
+//
 // Buffers: neither side copies on posting. A send's span must stay valid and unchanged, and a
 // receive's span untouched, until the request completes (or the transport is aborted).
 //
@@ -47,6 +58,9 @@ using Clock = std::chrono::steady_clock;
 // A message tag. Collectives use make_tag(group, sequence) so concurrent ops and subgroups
 // never mix their bytes; point-to-point user tags live in their own space (user_tag).
 using Tag = std::uint64_t;
+
+// The peer of an any-source receive (irecv_any), where a rank is expected.
+inline constexpr int kAnySource = -1;
 
 inline constexpr Tag kUserTagBit = Tag{1} << 63;
 
@@ -112,6 +126,10 @@ class Request {
   // Blocks until completion; throws the request's error, or TimeoutError at the deadline (the
   // request stays pending and may still be waited on).
   virtual void wait(Clock::time_point deadline) = 0;
+  // For a receive that completed with a message: the rank that sent it (for irecv, its peer).
+  // -1 before that, for a send, and for a part of an any-source receive that another part
+  // completed (transport/matcher.h: SourceClaim).
+  virtual int source() const { return -1; }
 };
 
 class Transport {
@@ -122,6 +140,8 @@ class Transport {
 
   virtual std::unique_ptr<Request> isend(int peer, Tag tag, std::span<const std::byte> data) = 0;
   virtual std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data) = 0;
+  // A receive of the next message with `tag` from any peer (see Any source above).
+  virtual std::unique_ptr<Request> irecv_any(Tag tag, std::span<std::byte> data) = 0;
 
   // Fails every pending and later request of this rank with `reason`, and releases every
   // waiter. Idempotent: the first reason sticks.

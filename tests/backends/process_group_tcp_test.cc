@@ -5,6 +5,7 @@
 // collectives; the algorithm override is checked.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <chrono>
@@ -428,6 +429,103 @@ TEST(ProcessGroupTCPTest, PendingRecvDoesNotBlockCollectivesAndTagsMatchOutOfOrd
       SendRecvOptions t2;
       t2.tag = 2;
       pg->send({filled(4, 22.0f)}, 0, t2)->wait(20s);
+    }
+  });
+}
+
+// recv_any_source with shared memory between the ranks (one host) and without (C10D_SHM=0):
+// rank 0 takes each sender once and its Work names it; a subgroup's Work names the sender by its
+// subgroup rank; recv's Work names its src; a collective's Work has no source.
+TEST(ProcessGroupTCPTest, RecvAnySourceTakesEachSenderOnceAndNamesItWithAndWithoutSharedMemory) {
+  for (const bool shm : {true, false}) {
+    SCOPED_TRACE(shm ? "shared memory" : "C10D_SHM=0");
+    if (!shm) ::setenv("C10D_SHM", "0", 1);
+    run_group(4, [](int r, std::shared_ptr<ProcessGroup>& pg) {
+      SendRecvOptions tag5;
+      tag5.tag = 5;
+      auto sub = pg->new_group({0, 2, 3});
+      if (r != 0) {
+        pg->send({filled(4, 10.0f * r)}, 0, tag5)->wait(20s);
+        if (sub) sub->send({filled(2, 100.0f * r)}, 0, tag5)->wait(20s);
+        SendRecvOptions tag6;
+        tag6.tag = 6;
+        pg->send({filled(1, 7.0f)}, 0, tag6)->wait(20s);
+        pg->barrier()->wait(20s);
+        return;
+      }
+      std::vector<Tensor> got;
+      std::vector<std::shared_ptr<Work>> works;
+      for (int i = 0; i < 3; ++i) {
+        got.push_back(filled(4, -1.0f));
+        works.push_back(pg->recv_any_source({got.back()}, tag5));
+      }
+      std::vector<int> seen;
+      for (int i = 0; i < 3; ++i) {
+        works[i]->wait(20s);
+        const int from = works[i]->source_rank();
+        seen.push_back(from);
+        EXPECT_EQ(got[i].data<float>()[3], 10.0f * from) << "from rank " << from;
+      }
+      std::sort(seen.begin(), seen.end());
+      EXPECT_EQ(seen, (std::vector<int>{1, 2, 3}));
+      // In the subgroup {0, 2, 3}, parent ranks 2 and 3 are ranks 1 and 2.
+      std::vector<int> sub_seen;
+      for (int i = 0; i < 2; ++i) {
+        auto t = filled(2, -1.0f);
+        auto w = sub->recv_any_source({t}, tag5);
+        w->wait(20s);
+        sub_seen.push_back(w->source_rank());
+        EXPECT_EQ(t.data<float>()[1], 100.0f * (w->source_rank() + 1));
+      }
+      std::sort(sub_seen.begin(), sub_seen.end());
+      EXPECT_EQ(sub_seen, (std::vector<int>{1, 2}));
+      SendRecvOptions tag6;
+      tag6.tag = 6;
+      for (int from = 1; from < 4; ++from) {
+        auto t = filled(1, 0.0f);
+        auto w = pg->recv({t}, from, tag6);
+        w->wait(20s);
+        EXPECT_EQ(w->source_rank(), from);
+      }
+      auto b = pg->barrier();
+      b->wait(20s);
+      try {
+        (void)b->source_rank();
+        ADD_FAILURE() << "a barrier has no source rank";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find("barrier"), std::string::npos) << e.what();
+      }
+    });
+    ::unsetenv("C10D_SHM");
+  }
+}
+
+// Nobody sends: the recv_any_source fails at its timeout naming the op, the tag and that no
+// rank sent; the other rank hears why from the abort that follows.
+TEST(ProcessGroupTCPTest, ARecvAnySourceNobodyAnswersTimesOutNamingTheTag) {
+  run_group(2, [](int r, std::shared_ptr<ProcessGroup>& pg) {
+    pg->barrier()->wait(20s);
+    if (r == 1) {
+      auto x = filled(1, 1.0f);
+      const std::string message = error_of<NetworkError>(pg->recv({x}, 0), 20s);
+      EXPECT_NE(message.find("recv_any_source #0 (user tag 9, group 0) timed out"),
+                std::string::npos)
+          << message;
+      return;
+    }
+    auto t = filled(4, 0.0f);
+    SendRecvOptions opts;
+    opts.tag = 9;
+    opts.timeout = 300ms;
+    try {
+      pg->recv_any_source({t}, opts)->wait(10s);
+      ADD_FAILURE() << "the receive did not time out";
+    } catch (const transport::PeerTimeout& e) {
+      EXPECT_EQ(e.peer(), -1);
+      EXPECT_NE(std::string(e.what()).find("rank 0: recv_any_source #0 (user tag 9, group 0) "
+                                           "timed out after 300 ms: no rank sent"),
+                std::string::npos)
+          << e.what();
     }
   });
 }

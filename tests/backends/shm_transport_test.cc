@@ -3,7 +3,9 @@
 // many times the ring's size (including one whose receive is posted while it is arriving), empty
 // messages, size mismatches, the all-reduce algorithms, abort, deadlines, nothing left in
 // /dev/shm after set-up, and ring sizes bounded (tests/fault/bounds_test.cc has the
-// environment's).
+// environment's). Receives from any source (any_source_cases.h): over shared memory alone, and
+// over the TCP backend's routed transport with some peers on another "host" (host keys), so that
+// one receive spans both channels.
 #include "backends/gloo_like/shm_transport.h"
 
 #include <fcntl.h>
@@ -19,6 +21,9 @@
 #include <thread>
 
 #include "../algorithms/ranks.h"
+#include "../transport/any_source_cases.h"
+#include "backends/gloo_like/routed_transport.h"
+#include "backends/gloo_like/tcp_transport.h"
 #include "c10d/errors.h"
 #include "c10d/store.h"
 #include "transport/shared_memory.h"
@@ -53,6 +58,70 @@ void run_ranks(int n, const std::function<void(int, transport::Transport&)>& fn,
 
 using c10d::testing::pattern;
 using c10d::testing::soon;
+
+void run_shm(int n, const std::function<void(int, transport::Transport&)>& fn) { run_ranks(n, fn); }
+C10D_ANY_SOURCE_TESTS(ShmTransportAnySourceTest, run_shm)
+
+// The TCP backend's transport (routed_transport.h) of `n` ranks, the ranks of `remote` on host
+// "B", the others on host "A": a pair on one host talks through shared memory, others over TCP.
+void run_routed(int n, const std::vector<int>& remote,
+                const std::function<void(int, transport::Transport&)>& fn) {
+  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
+  const std::string group = "routed" + std::to_string(group_counter++);
+  algorithms::testing::run_ranks(
+      n,
+      [&](int r) -> std::unique_ptr<transport::Transport> {
+        const bool far = std::find(remote.begin(), remote.end(), r) != remote.end();
+        auto shm = std::make_shared<ShmTransport>(store, r, n,
+                                                  ShmTransportOptions{.group_name = group,
+                                                                      .timeout = 20s,
+                                                                      .ring_bytes = kRing,
+                                                                      .host_key = far ? "B" : "A"});
+        TCPTransportOptions options{"127.0.0.1", 20s};
+        options.on_abort = [weak = std::weak_ptr(shm)](std::exception_ptr e) {
+          if (auto s = weak.lock()) s->abort(std::move(e));
+        };
+        auto tcp = std::make_shared<TCPTransport>(store, r, n, group, options);
+        return std::make_unique<RoutedTransport>(std::move(shm), std::move(tcp));
+      },
+      fn);
+}
+
+// Rank n-1 on another host: rank 0 hears rank 1 through shared memory and rank 2 over TCP.
+void run_routed_last_far(int n, const std::function<void(int, transport::Transport&)>& fn) {
+  run_routed(n, n > 2 ? std::vector<int>{n - 1} : std::vector<int>{}, fn);
+}
+// Rank 1 on another host: the other way round.
+void run_routed_first_far(int n, const std::function<void(int, transport::Transport&)>& fn) {
+  run_routed(n, n > 2 ? std::vector<int>{1} : std::vector<int>{}, fn);
+}
+C10D_ANY_SOURCE_TESTS(RoutedAnySourceTest, run_routed_last_far)
+C10D_ANY_SOURCE_TESTS(RoutedAnySourceOtherWayTest, run_routed_first_far)
+
+// Same-host peers that sent and then closed: their messages wait in the rings although their
+// TCP connections are gone (the TCP part gives up); a receive after those fails, naming the
+// loss, within about the last look.
+TEST(RoutedAnySourceTest, MessagesOfPeersThatClosedAreReceivedThenTheNextReceiveFails) {
+  using c10d::testing::any_source::kTag;
+  run_routed(3, {}, [](int r, transport::Transport& t) {
+    if (r != 0) {
+      t.isend(0, kTag, pattern(64, r))->wait(soon());
+      return;  // a goodbye over TCP
+    }
+    std::this_thread::sleep_for(300ms);  // both goodbyes came; nobody read the rings yet
+    std::vector<std::byte> a(64), b(64);
+    auto first = t.irecv_any(kTag, a);
+    auto second = t.irecv_any(kTag, b);
+    first->wait(soon());
+    second->wait(soon());
+    EXPECT_EQ(first->source() + second->source(), 3);
+    EXPECT_EQ(a, pattern(64, first->source()));
+    EXPECT_EQ(b, pattern(64, second->source()));
+    const auto start = Clock::now();
+    EXPECT_THROW(t.irecv_any(kTag, a)->wait(soon()), NetworkError);
+    EXPECT_LT(Clock::now() - start, 2s);
+  });
+}
 
 TEST(ShmTransportTest, SendBeforeRecvAndRecvBeforeSendDeliverExactBytes) {
   run_ranks(2, [](int r, transport::Transport& t) {

@@ -1,6 +1,7 @@
 // TCPTransport with every rank a thread over a shared HashStore: exact bytes either order, FIFO
-// per tag, interleaved tags, large and empty messages, a ring, the all-reduce algorithms, and a
-// peer that goes away mid-wait. The handshake and strangers: tcp_handshake_test.cc.
+// per tag, interleaved tags, large and empty messages, a ring, the all-reduce algorithms, a
+// peer that goes away mid-wait, and receives from any source (any_source_cases.h; peers that
+// close while one waits). The handshake and strangers: tcp_handshake_test.cc.
 #include "backends/gloo_like/tcp_transport.h"
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "../algorithms/ranks.h"
+#include "../transport/any_source_cases.h"
 #include "c10d/errors.h"
 #include "c10d/store.h"
 #include "transport/stall_record.h"
@@ -46,6 +48,46 @@ void run_ranks(int n, const std::function<void(int, transport::Transport&)>& fn)
 
 using c10d::testing::pattern;
 using c10d::testing::soon;
+
+C10D_ANY_SOURCE_TESTS(TCPTransportAnySourceTest, run_ranks)
+
+// A peer that closed its transport does not fail an any-source receive while another may still
+// send; once the last one closed, a pending one fails naming the loss, and so does a later one.
+TEST(TCPTransportTest, AnySourceOutlivesAClosedPeerAndFailsWhenNoPeerIsLeft) {
+  using c10d::testing::any_source::await;
+  using c10d::testing::any_source::kGo;
+  using c10d::testing::any_source::kTag;
+  using c10d::testing::any_source::signal;
+  run_ranks(3, [](int r, transport::Transport& t) {
+    if (r == 1) return;  // closes at once: a goodbye to the others
+    if (r == 2) {
+      await(t, 0, kGo);
+      t.isend(0, kTag, pattern(8, 2))->wait(soon());
+      return;  // the last peer of rank 0 closes
+    }
+    std::vector<std::byte> got(8);
+    auto first = t.irecv_any(kTag, got);
+    std::this_thread::sleep_for(200ms);  // rank 1's goodbye has come
+    EXPECT_FALSE(first->test());
+    signal(t, 2, kGo);
+    first->wait(soon());
+    EXPECT_EQ(first->source(), 2);
+    EXPECT_EQ(got, pattern(8, 2));
+    auto second = t.irecv_any(kTag, got);
+    const auto start = Clock::now();
+    try {
+      second->wait(soon());
+      ADD_FAILURE() << "no peer is left to send: the receive must fail";
+    } catch (const NetworkError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("any-source"), std::string::npos) << what;
+      EXPECT_NE(what.find("every peer"), std::string::npos) << what;
+      EXPECT_NE(what.find("closed its transport"), std::string::npos) << what;
+    }
+    EXPECT_LT(Clock::now() - start, 5s);
+    EXPECT_THROW(t.irecv_any(kTag, got)->wait(soon()), NetworkError);
+  });
+}
 
 TEST(TCPTransportTest, SendBeforeRecvAndRecvBeforeSendDeliverExactBytes) {
   run_ranks(2, [](int r, transport::Transport& t) {

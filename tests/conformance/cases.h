@@ -60,6 +60,7 @@ void all_to_all_split_sizes_case(ProcessGroup& pg, const Config& config, Reporte
 void gather_case(ProcessGroup& pg, const Config& config, Reporter& rep);
 void scatter_case(ProcessGroup& pg, const Config& config, Reporter& rep);
 void send_recv_case(ProcessGroup& pg, const Config& config, Reporter& rep);
+void recv_any_source_case(ProcessGroup& pg, const Config& config, Reporter& rep);
 
 void barrier_case(ProcessGroup& pg, const Config& config, Reporter& rep);
 void work_semantics_case(ProcessGroup& pg, const Config& config, Reporter& rep);

@@ -25,6 +25,7 @@ const std::vector<Case>& cases() {
       {"gather", gather_case},
       {"scatter", scatter_case},
       {"send_recv", send_recv_case},
+      {"recv_any_source", recv_any_source_case},
       {"barrier", barrier_case},
       {"work_semantics", work_semantics_case},
       {"in_order", in_order_case},

@@ -25,6 +25,11 @@
 //    scatter] every dtype x every count, roots 0 and last, in place and out of place.
 //  - [send_recv] a ring exchange with two tags per pair, each receiver posting tag 2 before
 //    tag 1, and two tensors in one send; every dtype x every count.
+//  - [recv_any_source] every other rank sends rank 0 a tensor per dtype (float32, int8) x
+//    count; rank 0's recv_any_source calls take each sender once, each Work's source_rank()
+//    naming the rank whose data it holds; rank 1's two tensors on one tag reach rank 0's
+//    recv_any_source and recv(1), posted in that order, in order; two tensors are rejected, and
+//    so is any recv_any_source in a group of one.
 //  - [large_counts] the counts of Config::large_count for a representative subset only, so a
 //    run stays within its time budget (the list is in large_counts.cc).
 //  - [barrier work_semantics in_order subgroups bad_arguments] a barrier waits for the last

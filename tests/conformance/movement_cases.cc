@@ -5,10 +5,13 @@
 // nothing is caught.
 #include <fmt/format.h>
 
+#include <memory>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "c10d/errors.h"
 #include "cases.h"
 #include "elements.h"
 
@@ -22,6 +25,8 @@ constexpr std::uint64_t kAllToAllSeed = 1200;
 constexpr std::uint64_t kScatterSeed = 1300;
 constexpr std::uint64_t kSendSeed = 1400;
 constexpr std::uint64_t kSendSeed2 = 1500;
+constexpr std::uint64_t kAnySourceSeed = 1600;
+constexpr std::uint64_t kAnySourceSeed2 = 1700;
 constexpr std::uint64_t kStaleSeed = 9100;
 
 std::uint64_t seed(std::uint64_t base, int rank) { return base + static_cast<std::uint64_t>(rank); }
@@ -246,6 +251,120 @@ void send_recv_once(ProcessGroup& pg, const Config& config, Reporter& rep, DType
   if (w_send1)
     expect_equal(rep, send1, "the sent tensor (must be unchanged)", a,
                  key_tensor({count}, dtype, seed(kSendSeed, r)));
+}
+
+void recv_any_source_once(ProcessGroup& pg, const Config& config, Reporter& rep, DType dtype,
+                          std::int64_t count, int tag) {
+  const int n = pg.size();
+  const int r = pg.rank();
+  const std::string variant = fmt::format("tag {}, from every other rank", tag);
+  if (r != 0) {
+    const Tensor mine = key_tensor({count}, dtype, seed(kAnySourceSeed, r));
+    run(rep, {"send", dtype, std::nullopt, count, 0, variant}, config,
+        [&] { return pg.send({mine}, 0, {.tag = tag}); });
+    return;
+  }
+  const Call call{"recv_any_source", dtype, std::nullopt, count, -1, variant};
+  std::vector<Tensor> got;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int i = 1; i < n; ++i) {
+    got.push_back(stale(dtype, {count}, r));
+    works.push_back(
+        issue(rep, call, [&] { return pg.recv_any_source({got.back()}, {.tag = tag}); }));
+  }
+  std::vector<int> seen(static_cast<std::size_t>(n), 0);
+  for (std::size_t i = 0; i < works.size(); ++i) {
+    if (!works[i]) continue;
+    finish(rep, call, *works[i], config);
+    expect_result(rep, call, *works[i], {got[i]});
+    int from = -1;
+    try {
+      from = works[i]->source_rank();
+    } catch (const Error& e) {
+      rep.fail(call, fmt::format("source_rank() threw: {}", e.what()));
+      continue;
+    }
+    if (from < 1 || from >= n || seen[static_cast<std::size_t>(from)]++ != 0) {
+      rep.fail(call, fmt::format("source_rank() is {}: not a sender, or one received twice", from));
+      continue;
+    }
+    rep.pass();
+    expect_equal(rep, call, fmt::format("the tensor from rank {}", from), got[i],
+                 key_tensor({count}, dtype, seed(kAnySourceSeed, from)));
+  }
+}
+
+// Every other rank sends rank 0 a tensor per dtype and count, each round on a tag of its own;
+// rank 0's recv_any_source calls, all posted first, take each sender exactly once, and each
+// Work's source_rank() names the sender whose data it holds. Then rank 1's two tensors on one tag
+// go to rank 0's recv_any_source and recv(1), posted in that order, in that order (recv's Work
+// names rank 1 too). Two tensors, or a group of one (nobody could send), are rejected.
+void recv_any_source_case(ProcessGroup& pg, const Config& config, Reporter& rep) {
+  const int n = pg.size();
+  const int r = pg.rank();
+  const Tensor one = Tensor::empty({3}, DType::kFloat32);
+  if (n < 2) {
+    expect_rejected(rep, {"recv_any_source", DType::kFloat32, std::nullopt, 3, -1, "group of one"},
+                    config, [&] { return pg.recv_any_source({one}, {.tag = 1}); },
+                    {"recv_any_source"});
+    return;
+  }
+  expect_rejected(rep, {"recv_any_source", DType::kFloat32, std::nullopt, 3, -1, "two tensors"},
+                  config,
+                  [&] {
+                    return pg.recv_any_source({one, one}, {.tag = 1});
+                  },
+                  {"recv_any_source", "one tensor"});
+  int tag = 100;
+  for (DType dtype : {DType::kFloat32, DType::kInt8}) {
+    for (std::int64_t count : config.counts)
+      recv_any_source_once(pg, config, rep, dtype, count, tag++);
+  }
+  constexpr std::int64_t kCount = 7;
+  if (r == 1) {
+    const Tensor x = key_tensor({kCount}, DType::kInt32, seed(kAnySourceSeed, 1));
+    const Tensor y = key_tensor({kCount}, DType::kInt32, seed(kAnySourceSeed2, 1));
+    const Call send{"send", DType::kInt32, std::nullopt, kCount, 0, "tag 30, two in a row"};
+    const auto w_x = issue(rep, send, [&] { return pg.send({x}, 0, {.tag = 30}); });
+    const auto w_y = issue(rep, send, [&] { return pg.send({y}, 0, {.tag = 30}); });
+    if (w_x) finish(rep, send, *w_x, config);
+    if (w_y) finish(rep, send, *w_y, config);
+  } else if (r == 0) {
+    const Tensor a = stale(DType::kInt32, {kCount}, r);
+    const Tensor b = stale(DType::kInt32, {kCount}, r);
+    const Call any{"recv_any_source",
+                   DType::kInt32,
+                   std::nullopt,
+                   kCount,
+                   -1,
+                   "tag 30, posted before a recv from rank 1"};
+    const Call from1{
+        "recv", DType::kInt32, std::nullopt, kCount, 1, "tag 30, posted after a recv_any_source"};
+    const auto w_any = issue(rep, any, [&] { return pg.recv_any_source({a}, {.tag = 30}); });
+    const auto w_from1 = issue(rep, from1, [&] { return pg.recv({b}, 1, {.tag = 30}); });
+    if (w_any) finish(rep, any, *w_any, config);
+    if (w_from1) finish(rep, from1, *w_from1, config);
+    for (const auto& [call, work] : {std::pair{any, w_any}, std::pair{from1, w_from1}}) {
+      if (!work) continue;
+      try {
+        if (work->source_rank() != 1) {
+          rep.fail(call, fmt::format("source_rank() is {}, not 1", work->source_rank()));
+        } else {
+          rep.pass();
+        }
+      } catch (const Error& e) {
+        rep.fail(call, fmt::format("source_rank() threw: {}", e.what()));
+      }
+    }
+    if (w_any) {
+      expect_equal(rep, any, "the first tensor rank 1 sent", a,
+                   key_tensor({kCount}, DType::kInt32, seed(kAnySourceSeed, 1)));
+    }
+    if (w_from1) {
+      expect_equal(rep, from1, "the second tensor rank 1 sent", b,
+                   key_tensor({kCount}, DType::kInt32, seed(kAnySourceSeed2, 1)));
+    }
+  }
 }
 
 void broadcast_case(ProcessGroup& pg, const Config& config, Reporter& rep) {

@@ -85,6 +85,9 @@ class BrokenGroup final : public ProcessGroup {
     if (o.tag == 1 || o.tag == 2) bent.tag = 3 - o.tag;
     return pg_->recv(std::move(t), src, bent);
   }
+  std::shared_ptr<Work> recv_any_source(std::vector<Tensor> t, const SendRecvOptions& o) override {
+    return pg_->recv_any_source(std::move(t), o);
+  }
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override {
     return pg_->new_group(ranks);
   }

@@ -1,12 +1,14 @@
 // The shared-memory fabric, chip by chip: bytes reach far chips through the routers of the
 // chips between, virtual time follows link_model.h exactly, links serve first come first
-// served, messages detour around a down link, and failures end every wait.
+// served, messages detour around a down link, failures end every wait, and receives from any
+// source behave as on every transport (any_source_cases.h).
 #include <gtest/gtest.h>
 
 #include <latch>
 #include <numeric>
 #include <thread>
 
+#include "../transport/any_source_cases.h"
 #include "backends/tpu_ici/ici_transport.h"
 #include "c10d/errors.h"
 
@@ -46,6 +48,38 @@ std::vector<std::byte> pattern(std::size_t n, int seed) {
 }
 
 auto deadline() { return Clock::now() + 20s; }
+
+// The chips of a ring of `n`, as the transport cases want them: fn(rank, transport) on every
+// chip's thread; the first error a body threw is rethrown.
+void run_ring(int n, const std::function<void(int, transport::Transport&)>& fn) {
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  on_chips({.topology = std::to_string(n)}, n, [&](IciTransport& chip) {
+    try {
+      fn(chip.rank(), chip);
+    } catch (...) {
+      errors[static_cast<std::size_t>(chip.rank())] = std::current_exception();
+    }
+  });
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+C10D_ANY_SOURCE_TESTS(IciAnySourceTest, run_ring)
+
+// A message to an any-source receive that crossed two links keeps its sender's rank.
+TEST(IciFabricTest, AnAnySourceReceiveNamesAFarSender) {
+  on_chips({.topology = "5"}, 5, [](IciTransport& chip) {
+    if (chip.rank() == 2) {
+      chip.isend(0, 3, pattern(100, 2))->wait(deadline());
+    } else if (chip.rank() == 0) {
+      std::vector<std::byte> got(100);
+      auto req = chip.irecv_any(3, got);
+      req->wait(deadline());
+      EXPECT_EQ(req->source(), 2);
+      EXPECT_EQ(got, pattern(100, 2));
+    }
+  });
+}
 
 TEST(IciFabricTest, AFarMessageIsForwardedAndTakesHopsTimesLatencyPlusItsBytes) {
   on_chips({.topology = "8"}, 8, [](IciTransport& chip) {

@@ -236,6 +236,31 @@ def scenario_ops(rank, world):
         expect_equal(got, torch.full((6,), (prev % 2) == 0 if dtype == torch.bool else prev,
                                      dtype=dtype), f"send/recv {name}")
         verified.append(f"send_recv/{name}")
+    # recv without src (recvAnysource): rank 0 receives twice from any source while ranks 1 and
+    # 2 send distinct values; recv returns the sender. irecv without src: its Work names the
+    # sender once it is done.
+    if r == 0:
+        senders = []
+        for _ in range(world - 1):
+            got = torch.zeros(5, dtype=torch.int32)
+            src = dist.recv(got, tag=11)
+            expect(src in range(1, world), f"recv without src returned {src!r}")
+            expect_equal(got, torch.full((5,), 100 + src, dtype=torch.int32),
+                         f"recv without src, from rank {src}")
+            senders.append(src)
+        expect(sorted(senders) == list(range(1, world)),
+               f"recv without src took each sender once: got {senders}")
+        got = torch.zeros(2)
+        work = dist.irecv(got, tag=12)
+        work.wait()
+        expect(work._source_rank() == world - 1,
+               f"irecv without src: the Work names rank {work._source_rank()}")
+        expect_equal(got, torch.full((2,), 0.5), "irecv without src")
+    else:
+        dist.send(torch.full((5,), 100 + r, dtype=torch.int32), 0, tag=11)
+        if r == world - 1:
+            dist.send(torch.full((2,), 0.5), 0, tag=12)
+    verified.append("recv_anysource")
     dist.barrier()
     verified.append("barrier")
 
@@ -271,13 +296,12 @@ def scenario_ops(rank, world):
         expect_raises(lambda: dist.all_reduce(torch.ones(1), group=sub))
     verified += ["new_group", "abort"]
 
-    # Refused, with the reason: a non-contiguous, a sparse, an unsupported dtype, recv without src.
+    # Refused, with the reason: a non-contiguous, a sparse, an unsupported dtype.
     expect_raises(lambda: dist.all_reduce(torch.ones(4, 4).t()), "c10d", "not contiguous")
     sparse = torch.sparse_coo_tensor(torch.tensor([[0]]), torch.tensor([1.0]), (3,))
     expect_raises(lambda: dist.all_reduce(sparse), "c10d", "Sparse")
     half_complex = torch.zeros(4, dtype=torch.complex32)
     expect_raises(lambda: dist.send(half_complex, (r + 1) % world), "c10d", "ComplexHalf")
-    expect_raises(lambda: dist.recv(torch.zeros(2)), "c10d", "recvAnysource")
     default_pg = dist.distributed_c10d._get_default_group()
     expect_raises(lambda: default_pg.monitored_barrier(datetime.timedelta(seconds=5), False),
                   "c10d", "monitoredBarrier")

@@ -1,5 +1,6 @@
 // The in-process transport's contract (transport.h, inproc_transport.h): matching, the one copy,
-// size checks, deadlines, abort, a dying peer, and requests destroyed while pending.
+// size checks, deadlines, abort, a dying peer, requests destroyed while pending, and receives
+// from any source (any_source_cases.h, and the dying peers that end one).
 #include "transport/inproc_transport.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "../algorithms/ranks.h"
+#include "any_source_cases.h"
 #include "c10d/errors.h"
 
 namespace c10d::inline v1::transport {
@@ -319,6 +322,42 @@ TEST_F(InProcTransportTest, PeerOutsideTheWorldIsInvalidArgument) {
                   {"peer 2 is outside a world of size 2"});
   EXPECT_THROW(rank(0).irecv(-1, user_tag(0, 1), buf), InvalidArgument);
   EXPECT_THROW(InProcTransport(world_, 5), InvalidArgument);
+}
+
+void run_in_process(int n, const std::function<void(int, Transport&)>& fn) {
+  algorithms::testing::run_ranks(n, fn);
+}
+C10D_ANY_SOURCE_TESTS(InProcTransportAnySourceTest, run_in_process)
+
+TEST_F(InProcTransportTest, AnySourceWaitsWhileAPeerLivesAndFailsWhenEveryOtherRankDied) {
+  start(3);
+  Bytes got(4);
+  auto any = rank(0).irecv_any(user_tag(0, 3), got);
+  world_->fail_rank(1, nullptr);
+  EXPECT_FALSE(any->test());  // rank 2 may still send
+  const auto start_at = Clock::now();
+  world_->fail_rank(2, nullptr);
+  const std::string what = message_of<NetworkError>([&] { any->wait(soon()); });
+  expect_mentions(what, {"rank 0", "any-source", "every other rank"});
+  EXPECT_LT(Clock::now() - start_at, 1s);
+  // Later ones fail at once too, unless a send waits for them.
+  EXPECT_THROW(rank(0).irecv_any(user_tag(0, 3), got)->wait(soon()), NetworkError);
+}
+
+TEST_F(InProcTransportTest, ADestroyedPendingAnySourceReceiveNeverWritesItsBuffer) {
+  start(2);
+  Bytes got(4, std::byte{0x5a});
+  rank(0).irecv_any(user_tag(0, 3), got).reset();
+  const Bytes data = pattern(1, 4);
+  auto sent = send(1, 0, 3, data);
+  EXPECT_FALSE(sent->test());  // nobody took it
+  Bytes later(4);
+  auto next = rank(0).irecv_any(user_tag(0, 3), later);
+  next->wait(soon());
+  sent->wait(soon());
+  EXPECT_EQ(later, data);
+  EXPECT_EQ(got, Bytes(4, std::byte{0x5a}));
+  EXPECT_EQ(next->source(), 1);
 }
 
 }  // namespace

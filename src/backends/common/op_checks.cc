@@ -150,6 +150,17 @@ void OpChecks::point_to_point(std::string_view op, const std::vector<Tensor>& ts
   C10D_CHECK(tag >= 0, "{}: tag {} is negative", op, tag);
 }
 
+void OpChecks::recv_any_source(const std::vector<Tensor>& ts, int tag) const {
+  constexpr std::string_view kOp = "recv_any_source";
+  C10D_CHECK(ts.size() == 1,
+             "{}: takes one tensor (the sender is known only once it arrives), got {}", kOp,
+             ts.size());
+  defined(ts[0], kOp, "the tensor");
+  C10D_CHECK(size_ > 1, "{}: rank {} is alone in its group: no other rank can send to it", kOp,
+             rank_);
+  C10D_CHECK(tag >= 0, "{}: tag {} is negative", kOp, tag);
+}
+
 bool OpChecks::new_group(const std::vector<int>& ranks) const {
   C10D_CHECK(!ranks.empty(), "new_group: no ranks");
   std::vector<int> seen(static_cast<std::size_t>(size_), 0);

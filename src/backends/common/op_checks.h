@@ -47,6 +47,8 @@ class OpChecks {
   void all_to_all_even(const Tensor& output, const Tensor& input) const;
   // send/recv: tensors, a peer other than this rank, a tag >= 0.
   void point_to_point(std::string_view op, const std::vector<Tensor>& ts, int peer, int tag) const;
+  // recv_any_source: one tensor, a tag >= 0, another rank in the group to send it.
+  void recv_any_source(const std::vector<Tensor>& ts, int tag) const;
   // new_group: distinct ranks of this group; returns whether this rank is among them.
   bool new_group(const std::vector<int>& ranks) const;
 

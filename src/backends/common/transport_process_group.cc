@@ -8,9 +8,9 @@
 //  - failure: the first error any op meets once it has started. It is kept in `failure_`, the
 //    transport is aborted with it (so the peers' connections close and they fail too), and every
 //    pending and later op of this group fails with it.
-//  - point-to-point (p2p): send and recv. The worker posts their requests in issue order (that
-//    fixes the matching order) and hands them to the completer, which tests them until done:
-//    a recv waiting for a peer never blocks the collectives queued behind it.
+//  - point-to-point (p2p): send, recv and recv_any_source. The worker posts their requests in
+//    issue order (that fixes the matching order) and hands them to the completer, which tests
+//    them until done: a recv waiting for a peer never blocks the collectives queued behind it.
 #include "backends/common/transport_process_group.h"
 
 #include <algorithm>
@@ -142,7 +142,7 @@ struct PendingOp {
                                                                  transport::Tag)>
       post;
   std::uint32_t user_tag = 0;
-  int peer = -1;                // p2p: the rank sent to or received from
+  int peer = -1;                // p2p: the rank sent to or received from; kAnySource: any
   std::vector<Tensor> outputs;  // p2p result
 };
 
@@ -162,7 +162,8 @@ struct PostedP2P {
   std::vector<std::unique_ptr<transport::Request>> requests;
   std::vector<Tensor> outputs;
   Clock::time_point deadline;
-  // For the error of one that times out.
+  // For the error of one that times out, and a receive's source_rank (kAnySource: the
+  // request's source()).
   int peer = -1;
   std::uint32_t user_tag = 0;
   Clock::duration timeout{};
@@ -501,6 +502,22 @@ class TransportProcessGroup final : public ProcessGroup,
     return push(op, std::move(p), opts.timeout);
   }
 
+  std::shared_ptr<Work> recv_any_source(std::vector<Tensor> tensors,
+                                        const SendRecvOptions& opts) override {
+    checks_.recv_any_source(tensors, opts.tag);
+    PendingOp p;
+    p.collective = false;
+    p.user_tag = static_cast<std::uint32_t>(opts.tag);
+    p.peer = transport::kAnySource;
+    p.outputs = tensors;
+    p.post = [tensor = tensors.front()](transport::Transport& t, transport::Tag tag) {
+      std::vector<std::unique_ptr<transport::Request>> requests;
+      requests.push_back(t.irecv_any(tag, bytes_of(tensor)));
+      return requests;
+    };
+    return push("recv_any_source", std::move(p), opts.timeout);
+  }
+
   // ---- Running (worker thread) ----
 
   // Records the group's first failure, fails everything queued, and aborts the transport so the
@@ -827,6 +844,11 @@ class TransportProcessGroup final : public ProcessGroup,
           fail(error);
           finished.work->finish_with_error(error);
         } else {
+          if (finished.work->op_name() != "send") {
+            finished.work->set_source_rank(finished.peer != transport::kAnySource
+                                               ? finished.peer
+                                               : finished.requests.front()->source());
+          }
           finished.work->finish(std::move(finished.outputs));
         }
         finished.requests.clear();
@@ -853,6 +875,17 @@ class TransportProcessGroup final : public ProcessGroup,
       return nullptr;
     } catch (const transport::PeerTimeout& t) {
       heard = t.heard();
+    }
+    if (p.peer == transport::kAnySource) {
+      return std::make_exception_ptr(transport::PeerTimeout(
+          core::with_location(
+              __FILE__, __LINE__,
+              fmt::format(
+                  "rank {}: {} #{} (user tag {}, group {}) timed out after {} ms: no rank "
+                  "sent a message with that tag",
+                  rank(), p.work->op_name(), p.work->sequence(), p.user_tag, options_.group_id,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(p.timeout).count())),
+          transport::kAnySource));
     }
     const bool is_send = p.work->op_name() == "send";
     return std::make_exception_ptr(transport::PeerTimeout(

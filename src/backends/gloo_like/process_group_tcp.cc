@@ -48,9 +48,10 @@ std::shared_ptr<ProcessGroup> set_up(std::shared_ptr<Store> store, int rank, int
       };
     }
   }
-  std::shared_ptr<transport::Transport> transport = std::make_shared<gloo_like::TCPTransport>(
-      std::move(store), rank, world_size, options.group_name, transport_options);
-  if (shm) transport = std::make_shared<gloo_like::RoutedTransport>(shm, std::move(transport));
+  auto tcp = std::make_shared<gloo_like::TCPTransport>(std::move(store), rank, world_size,
+                                                       options.group_name, transport_options);
+  std::shared_ptr<transport::Transport> transport = tcp;
+  if (shm) transport = std::make_shared<gloo_like::RoutedTransport>(shm, std::move(tcp));
   backends::TransportProcessGroupOptions pg_options;
   pg_options.backend_name = "tcp";
   pg_options.timeout = options.timeout;

@@ -1,8 +1,13 @@
 #include "backends/gloo_like/routed_transport.h"
 
+#include <fmt/format.h>
 #include <sched.h>
 
+#include <algorithm>
+#include <array>
+
 #include "core/check.h"
+#include "transport/matcher.h"
 
 namespace c10d::inline v1::gloo_like {
 namespace {
@@ -32,10 +37,104 @@ class PollingRequest final : public transport::Request {
   std::shared_ptr<ShmTransport> shm_;
 };
 
+// An any-source receive over both channels: two parts sharing a claim (see the header).
+class AnySourceRequest final : public transport::Request {
+ public:
+  AnySourceRequest(std::shared_ptr<transport::SourceClaim> claim, std::shared_ptr<ShmTransport> shm,
+                   std::unique_ptr<transport::Request> first,
+                   std::unique_ptr<transport::Request> second, std::string what)
+      : claim_(std::move(claim)),
+        shm_(std::move(shm)),
+        parts_{std::move(first), std::move(second)},
+        what_(std::move(what)) {}
+
+  bool test() override {
+    if (source_ >= 0) return true;
+    shm_->progress();
+    if (completed()) return true;
+    if (auto why = claim_->given_up(); why && !claim_->taken()) {
+      // The TCP channel has no peer left (see last_look): after a grace for the rings, fail.
+      const auto now = transport::Clock::now();
+      if (gave_up_seen_ == transport::Clock::time_point{}) gave_up_seen_ = now;
+      if (now - gave_up_seen_ >= kLastLook && claim_->take(this)) std::rethrow_exception(why);
+    }
+    return completed();
+  }
+
+  void wait(transport::Clock::time_point deadline) override {
+    for (;;) {
+      if (test()) return;
+      // A part took a message: wait for it to land (or for its error) as that channel waits.
+      if (claim_->taken()) {
+        for (auto& part : parts_) {
+          if (part->source() < 0) continue;
+          part->wait(deadline);
+          source_ = part->source();
+          return;
+        }
+      }
+      const auto now = transport::Clock::now();
+      if (now >= deadline) break;
+      if (auto why = claim_->given_up(); why && !claim_->taken()) {
+        last_look(why, deadline);
+        continue;
+      }
+      // Until a part takes the claim: the TCP part's completion rings the doorbell too.
+      shm_->poll_until([&] { return claim_->taken() || claim_->given_up(); },
+                       std::min<transport::Clock::time_point>(deadline, now + kTcpLook));
+    }
+    if (test()) return;
+    throw transport::PeerTimeout(
+        core::with_location(__FILE__, __LINE__,
+                            fmt::format("{} timed out: no rank sent a message with it before the "
+                                        "deadline",
+                                        what_)),
+        transport::kAnySource);
+  }
+
+  int source() const override { return source_; }
+
+ private:
+  // How often a waiter looks at the TCP part itself (see the header).
+  static constexpr std::chrono::milliseconds kTcpLook{1};
+  // How long the shared-memory part may still take a message once the TCP part gave up.
+  static constexpr std::chrono::milliseconds kLastLook{10};
+
+  // The TCP part gave up with `why`: every peer's connection is gone. A same-host peer wrote
+  // what it sent into its ring before it closed its TCP connection, so the shared-memory part
+  // takes that now or never: it gets kLastLook, then the receive fails with `why` (the request
+  // takes the claim itself, so neither part takes a message later).
+  void last_look(const std::exception_ptr& why, transport::Clock::time_point deadline) {
+    shm_->poll_until(
+        [&] { return claim_->taken(); },
+        std::min<transport::Clock::time_point>(deadline, transport::Clock::now() + kLastLook));
+    if (claim_->take(this)) std::rethrow_exception(why);
+  }
+
+  // Whether the part that took the claim completed; rethrows its error. A part that completes
+  // without the claim does so without a message and without an error (source() -1).
+  bool completed() {
+    for (auto& part : parts_) {
+      if (part->test() && part->source() >= 0) {
+        source_ = part->source();
+        return true;
+      }
+    }
+    return false;
+  }
+
+  std::shared_ptr<transport::SourceClaim> claim_;
+  std::shared_ptr<ShmTransport> shm_;
+  std::array<std::unique_ptr<transport::Request>, 2> parts_;
+  std::string what_;  // "rank 0 irecv from any rank (group 0 user tag 3, 8 bytes, ...)"
+  int source_ = -1;   // set once completed
+  transport::Clock::time_point gave_up_seen_{};  // test(): when it first saw the TCP part give up
+};
+
 }  // namespace
 
 RoutedTransport::RoutedTransport(std::shared_ptr<ShmTransport> shm,
-                                 std::shared_ptr<transport::Transport> tcp)
+                                 std::shared_ptr<TCPTransport> tcp)
     : shm_(std::move(shm)), tcp_(std::move(tcp)) {
   C10D_CHECK(shm_ != nullptr && tcp_ != nullptr, "RoutedTransport needs both transports");
   C10D_CHECK(shm_->rank() == tcp_->rank() && shm_->size() == tcp_->size(),
@@ -58,6 +157,34 @@ std::unique_ptr<transport::Request> RoutedTransport::irecv(int peer, transport::
                                                            std::span<std::byte> data) {
   if (shm_->serves(peer)) return shm_->irecv(peer, tag, data);
   return over_tcp(tcp_->irecv(peer, tag, data));
+}
+
+std::unique_ptr<transport::Request> RoutedTransport::irecv_any(transport::Tag tag,
+                                                               std::span<std::byte> data) {
+  if (shm_->same_host_peers() == 0) return over_tcp(tcp_->irecv_any(tag, data));
+  auto claim = std::make_shared<transport::SourceClaim>();
+  // A waiter sleeps on the shared-memory doorbell: the TCP part's completion must ring it.
+  claim->on_complete = [weak = std::weak_ptr<ShmTransport>(shm_)] {
+    if (auto shm = weak.lock()) shm->wake();
+  };
+  // Where a message for it waits on both channels, the one that arrived first is taken: its
+  // channel's part goes first, and takes it; the other part then finds the claim taken.
+  const auto on_shm = shm_->earliest_unexpected(tag);
+  const auto on_tcp = tcp_->earliest_unexpected(tag);
+  const bool shm_first = on_shm && (!on_tcp || *on_shm < *on_tcp);
+  std::unique_ptr<transport::Request> first;
+  std::unique_ptr<transport::Request> second;
+  if (shm_first) {
+    first = shm_->irecv_any(tag, data, claim);
+    second = tcp_->irecv_any(tag, data, claim);
+  } else {
+    first = tcp_->irecv_any(tag, data, claim);
+    second = shm_->irecv_any(tag, data, claim);
+  }
+  return std::make_unique<AnySourceRequest>(
+      std::move(claim), shm_, std::move(first), std::move(second),
+      fmt::format("rank {} irecv from any rank ({}, {} bytes, shared memory and TCP)", rank(),
+                  transport::tag_string(tag), data.size()));
 }
 
 void RoutedTransport::abort(std::exception_ptr reason) {

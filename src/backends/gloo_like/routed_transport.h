@@ -5,22 +5,38 @@
 // side sees (a peer that died, on any host) reaches the shared-memory side through
 // TCPTransportOptions::on_abort.
 //
+// Any-source receives span both channels: irecv_any posts one receive on each, sharing a
+// transport::SourceClaim (transport/matcher.h), so that exactly one of them takes a message (or
+// fails the receive) and the other completes without one. Matching stays transport.h's: each
+// channel orders the any-source part among its own receives by posting order, and a specific
+// receive of a peer lives in that peer's channel only. When messages for it already wait in
+// both channels, the one that arrived first is taken: the part of that channel is posted first
+// (arrival stamps are process-wide), and the second part, finding the claim taken, completes at
+// once. It fails when a part fails (an abort fails both), or when the TCP part gives up because
+// every peer's connection is gone: a same-host peer wrote what it sent into its ring before it
+// closed its connection, so the shared-memory part gets a last look of 10 ms at the rings, then
+// the receive fails with the TCP part's error.
+//
 // Progress: the shared-memory channel moves bytes only when a thread of this rank polls it, so
 // a thread that waits on a TCP request while shared-memory requests are pending polls both (a
 // pair must not stall behind a full ring while this rank waits for another host); with nothing
-// pending in shared memory it simply waits on TCP.
+// pending in shared memory it simply waits on TCP. A thread waiting for an any-source receive
+// polls shared memory and sleeps on its doorbell, which the TCP part also rings when it
+// completes; it looks at the TCP sockets itself at least every millisecond, in case the io
+// thread is not watching them at the moment (tcp_transport.cc: rewatch_later).
 #pragma once
 
 #include <memory>
 
 #include "backends/gloo_like/shm_transport.h"
+#include "backends/gloo_like/tcp_transport.h"
 #include "transport/transport.h"
 
 namespace c10d::inline v1::gloo_like {
 
 class RoutedTransport final : public transport::Transport {
  public:
-  RoutedTransport(std::shared_ptr<ShmTransport> shm, std::shared_ptr<transport::Transport> tcp);
+  RoutedTransport(std::shared_ptr<ShmTransport> shm, std::shared_ptr<TCPTransport> tcp);
 
   int rank() const override { return tcp_->rank(); }
   int size() const override { return tcp_->size(); }
@@ -28,6 +44,8 @@ class RoutedTransport final : public transport::Transport {
                                             std::span<const std::byte> data) override;
   std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag,
                                             std::span<std::byte> data) override;
+  std::unique_ptr<transport::Request> irecv_any(transport::Tag tag,
+                                                std::span<std::byte> data) override;
   void abort(std::exception_ptr reason) override;
   // The TCP side's: it holds the store the ranks share.
   transport::StallReport find_stalled(int peer, std::string_view doing,
@@ -39,7 +57,7 @@ class RoutedTransport final : public transport::Transport {
   std::unique_ptr<transport::Request> over_tcp(std::unique_ptr<transport::Request> request);
 
   std::shared_ptr<ShmTransport> shm_;
-  std::shared_ptr<transport::Transport> tcp_;
+  std::shared_ptr<TCPTransport> tcp_;
 };
 
 }  // namespace c10d::inline v1::gloo_like

@@ -27,6 +27,7 @@
 #include "core/host.h"
 #include "core/parse.h"
 #include "core/spin_wait.h"
+#include "transport/matcher.h"
 #include "transport/shared_memory.h"
 #include "transport/unexpected_buffer.h"
 
@@ -80,34 +81,50 @@ struct RingView {
 struct Op {
   bool is_send = false;
   int self = 0;
-  int peer = 0;
+  int peer = 0;  // transport::kAnySource for an any-source receive
   Tag tag = 0;
   const std::byte* send_data = nullptr;  // null once abandoned: the rest goes out unwritten
   std::byte* recv_data = nullptr;
   std::size_t bytes = 0;
   Clock::time_point posted_at = Clock::now();
   std::atomic<bool> done{false};
-  std::exception_ptr error;  // written before `done`
+  std::exception_ptr error;     // written before `done`
+  std::atomic<int> source{-1};  // a receive's sender, set under Impl::mu when it matched
+  // A part of an any-source receive posted on the TCP transport too (routed_transport.h); null
+  // for every other op. Taken before the op takes a message (transport/matcher.h).
+  std::shared_ptr<transport::SourceClaim> claim;
 
+  bool any_source() const { return peer == transport::kAnySource; }
   std::string describe() const {
+    if (any_source()) {
+      return fmt::format("rank {} irecv from any rank ({}, {} bytes, shared memory)", self,
+                         transport::tag_string(tag), bytes);
+    }
     return fmt::format("rank {} {} rank {} ({}, {} bytes, shared memory)", self,
                        is_send ? "isend to" : "irecv from", peer, transport::tag_string(tag),
                        bytes);
   }
+  // Under Impl::mu. A part that lost its claim completes without a message (and without an
+  // error: the receive's outcome is the other part's).
   void complete(std::exception_ptr e = nullptr) {
+    if (claim && !claim->take(this)) {
+      e = nullptr;
+      source.store(-1, std::memory_order_relaxed);
+    }
     error = std::move(e);
     done.store(true, std::memory_order_release);
+    if (claim) claim->completed();
   }
 };
 
 // A message that arrived before its receive was posted; its chunks are allocated as its bytes
 // come out of the ring.
 struct Unexpected {
-  Unexpected(Tag t, std::uint64_t size) : tag(t), data(size) {}
-  Tag tag = 0;
+  Unexpected(int from, std::uint64_t size) : peer(from), data(size) {}
+  const int peer;
   transport::UnexpectedBuffer data;
   std::uint64_t got = 0;  // bytes in `data` so far
-  // What it counts against the peer's limit (Peer::held).
+  // What it counts against the peer's limit (Impl::matcher's hold) while it is queued.
   std::uint64_t held() const { return data.allocated() + transport::kUnexpectedOverheadBytes; }
 };
 
@@ -122,10 +139,7 @@ struct Peer {
 
   std::deque<std::shared_ptr<Op>> sends;  // the front one is being written
   std::uint64_t send_pos = 0;             // of the front message, header included
-  std::deque<std::shared_ptr<Op>> recvs;  // posted, not matched yet
-  std::deque<std::shared_ptr<Unexpected>> unexpected;
-  std::uint64_t held = 0;              // what `unexpected` holds, at most Impl::max_unexpected
-  std::uint64_t next_in_sequence = 0;  // the sequence number of the next message from the peer
+  std::uint64_t next_in_sequence = 0;     // the sequence number of the next message from the peer
 
   // The message being read: into `reading_op`, into `reading_unexpected`, or dropped.
   bool reading = false;
@@ -200,6 +214,9 @@ struct ShmTransport::Impl {
 
   mutable std::mutex mu;
   std::exception_ptr failure;  // GUARDED_BY(mu)
+  // Posted receives and unexpected messages, by rank (only same-host ones send here);
+  // GUARDED_BY(mu). A message stays queued while it arrives, until a receive takes it.
+  transport::Matcher<std::shared_ptr<Op>, std::shared_ptr<Unexpected>> matcher;
 
   Peer& peer(int r) {
     return peers[static_cast<std::size_t>(peer_index[static_cast<std::size_t>(r)])];
@@ -262,19 +279,22 @@ struct ShmTransport::Impl {
     p.reading = true;
     p.reading_bytes = h.bytes;
     p.reading_pos = 0;
-    const auto it = std::find_if(p.recvs.begin(), p.recvs.end(),
-                                 [&](const auto& op) { return op->tag == h.tag; });
-    if (it == p.recvs.end()) {
+    std::optional<std::shared_ptr<Op>> recv;
+    while ((recv = matcher.match(p.rank, h.tag)) && (*recv)->claim &&
+           !(*recv)->claim->take(recv->get())) {
+      (*recv)->complete();  // a part whose other part completed the receive
+    }
+    if (!recv) {
       if (!hold_locked(p, transport::kUnexpectedOverheadBytes)) return false;
-      auto u = std::make_shared<Unexpected>(h.tag, h.bytes);
-      p.unexpected.push_back(u);
+      auto u = std::make_shared<Unexpected>(p.rank, h.bytes);
+      matcher.push_unexpected(p.rank, h.tag, u);
       p.reading_unexpected = std::move(u);
       return true;
     }
-    std::shared_ptr<Op> op = *it;
-    p.recvs.erase(it);
+    std::shared_ptr<Op> op = std::move(*recv);
+    op->source.store(p.rank, std::memory_order_relaxed);
     if (op->bytes != h.bytes) {
-      op->complete(size_mismatch(*op, h.bytes));  // the message is dropped
+      op->complete(size_mismatch(*op, p.rank, h.bytes));  // the message is dropped
       return true;
     }
     p.reading_op = std::move(op);
@@ -284,12 +304,12 @@ struct ShmTransport::Impl {
   // Under mu: `bytes` more held for `p`'s unexpected messages; past the limit the transport
   // fails, naming the peer (false).
   bool hold_locked(Peer& p, std::uint64_t bytes) {
-    if (bytes > max_unexpected - p.held) {
+    if (!matcher.hold(p.rank, bytes)) {
       abort_locked(transport::unexpected_limit_error(fmt::format("rank {} (shared memory)", rank),
-                                                     p.rank, p.held + bytes, max_unexpected));
+                                                     p.rank, matcher.held(p.rank) + bytes,
+                                                     matcher.max_unexpected()));
       return false;
     }
-    p.held += bytes;
     return true;
   }
 
@@ -311,9 +331,10 @@ struct ShmTransport::Impl {
     return true;
   }
 
-  std::exception_ptr size_mismatch(const Op& op, std::uint64_t sent) const {
-    return C10D_ERROR(InvalidArgument, "{}: the message has {} bytes, the receive buffer {}",
-                      op.describe(), sent, op.bytes);
+  std::exception_ptr size_mismatch(const Op& op, int sender, std::uint64_t sent) const {
+    return C10D_ERROR(InvalidArgument,
+                      "{}: the message from rank {} has {} bytes, the receive buffer {}",
+                      op.describe(), sender, sent, op.bytes);
   }
 
   // Under mu: reads what has arrived from `p`. True when bytes moved.
@@ -411,26 +432,45 @@ struct ShmTransport::Impl {
     return op;
   }
 
-  std::shared_ptr<Op> post_recv(int peer_rank, Tag tag, std::span<std::byte> data) {
+  // A receive from `peer_rank` (kAnySource: any same-host rank); `claim`: see Op::claim.
+  std::shared_ptr<Op> post_recv(int peer_rank, Tag tag, std::span<std::byte> data,
+                                std::shared_ptr<transport::SourceClaim> claim = nullptr) {
     auto op = make_op(false, peer_rank, tag, data.size());
     op->recv_data = data.data();
+    op->claim = std::move(claim);
     std::lock_guard lock(mu);
     if (!admit_locked(*op)) return op;
-    Peer& p = peer(peer_rank);
-    const auto it = std::find_if(p.unexpected.begin(), p.unexpected.end(),
-                                 [&](const auto& u) { return u->tag == tag; });
-    if (it == p.unexpected.end()) {
-      p.recvs.push_back(op);
-      read_locked(p);
+    if (op->any_source() && peers.empty()) {
+      op->complete(C10D_ERROR(
+          NetworkError, "{}: this rank has no same-host peer that could send it", op->describe()));
       return op;
     }
-    std::shared_ptr<Unexpected> u = *it;
-    p.unexpected.erase(it);
-    p.held -= u->held();
+    if (op->claim && op->claim->taken_by_other(op.get())) {
+      op->complete();  // the receive completed on the other transport
+      return op;
+    }
+    const auto found = matcher.find_unexpected(peer_rank, tag);
+    if (!found) {
+      matcher.post(peer_rank, tag, op);
+      if (op->any_source()) {
+        for (Peer& p : peers) read_locked(p);
+      } else {
+        read_locked(peer(peer_rank));
+      }
+      return op;
+    }
+    if (op->claim && !op->claim->take(op.get())) {
+      op->complete();  // the other part took the claim just now; the message stays
+      return op;
+    }
+    Peer& p = peer(found->peer);
+    std::shared_ptr<Unexpected> u = matcher.take(*found);
+    matcher.release(p.rank, u->held());
+    op->source.store(p.rank, std::memory_order_relaxed);
     const bool arriving = p.reading_unexpected == u;
     if (u->data.size() != op->bytes) {
       if (arriving) p.reading_unexpected.reset();  // the rest is dropped as it comes
-      op->complete(size_mismatch(*op, u->data.size()));
+      op->complete(size_mismatch(*op, p.rank, u->data.size()));
       return op;
     }
     u->data.copy_to({op->recv_data, static_cast<std::size_t>(u->got)});
@@ -445,10 +485,11 @@ struct ShmTransport::Impl {
   }
 
   std::shared_ptr<Op> make_op(bool is_send, int peer_rank, Tag tag, std::size_t bytes) const {
-    C10D_CHECK(
-        peer_rank >= 0 && peer_rank < world && peer_index[static_cast<std::size_t>(peer_rank)] >= 0,
-        "rank {}: rank {} is not a same-host peer of this shared-memory transport", rank,
-        peer_rank);
+    C10D_CHECK((!is_send && peer_rank == transport::kAnySource) ||
+                   (peer_rank >= 0 && peer_rank < world &&
+                    peer_index[static_cast<std::size_t>(peer_rank)] >= 0),
+               "rank {}: rank {} is not a same-host peer of this shared-memory transport", rank,
+               peer_rank);
     auto op = std::make_shared<Op>();
     op->is_send = is_send;
     op->self = rank;
@@ -465,18 +506,22 @@ struct ShmTransport::Impl {
     if (op->done.load(std::memory_order_acquire)) return;
     std::lock_guard lock(mu);
     if (op->done.load(std::memory_order_relaxed)) return;
-    Peer& p = peer(op->peer);
     if (op->is_send) {
+      Peer& p = peer(op->peer);
       if (!p.sends.empty() && p.sends.front() == op && p.send_pos > 0) {
         op->send_data = nullptr;
         return;
       }
       std::erase(p.sends, op);
-    } else if (p.reading_op == op) {
-      p.reading_op.reset();
-    } else {
-      std::erase(p.recvs, op);
+      return;
     }
+    // Matched and not done: its message is being read into it.
+    if (const int from = op->source.load(std::memory_order_relaxed); from >= 0) {
+      Peer& p = peer(from);
+      if (p.reading_op == op) p.reading_op.reset();
+      return;
+    }
+    matcher.cancel(op->peer, op);
   }
 
   // ---- Failure ----
@@ -484,12 +529,11 @@ struct ShmTransport::Impl {
   void abort_locked(std::exception_ptr reason) {
     if (failure) return;
     failure = std::move(reason);
+    matcher.take_all_receives([&](const std::shared_ptr<Op>& op) { op->complete(failure); });
     for (Peer& p : peers) {
       for (auto& op : p.sends) op->complete(failure);
-      for (auto& op : p.recvs) op->complete(failure);
       if (p.reading_op) p.reading_op->complete(failure);
       p.sends.clear();
-      p.recvs.clear();
       p.reading_op.reset();
     }
     if (own_header != nullptr) ring_doorbell(own_header);
@@ -507,11 +551,11 @@ struct ShmTransport::Impl {
   }
 
   // Sleeps on this rank's doorbell until a peer rings it or `until`, unless progress is possible
-  // right now.
-  void sleep(const Op& op, Clock::time_point until) {
+  // right now or `done` holds.
+  void sleep(const std::function<bool()>& done, Clock::time_point until) {
     const std::uint32_t bell = own_header->doorbell.load(std::memory_order_seq_cst);
     own_header->sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (!progress() && !op.done.load(std::memory_order_acquire)) {
+    if (!progress() && !done()) {
       const auto left = std::chrono::duration_cast<std::chrono::microseconds>(until - Clock::now());
       if (left.count() > 0) transport::futex_wait(own_header->doorbell, bell, left);
     }
@@ -519,6 +563,37 @@ struct ShmTransport::Impl {
   }
 
   void wait(Op& op, Clock::time_point deadline) {
+    if (!poll_until([&] { return op.done.load(std::memory_order_acquire); }, deadline)) {
+      const auto now = Clock::now();
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - op.posted_at).count();
+      if (op.any_source()) {
+        throw transport::PeerTimeout(
+            core::with_location(__FILE__, __LINE__,
+                                fmt::format("{} timed out: no rank sent a message with {} in the "
+                                            "{} ms after posting",
+                                            op.describe(), transport::tag_string(op.tag), ms)),
+            transport::kAnySource);
+      }
+      transport::PeerActivity heard;
+      {
+        std::lock_guard lock(mu);
+        const Peer& p = peer(op.peer);
+        heard = p.heard;
+        heard.ago = now - p.heard_at;
+      }
+      throw transport::PeerTimeout(
+          core::with_location(__FILE__, __LINE__,
+                              fmt::format("{} timed out: not done {} ms after posting; {}",
+                                          op.describe(), ms, transport::heard_string(heard))),
+          op.peer, heard);
+    }
+    if (op.error) std::rethrow_exception(op.error);
+  }
+
+  // Moves bytes, polling and then sleeping on the doorbell, until `done` holds (true) or the
+  // deadline passes (false).
+  bool poll_until(const std::function<bool()>& done, Clock::time_point deadline) {
     // Where processes share cores a waiter yields between polls at once (as core::hot_spin).
     const bool hot = core::has_own_core();
     const auto hot_window =
@@ -526,31 +601,14 @@ struct ShmTransport::Impl {
     auto last_moved = Clock::now();
     auto next_liveness = last_moved + kSleepSlice;
     bool moved = false;
-    for (unsigned polls = 1; !op.done.load(std::memory_order_acquire); ++polls) {
+    for (unsigned polls = 1; !done(); ++polls) {
       moved |= progress();
-      if (op.done.load(std::memory_order_acquire)) break;
+      if (done()) break;
       if (polls % 16 != 0) continue;
       auto now = Clock::now();
       if (moved) last_moved = now;
       moved = false;
-      if (now >= deadline) {
-        transport::PeerActivity heard;
-        {
-          std::lock_guard lock(mu);
-          const Peer& p = peer(op.peer);
-          heard = p.heard;
-          heard.ago = now - p.heard_at;
-        }
-        throw transport::PeerTimeout(
-            core::with_location(
-                __FILE__, __LINE__,
-                fmt::format(
-                    "{} timed out: not done {} ms after posting; {}", op.describe(),
-                    std::chrono::duration_cast<std::chrono::milliseconds>(now - op.posted_at)
-                        .count(),
-                    transport::heard_string(heard))),
-            op.peer, heard);
-      }
+      if (now >= deadline) return false;
       const auto idle = now - last_moved;
       if (idle < hot_window) continue;
       if (!hot && idle < core::spin_window()) {
@@ -561,14 +619,14 @@ struct ShmTransport::Impl {
         if (auto lost = lost_peer()) {
           std::lock_guard lock(mu);
           abort_locked(lost);
-          break;
+          continue;  // the abort failed what `done` waits for, or it waits for more
         }
         next_liveness = now + kSleepSlice;
       }
-      sleep(op, std::min(deadline, next_liveness));
+      sleep(done, std::min(deadline, next_liveness));
       last_moved = Clock::now();  // poll hot again once woken
     }
-    if (op.error) std::rethrow_exception(op.error);
+    return true;
   }
 
   // ---- Set-up ----
@@ -586,7 +644,7 @@ struct ShmTransport::Impl {
     const auto key = [&](std::string_view what, int r) {
       return fmt::format("{}{}/{}", prefix, what, r);
     };
-    const std::string mine = shm_host_key();
+    const std::string mine = options.host_key.empty() ? shm_host_key() : options.host_key;
     store.set(key("host", rank), mine);
     std::vector<std::string> keys;
     for (int r = 0; r < world; ++r) keys.push_back(key("host", r));
@@ -599,6 +657,7 @@ struct ShmTransport::Impl {
       }
     }
     peer_index.assign(static_cast<std::size_t>(world), -1);
+    matcher = decltype(matcher)(world, max_unexpected);
     if (local.size() <= 1) return;
 
     const auto rings = static_cast<std::uint32_t>(local.size() - 1);
@@ -692,6 +751,7 @@ class ShmRequest final : public transport::Request {
     return true;
   }
   void wait(Clock::time_point deadline) override { impl_->wait(*op_, deadline); }
+  int source() const override { return op_->source.load(std::memory_order_acquire); }
 
  private:
   std::shared_ptr<ShmTransport::Impl> impl_;
@@ -738,12 +798,35 @@ bool ShmTransport::has_pending() const {
   // now, so count it as pending rather than wait for it, as progress() does with try_lock.
   std::unique_lock lock(impl_->mu, std::try_to_lock);
   if (!lock.owns_lock()) return true;
-  return std::any_of(impl_->peers.begin(), impl_->peers.end(), [](const Peer& p) {
-    return !p.sends.empty() || !p.recvs.empty() || p.reading_op != nullptr;
-  });
+  return impl_->matcher.receives() > 0 ||
+         std::any_of(impl_->peers.begin(), impl_->peers.end(),
+                     [](const Peer& p) { return !p.sends.empty() || p.reading_op != nullptr; });
 }
 
 bool ShmTransport::progress() { return impl_->progress(); }
+
+bool ShmTransport::poll_until(const std::function<bool()>& done,
+                              transport::Clock::time_point deadline) {
+  if (impl_->own_header == nullptr) {  // no same-host peer: nothing to move or sleep on
+    while (!done()) {
+      if (transport::Clock::now() >= deadline) return false;
+      sched_yield();
+    }
+    return true;
+  }
+  return impl_->poll_until(done, deadline);
+}
+
+void ShmTransport::wake() {
+  if (impl_->own_header != nullptr) ring_doorbell(impl_->own_header);
+}
+
+std::optional<std::uint64_t> ShmTransport::earliest_unexpected(transport::Tag tag) const {
+  std::lock_guard lock(impl_->mu);
+  const auto found = impl_->matcher.find_unexpected(transport::kAnySource, tag);
+  if (!found) return std::nullopt;
+  return impl_->matcher.arrival(*found);
+}
 
 std::unique_ptr<transport::Request> ShmTransport::isend(int peer, transport::Tag tag,
                                                         std::span<const std::byte> data) {
@@ -753,6 +836,17 @@ std::unique_ptr<transport::Request> ShmTransport::isend(int peer, transport::Tag
 std::unique_ptr<transport::Request> ShmTransport::irecv(int peer, transport::Tag tag,
                                                         std::span<std::byte> data) {
   return std::make_unique<ShmRequest>(impl_, impl_->post_recv(peer, tag, data));
+}
+
+std::unique_ptr<transport::Request> ShmTransport::irecv_any(transport::Tag tag,
+                                                            std::span<std::byte> data) {
+  return irecv_any(tag, data, nullptr);
+}
+
+std::unique_ptr<transport::Request> ShmTransport::irecv_any(
+    transport::Tag tag, std::span<std::byte> data, std::shared_ptr<transport::SourceClaim> claim) {
+  return std::make_unique<ShmRequest>(
+      impl_, impl_->post_recv(transport::kAnySource, tag, data, std::move(claim)));
 }
 
 void ShmTransport::abort(std::exception_ptr reason) {

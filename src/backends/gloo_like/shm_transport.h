@@ -40,14 +40,15 @@
 // than its ring: the writer copies it in chunks as room appears and the reader copies it out as
 // it arrives, each publishing its position per chunk (kChunk), so both copies overlap.
 //
-// Matching is transport.h's: the oldest message from (peer, tag). A message whose receive is
-// not posted yet is copied out of the ring into a buffer of its own (so that it never blocks the
-// messages behind it), in chunks allocated as its bytes come out (never at the size its header
-// claims: transport/unexpected_buffer.h), and from there when the receive is posted; if the
-// receive comes while the message is still arriving, the rest goes straight into its buffer.
-// What one peer's unexpected messages hold is bounded (max_unexpected_bytes): a peer past it
-// fails the transport with a NetworkError naming it, the bytes and the limit. A send completes
-// once its last byte is in the ring; a receive once its last byte is in the caller's buffer.
+// Matching is transport.h's, by transport/matcher.h (any-source receives, from any same-host peer,
+// included). A message whose receive is not posted yet is copied out of the ring into a buffer of
+// its own (so that it never blocks the messages behind it), in chunks allocated as its bytes come
+// out (never at the size its header claims: transport/unexpected_buffer.h), and from there when the
+// receive is posted; if the receive comes while the message is still arriving, the rest goes
+// straight into its buffer. What one peer's unexpected messages hold is bounded
+// (max_unexpected_bytes): a peer past it fails the transport with a NetworkError naming it, the
+// bytes and the limit. A send completes once its last byte is in the ring; a receive once its last
+// byte is in the caller's buffer.
 //
 // Progress and threads: no thread of its own. Whoever posts, tests or waits moves the bytes of
 // every pair of this rank (one mutex, taken with try_lock by waiters). A waiter polls while
@@ -69,13 +70,16 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "backends/common/setup_watch.h"
 #include "c10d/store.h"
 #include "c10d/types.h"
+#include "transport/matcher.h"
 #include "transport/transport.h"
 
 namespace c10d::inline v1::gloo_like {
@@ -93,6 +97,9 @@ struct ShmTransportOptions {
   // Where the set-up's waits look for another rank's set-up failure, and where this rank records
   // its own (setup_watch.h). Null: the transport makes its own.
   std::shared_ptr<backends::SetupWatch> setup_watch;
+  // This rank's host key, compared with the other ranks' to find same-host peers. Empty:
+  // shm_host_key() (tests give threads of one process keys of their own, as separate hosts).
+  std::string host_key;
 };
 
 // This host's identity for finding same-host peers: C10D_SHM_HOST when set (tests use it to make
@@ -123,11 +130,27 @@ class ShmTransport final : public transport::Transport {
   bool has_pending() const;
   // Moves whatever bytes can move now; true when some did.
   bool progress();
+  // Moves bytes as a waiter does, polling and then sleeping on this rank's doorbell, until
+  // done() holds (true) or `deadline` (false). done() is called often, from this thread.
+  bool poll_until(const std::function<bool()>& done, transport::Clock::time_point deadline);
+  // Rings this rank's doorbell: a thread in poll_until looks at done() again (for a done() that
+  // another transport's thread makes true). Lock-free; may be called under any lock.
+  void wake();
 
   std::unique_ptr<transport::Request> isend(int peer, transport::Tag tag,
                                             std::span<const std::byte> data) override;
   std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag,
                                             std::span<std::byte> data) override;
+  // From any same-host peer.
+  std::unique_ptr<transport::Request> irecv_any(transport::Tag tag,
+                                                std::span<std::byte> data) override;
+  // A part of an any-source receive that another transport takes part in too, sharing `claim`
+  // (routed_transport.h; transport/matcher.h: SourceClaim).
+  std::unique_ptr<transport::Request> irecv_any(transport::Tag tag, std::span<std::byte> data,
+                                                std::shared_ptr<transport::SourceClaim> claim);
+  // The arrival stamp (transport/matcher.h) of the message an any-source receive with `tag`
+  // would take now; nullopt when none waits.
+  std::optional<std::uint64_t> earliest_unexpected(transport::Tag tag) const;
   void abort(std::exception_ptr reason) override;
 
   struct Impl;

@@ -21,8 +21,6 @@
 #include <cstring>
 #include <deque>
 #include <limits>
-#include <list>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -34,6 +32,7 @@
 #include "core/parse.h"
 #include "core/spin_wait.h"
 #include "store/asio.h"
+#include "transport/matcher.h"
 #include "transport/stall_record.h"
 #include "transport/unexpected_buffer.h"
 
@@ -169,7 +168,7 @@ std::string local_address_towards(const std::string& host) {
 
 struct Op {
   int self = 0;
-  int peer = 0;
+  int peer = 0;  // transport::kAnySource for irecv_any
   Tag tag = 0;
   bool is_send = false;
   std::span<const std::byte> send_data;
@@ -179,33 +178,51 @@ struct Op {
   const Clock::time_point posted_at = Clock::now();
   bool in_flight = false;  // GUARDED_BY(Impl::mu_)
   std::atomic<bool> done{false};
-  std::exception_ptr error;    // written under Impl::mu_ before `done`
-  std::condition_variable cv;  // waits on Impl::mu_
+  std::exception_ptr error;     // written under Impl::mu_ before `done`
+  std::atomic<int> source{-1};  // a receive's sender, set under Impl::mu_ when it matched
+  std::condition_variable cv;   // waits on Impl::mu_
+  // A part of an any-source receive posted on other transports too (routed_transport.h); null
+  // for every other op. Taken before the op takes a message (transport/matcher.h).
+  std::shared_ptr<transport::SourceClaim> claim;
 
+  bool any_source() const { return peer == transport::kAnySource; }
   std::size_t bytes() const { return is_send ? send_data.size() : recv_data.size(); }
   std::string describe() const {
+    if (any_source()) {
+      return fmt::format("rank {} irecv from any rank ({}, {} bytes)", self,
+                         transport::tag_string(tag), bytes());
+    }
     return fmt::format("rank {} {} rank {} ({}, {} bytes)", self,
                        is_send ? "isend to" : "irecv from", peer, transport::tag_string(tag),
                        bytes());
   }
+  // A part that lost its claim completes without a message (and without an error: the receive's
+  // outcome is the other part's).
   void complete_locked(std::exception_ptr e) {
+    if (claim && !claim->take(this)) {
+      e = nullptr;
+      source.store(-1, std::memory_order_relaxed);
+    }
     in_flight = false;
     error = std::move(e);
     done.store(true, std::memory_order_release);
     cv.notify_all();
+    if (claim) claim->completed();
   }
 };
 
 // A message that arrived before its irecv. Its chunks are allocated, under Impl::mu_, by the
 // read side as the payload arrives (Impl::next_window), and read once it is complete.
 struct Unexpected {
-  explicit Unexpected(std::uint64_t size) : data(size) {}
+  Unexpected(int from, std::uint64_t size) : peer(from), data(size) {}
+  const int peer;
   transport::UnexpectedBuffer data;
   // GUARDED_BY(Impl::mu_):
   bool complete = false;       // the payload is all here
   bool dropped = false;        // left the queue before it was complete: the rest is read and lost
-  std::shared_ptr<Op> waiter;  // an irecv that matched it while its payload was on the wire
-  // What it counts against the peer's limit (Connection::held).
+  std::shared_ptr<Op> waiter;  // an irecv that took it while its payload was on the wire
+  // What it counts against the peer's limit (Impl::matcher's hold), from when it is made until
+  // its receive took it whole or it was dropped.
   std::uint64_t held() const { return data.allocated() + transport::kUnexpectedOverheadBytes; }
 };
 
@@ -247,12 +264,9 @@ struct Connection {
   // The read side parks a large message whose irecv is not posted yet (see Impl::drain).
   bool parked = false;
   Tag parked_tag = 0;
-  std::map<Tag, std::deque<std::shared_ptr<Op>>> recvs;  // pending irecvs per tag
-  // Shared with the read loop, which may still be filling the newest entry when a failure clears
-  // the queue.
-  std::map<Tag, std::list<std::shared_ptr<Unexpected>>> unexpected;
-  // What the queued unexpected entries hold (Unexpected::held), at most Impl::max_unexpected.
-  std::uint64_t held = 0;
+  // The unexpected entry from this peer that a receive took while it was arriving (its waiter):
+  // out of the matcher's queue, and still being read (the read side's `entry`).
+  std::shared_ptr<Unexpected> claimed;
   std::exception_ptr dead;  // why the connection is gone
   // When the read side last took a frame header from the peer, and its tag: what a request that
   // times out waiting for this peer reports (transport::PeerActivity). 0: nothing yet.
@@ -322,6 +336,10 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;  // io thread
   std::mutex mu_;
   std::exception_ptr aborted;  // GUARDED_BY(mu_)
+  // Posted receives and unexpected entries, by peer (transport/matcher.h); GUARDED_BY(mu_). An
+  // entry stays in its queue while it arrives (the read side fills it outside mu_, chunk by
+  // chunk), until a receive takes it.
+  transport::Matcher<std::shared_ptr<Op>, std::shared_ptr<Unexpected>> matcher;
   // Threads polling in Request::wait. While there are any, they write queued sends themselves
   // (progress_sends) and the io thread is not asked to: a send and a receive then progress on
   // one thread, as in an MPI progress loop, instead of two threads taking turns on a core.
@@ -329,17 +347,35 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // Waiters driving a transfer poll without sleeping while bytes keep coming (kDriveSpin).
   const bool hot_drive = core::has_own_core();
 
-  // Why `op` cannot start. A receive from a dead peer may still match a message it sent.
+  // Why `op` cannot start. A receive from a dead peer may still match a message it sent; an
+  // any-source receive is refused later (submit_receive_locked: no_sender_locked).
   std::exception_ptr refusal_locked(const Op& op) {
     if (aborted) return aborted;
+    if (op.any_source()) return nullptr;
     const Connection& c = *conns[static_cast<std::size_t>(op.peer)];
-    if (!op.is_send && c.unexpected.contains(op.tag)) return nullptr;
+    if (!op.is_send && matcher.has_unexpected(op.peer, op.tag)) return nullptr;
     return c.dead;
   }
 
-  // Fails the queued ops of `c`. Messages that arrived whole stay receivable unless `drop_all`:
-  // a peer that sent and then closed its end has still sent them.
-  void fail_queued_locked(Connection& c, const std::exception_ptr& e, bool drop_all) {
+  // Requires mu_. Why an any-source receive cannot wait: no peer is left that could send (every
+  // connection is gone; the last one's error says why). Null while one is up.
+  std::exception_ptr no_sender_locked() const {
+    std::exception_ptr last;
+    for (const auto& c : conns) {
+      if (!c) continue;
+      if (!c->dead) return nullptr;
+      last = c->dead;
+    }
+    return C10D_ERROR(NetworkError,
+                      "rank {}: an any-source receive cannot complete: the connection to every "
+                      "peer is gone (the last: {})",
+                      rank, last ? what_of(last) : std::string("this rank has no peers"));
+  }
+
+  // Fails the queued ops of `c` (peer `peer`). Messages that arrived whole stay receivable unless
+  // `drop_all`: a peer that sent and then closed its end has still sent them. Any-source
+  // receives fail only when no peer is left (fail_any_source_locked).
+  void fail_queued_locked(Connection& c, int peer, const std::exception_ptr& e, bool drop_all) {
     if (c.failed_write) {
       c.failed_write->complete_locked(e);
       c.failed_write.reset();
@@ -351,41 +387,65 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       op->complete_locked(e);
       return true;
     });
-    for (auto& [tag, q] : c.recvs) {
-      for (auto& op : q) op->complete_locked(e);
+    matcher.take_receives(peer, [&](const std::shared_ptr<Op>& op) { op->complete_locked(e); });
+    if (c.claimed) {
+      if (!c.claimed->waiter->done) c.claimed->waiter->complete_locked(e);
+      release_locked(*c.claimed);
+      c.claimed.reset();
     }
-    c.recvs.clear();
-    for (auto it = c.unexpected.begin(); it != c.unexpected.end();) {
-      auto& q = it->second;
-      for (auto& u : q) {
-        if (u->waiter && !u->waiter->done) u->waiter->complete_locked(e);
+    matcher.erase_unexpected_if(peer, [&](const std::shared_ptr<Unexpected>& u) {
+      const bool drop = drop_all || !u->complete;
+      if (drop) release_locked(*u);
+      return drop;
+    });
+  }
+
+  // Requires mu_. Fails the queued any-source receives with `e`, or, when `e` is null, with
+  // no_sender_locked once no peer is left (a part of a composite receive gives up instead).
+  void fail_any_source_locked(std::exception_ptr e = nullptr) {
+    if (!matcher.any_source_posted()) return;
+    const bool aborting = e != nullptr;
+    if (!e) e = no_sender_locked();
+    if (!e) return;
+    matcher.take_receives(transport::kAnySource, [&](const std::shared_ptr<Op>& op) {
+      if (aborting) {
+        op->complete_locked(e);
+      } else {
+        refuse_any_source_locked(*op, e);
       }
-      std::erase_if(q, [&](const auto& u) {
-        const bool drop = drop_all || !u->complete || u->waiter;
-        if (drop) release_locked(c, *u);
-        return drop;
-      });
-      it = q.empty() ? c.unexpected.erase(it) : std::next(it);
+    });
+  }
+
+  // Requires mu_. An any-source receive that no peer is left to send to fails with `none`; a
+  // part of a composite receive gives up instead (transport/matcher.h: SourceClaim), and stays
+  // pending, in no queue, until its request goes.
+  static void refuse_any_source_locked(Op& op, std::exception_ptr none) {
+    if (op.claim) {
+      op.claim->give_up(std::move(none));
+      op.claim->completed();
+    } else {
+      op.complete_locked(std::move(none));
     }
   }
 
   // Requires mu_. `bytes` more held for `peer`'s unexpected messages; past the limit the
   // transport aborts, naming the peer, and this returns false.
   bool hold_locked(Connection& c, int peer, std::uint64_t bytes) {
-    if (bytes > max_unexpected - c.held) {
+    if (!matcher.hold(peer, bytes)) {
       c.read_closed.store(true);
       abort_locked(transport::unexpected_limit_error(fmt::format("rank {}", rank), peer,
-                                                     c.held + bytes, max_unexpected));
+                                                     matcher.held(peer) + bytes,
+                                                     matcher.max_unexpected()));
       return false;
     }
-    c.held += bytes;
     return true;
   }
 
-  // Requires mu_. `u` leaves `c`'s queue: it no longer counts, and if it is still arriving the
-  // read side drops the rest of it (next_window).
-  static void release_locked(Connection& c, Unexpected& u) {
-    c.held -= u.held();
+  // Requires mu_. `u` no longer counts against its peer's limit (it left its queue, or its
+  // receive took it whole), and if it is still arriving the read side drops the rest of it
+  // (next_window).
+  void release_locked(Unexpected& u) {
+    matcher.release(u.peer, u.held());
     if (!u.complete) u.dropped = true;
   }
 
@@ -411,7 +471,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         return;
       }
     }
-    fail_queued_locked(c, aborted ? aborted : c.dead, aborted != nullptr);
+    fail_queued_locked(c, peer, aborted ? aborted : c.dead, aborted != nullptr);
+    fail_any_source_locked(aborted);
   }
 
   // Requires mu_; io thread. A write to `peer` failed: stop writing, let the read loop find the
@@ -1031,20 +1092,23 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // unexpected entry, the sink (a receive whose size differs), or nowhere yet (parked: false;
   // also false when the entry broke the peer's limit and the transport aborted).
   bool start_payload_locked(Connection& c, int peer) {
-    auto it = c.recvs.find(c.tag);
     c.got = 0;
     c.into_at = 0;
     c.into = {};  // a dropped payload, or an entry's first chunk: next_window
-    if (it != c.recvs.end() && !it->second.empty()) {
-      c.target = it->second.front();
-      it->second.pop_front();
-      if (it->second.empty()) c.recvs.erase(it);
+    std::optional<std::shared_ptr<Op>> recv;
+    while ((recv = matcher.match(peer, c.tag)) && (*recv)->claim &&
+           !(*recv)->claim->take(recv->get())) {
+      (*recv)->complete_locked(nullptr);  // a part whose other part completed the receive
+    }
+    if (recv) {
+      c.target = std::move(*recv);
+      c.target->source.store(peer, std::memory_order_relaxed);
       if (c.target->recv_data.size() != c.len) {
         c.target->complete_locked(
             C10D_ERROR(InvalidArgument,
                        "{}: size mismatch: the receive buffer has {} bytes but the message "
                        "from peer rank {} has {} bytes",
-                       c.target->describe(), c.target->recv_data.size(), c.target->peer, c.len));
+                       c.target->describe(), c.target->recv_data.size(), peer, c.len));
         c.target.reset();
       } else {
         c.target->in_flight = true;
@@ -1066,8 +1130,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         if (now < c.park_deadline) return false;
       }
       if (!hold_locked(c, peer, transport::kUnexpectedOverheadBytes)) return false;
-      c.entry = std::make_shared<Unexpected>(c.len);
-      c.unexpected[c.tag].push_back(c.entry);
+      c.entry = std::make_shared<Unexpected>(peer, c.len);
+      matcher.push_unexpected(peer, c.tag, c.entry);
       // A small payload is most likely in c.ahead already: its one chunk now, under this lock.
       if (c.len > 0 && c.len <= kReadAhead) {
         if (!hold_locked(c, peer, c.len)) return false;
@@ -1106,15 +1170,13 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     if (!c.entry) return;  // dropped
     std::shared_ptr<Unexpected> entry = std::move(c.entry);
     entry->complete = true;
-    auto it = c.unexpected.find(c.tag);
-    if (entry->waiter && !entry->waiter->done && it != c.unexpected.end() &&
-        it->second.front() == entry) {  // matched while on the wire: hand over, drop it
-      entry->data.copy_to(entry->waiter->recv_data);
-      entry->waiter->complete_locked(nullptr);
-      release_locked(c, *entry);
-      it->second.pop_front();
-      if (it->second.empty()) c.unexpected.erase(it);
-    }
+    // Dropped (a failure, a size mismatch), or still queued for a receive to come.
+    if (entry->dropped || !entry->waiter) return;
+    // Taken while on the wire: hand over.
+    entry->data.copy_to(entry->waiter->recv_data);
+    entry->waiter->complete_locked(nullptr);
+    release_locked(*entry);
+    c.claimed.reset();
   }
 
   void submit(const std::shared_ptr<Op>& op) {
@@ -1123,8 +1185,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       op->complete_locked(std::move(refusal));
       return;
     }
-    Connection& c = *conns[static_cast<std::size_t>(op->peer)];
     if (op->is_send) {
+      Connection& c = *conns[static_cast<std::size_t>(op->peer)];
       // A small send on an idle connection is written here, on the caller's thread: handing it
       // to the io thread would cost a wake-up, longer than the write. Under mu_, so the io
       // thread cannot close the socket meanwhile; the write never blocks.
@@ -1142,43 +1204,70 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       asio::post(io, [self = shared_from_this(), peer = op->peer] { self->write_next(peer); });
       return;
     }
-    // The oldest unexpected message without a receiver, if any.
-    auto it = c.unexpected.find(op->tag);
-    std::list<std::shared_ptr<Unexpected>>::iterator u;
-    if (it != c.unexpected.end()) {
-      u = std::find_if(it->second.begin(), it->second.end(),
-                       [](const auto& e) { return !e->waiter; });
+    submit_receive_locked(op);
+  }
+
+  // Requires mu_: a receive, not refused, is posted. It takes the unexpected entry the matcher
+  // finds for it (an any-source one after its claim), else waits in the matcher's queue.
+  void submit_receive_locked(const std::shared_ptr<Op>& op) {
+    if (op->claim && op->claim->taken_by_other(op.get())) {
+      op->complete_locked(nullptr);  // the receive completed on another transport
+      return;
     }
-    if (it == c.unexpected.end() || u == it->second.end()) {
+    const auto found = matcher.find_unexpected(op->peer, op->tag);
+    if (!found) {
+      if (op->any_source()) {
+        if (auto none = no_sender_locked()) {
+          refuse_any_source_locked(*op, std::move(none));
+          return;
+        }
+        matcher.post(op->peer, op->tag, op);
+        // A message for it parked in a socket (see drain) comes in now.
+        for (std::size_t p = 0; p < conns.size(); ++p) {
+          if (conns[p] && conns[p]->parked && conns[p]->parked_tag == op->tag) {
+            asio::post(io, [self = shared_from_this(), peer = static_cast<int>(p)] {
+              self->try_drain(peer);
+            });
+          }
+        }
+        return;
+      }
+      Connection& c = *conns[static_cast<std::size_t>(op->peer)];
       if (c.dead) {
         op->complete_locked(c.dead);
         return;
       }
-      c.recvs[op->tag].push_back(op);
+      matcher.post(op->peer, op->tag, op);
       if (c.parked && c.parked_tag == op->tag) {
         asio::post(io, [self = shared_from_this(), peer = op->peer] { self->try_drain(peer); });
       }
       return;
     }
-    Unexpected& m = **u;
-    if (m.data.size() != op->recv_data.size()) {
+    if (op->claim && !op->claim->take(op.get())) {
+      op->complete_locked(nullptr);  // the other part took the claim just now; the entry stays
+      return;
+    }
+    const int peer = found->peer;
+    Connection& c = *conns[static_cast<std::size_t>(peer)];
+    const std::shared_ptr<Unexpected> u = matcher.take(*found);
+    op->source.store(peer, std::memory_order_relaxed);
+    if (u->data.size() != op->recv_data.size()) {
       // The message is dropped, the rest of it unread if it is still arriving.
       op->complete_locked(
           C10D_ERROR(InvalidArgument,
                      "{}: size mismatch: the receive buffer has {} bytes but the message from "
                      "peer rank {} has {} bytes",
-                     op->describe(), op->recv_data.size(), op->peer, m.data.size()));
-    } else if (!m.complete) {
-      m.waiter = op;
+                     op->describe(), op->recv_data.size(), peer, u->data.size()));
+    } else if (!u->complete) {
+      u->waiter = op;  // finish_payload hands it over
       op->in_flight = true;
+      c.claimed = u;
       return;
     } else {
-      m.data.copy_to(op->recv_data);
+      u->data.copy_to(op->recv_data);
       op->complete_locked(nullptr);
     }
-    release_locked(c, m);
-    it->second.erase(u);
-    if (it->second.empty()) c.unexpected.erase(it);
+    release_locked(*u);
   }
 
   // Writes as much of `op`'s frame, up to `cap` bytes of payload, as the socket takes without
@@ -1256,7 +1345,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     for (;;) {
       if (op.done.load(std::memory_order_acquire)) return true;
       progress_sends();
-      if (!op.is_send) try_drain(op.peer);
+      for_each_source(op, [&](int peer) { try_drain(peer); });
       if (op.done.load(std::memory_order_acquire)) return true;
       const auto now = Clock::now();
       if (now >= deadline) return false;
@@ -1267,7 +1356,7 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
         for (std::size_t p = 0; p < conns.size() && !aborted; ++p) {
           Connection* c = conns[p].get();
           if (c == nullptr || c->dead) continue;
-          if (!op.is_send && static_cast<int>(p) == op.peer && !c->parked) {
+          if (reads_from(op, static_cast<int>(p)) && !c->parked) {
             fds.push_back({c->fd, POLLIN, 0});
           }
           if (!c->writing && !c->sends.empty()) fds.push_back({c->wfd, POLLOUT, 0});
@@ -1278,6 +1367,23 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       const int ms =
           hot ? 0 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(slice).count());
       if (::poll(fds.data(), fds.size(), ms) > 0) last_ready = Clock::now();
+    }
+  }
+
+  // Whether `op` waits for bytes from `peer`: a receive from it, or an any-source receive.
+  static bool reads_from(const Op& op, int peer) {
+    return !op.is_send && (op.peer == peer || op.any_source());
+  }
+  // fn(peer) for each peer whose socket `op` waits to read (reads_from).
+  template <typename Fn>
+  void for_each_source(const Op& op, Fn&& fn) {
+    if (op.is_send) return;
+    if (!op.any_source()) {
+      fn(op.peer);
+      return;
+    }
+    for (std::size_t p = 0; p < conns.size(); ++p) {
+      if (conns[p]) fn(static_cast<int>(p));
     }
   }
 
@@ -1300,12 +1406,10 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
       op->cv.wait(lock, [&] { return op->done.load(); });
       return;
     }
-    Connection& c = *conns[static_cast<std::size_t>(op->peer)];
     if (op->is_send) {
-      std::erase(c.sends, op);
-    } else if (auto it = c.recvs.find(op->tag); it != c.recvs.end()) {
-      std::erase(it->second, op);
-      if (it->second.empty()) c.recvs.erase(it);
+      std::erase(conns[static_cast<std::size_t>(op->peer)]->sends, op);
+    } else {
+      matcher.cancel(op->peer, op);
     }
   }
 
@@ -1340,9 +1444,10 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
                        what_of(std::current_exception()));
       }
     }
-    for (auto& c : conns) {
-      if (c) fail_queued_locked(*c, aborted, true);
+    for (std::size_t p = 0; p < conns.size(); ++p) {
+      if (conns[p]) fail_queued_locked(*conns[p], static_cast<int>(p), aborted, true);
     }
+    fail_any_source_locked(aborted);
     std::vector<std::byte> frame;
     std::optional<AbortNotice> notice;
     if (orderly) {
@@ -1367,47 +1472,67 @@ class TCPRequest final : public transport::Request {
       : impl_(std::move(impl)), op_(std::move(op)) {}
   ~TCPRequest() override { impl_->cancel(op_); }
   bool test() override {
-    if (!op_->done.load(std::memory_order_acquire) && !op_->is_send) impl_->try_drain(op_->peer);
+    if (!op_->done.load(std::memory_order_acquire)) {
+      impl_->for_each_source(*op_, [&](int peer) { impl_->try_drain(peer); });
+    }
     if (!op_->done.load(std::memory_order_acquire)) return false;
     if (op_->error) std::rethrow_exception(op_->error);
     return true;
   }
+  int source() const override { return op_->source.load(std::memory_order_acquire); }
   void wait(Clock::time_point deadline) override {
-    // Poll first: write queued sends and read this peer's socket ourselves (see drain and
-    // progress_sends). Before sleeping, make sure the io thread watches the socket again.
-    impl_->progressors.fetch_add(1);
-    Connection& c = *impl_->conns[static_cast<std::size_t>(op_->peer)];
-    if (!op_->is_send) {
+    // Poll first: write queued sends and read the sockets of the peers it waits for ourselves
+    // (see drain and progress_sends). Before sleeping, make sure the io thread watches them
+    // again.
+    TCPTransport::Impl& state = *impl_;
+    state.progressors.fetch_add(1);
+    state.for_each_source(*op_, [&](int peer) {
+      Connection& c = *state.conns[static_cast<std::size_t>(peer)];
       c.pollers.fetch_add(1);
       c.polls.fetch_add(1, std::memory_order_relaxed);
-    }
+    });
     bool done = core::spin_until(
         [&] {
           if (op_->done.load(std::memory_order_acquire)) return true;
-          impl_->progress_sends();
-          if (!op_->is_send) impl_->poll_drain(op_->peer);
+          state.progress_sends();
+          state.for_each_source(*op_, [&](int peer) { state.poll_drain(peer); });
           return op_->done.load(std::memory_order_acquire);
         },
         deadline,
         op_->bytes() <= kLongPollBytes ? kLongPollScale * core::spin_window()
                                        : core::spin_window());
-    if (!done && op_->bytes() > kLongPollBytes) done = impl_->drive_until(*op_, deadline);
+    if (!done && op_->bytes() > kLongPollBytes) done = state.drive_until(*op_, deadline);
     // A receive about to sleep counts itself before it stops polling, so that the last poller
     // to leave, whose own op may be done, has the io thread watch for it.
     const bool sleeps = !op_->is_send && !done;
-    if (sleeps) c.sleepers.fetch_add(1);
-    if (!op_->is_send && c.pollers.fetch_sub(1) == 1 && c.sleepers.load() > 0) {
-      asio::post(impl_->io, [impl = impl_, peer = op_->peer] { impl->watch_for_sleeper(peer); });
-    }
-    impl_->leave_progress();
-    std::unique_lock lock(impl_->mu_);
+    state.for_each_source(*op_, [&](int peer) {
+      Connection& c = *state.conns[static_cast<std::size_t>(peer)];
+      if (sleeps) c.sleepers.fetch_add(1);
+      if (c.pollers.fetch_sub(1) == 1 && c.sleepers.load() > 0) {
+        asio::post(state.io, [impl = impl_, peer] { impl->watch_for_sleeper(peer); });
+      }
+    });
+    state.leave_progress();
+    std::unique_lock lock(state.mu_);
     const bool completed = op_->cv.wait_until(lock, deadline, [&] { return op_->done.load(); });
-    if (sleeps) c.sleepers.fetch_sub(1);
+    if (sleeps) {
+      state.for_each_source(*op_, [&](int peer) {
+        state.conns[static_cast<std::size_t>(peer)]->sleepers.fetch_sub(1);
+      });
+    }
     if (!completed) {
       const auto ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - op_->posted_at)
               .count();
-      const transport::PeerActivity heard = impl_->heard_from(op_->peer);
+      if (op_->any_source()) {
+        throw transport::PeerTimeout(
+            core::with_location(__FILE__, __LINE__,
+                                fmt::format("{} timed out: no rank sent a message with {} in the "
+                                            "{} ms after posting",
+                                            op_->describe(), transport::tag_string(op_->tag), ms)),
+            transport::kAnySource);
+      }
+      const transport::PeerActivity heard = state.heard_from(op_->peer);
       throw transport::PeerTimeout(
           core::with_location(__FILE__, __LINE__,
                               fmt::format("{} timed out: not done {} ms after posting; {}",
@@ -1462,6 +1587,7 @@ void TCPTransport::set_up(Store* store, const std::string& group_name,
   ensure_descriptors(rank, world_size);
   // After the check above, which bounds the world size by the descriptors it needs.
   impl_->conns.resize(static_cast<std::size_t>(world_size));
+  impl_->matcher = decltype(impl_->matcher)(world_size, impl_->max_unexpected);
   C10D_CHECK(group_name.size() <= kMaxGroupBytes,
              "TCPTransport rank {}: group name of {} bytes exceeds the limit of {}", rank,
              group_name.size(), kMaxGroupBytes);
@@ -1565,6 +1691,29 @@ std::unique_ptr<transport::Request> TCPTransport::irecv(int peer, Tag tag,
   op->recv_data = data;
   impl_->submit(op);
   return std::make_unique<TCPRequest>(impl_, std::move(op));
+}
+
+std::unique_ptr<transport::Request> TCPTransport::irecv_any(Tag tag, std::span<std::byte> data) {
+  return irecv_any(tag, data, nullptr);
+}
+
+std::unique_ptr<transport::Request> TCPTransport::irecv_any(
+    Tag tag, std::span<std::byte> data, std::shared_ptr<transport::SourceClaim> claim) {
+  auto op = std::make_shared<Op>();
+  op->self = rank_;
+  op->peer = transport::kAnySource;
+  op->tag = tag;
+  op->recv_data = data;
+  op->claim = std::move(claim);
+  impl_->submit(op);
+  return std::make_unique<TCPRequest>(impl_, std::move(op));
+}
+
+std::optional<std::uint64_t> TCPTransport::earliest_unexpected(Tag tag) const {
+  std::lock_guard lock(impl_->mu_);
+  const auto found = impl_->matcher.find_unexpected(transport::kAnySource, tag);
+  if (!found) return std::nullopt;
+  return impl_->matcher.arrival(*found);
 }
 
 transport::StallReport TCPTransport::find_stalled(int peer, std::string_view doing,

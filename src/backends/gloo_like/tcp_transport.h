@@ -33,25 +33,25 @@
 //
 // Threads: one io thread runs the io_context: it reads and writes the sockets that no waiting
 // thread is moving bytes on; a thread waiting on a request reads its peer's socket and writes
-// queued sends itself (docs/architecture.md). A send completes once its frame is
-// written (header and payload in one gather write, the payload never copied). A receive matches
-// the oldest message from (peer, tag); a message that arrives before its irecv is buffered in an
-// unexpected queue per (peer, tag), in chunks allocated as its bytes arrive (never at the size
-// its header claims: transport/unexpected_buffer.h), and copied into the irecv's buffer when it
-// is posted. A large one (64 KiB and up) first waits in the socket up to 20 ms for its irecv, to
-// be read straight into place. What one peer's unexpected messages hold is bounded
-// (max_unexpected_bytes); a peer that goes past it aborts the transport with a NetworkError
-// naming it, the bytes and the limit. A header this protocol never sends (tcp_wire.h:
-// decode_frame_header) ends the connection as a loss of that peer. A receive whose size differs
-// from the message fails with InvalidArgument (the message is read through a small buffer and
-// dropped; the sender has already completed). No exception escapes the io thread: one from a
-// handler fails the transport. A lost connection fails every pending and later request with
-// that peer with a NetworkError naming it; with options.fail_all_on_peer_loss (what a
-// ProcessGroup wants: one lost rank means the group cannot finish any collective) it aborts the
-// whole transport with that error instead. A request that times out throws
-// transport::PeerTimeout with what this rank last heard from the peer (when the last frame
-// header came, and its tag); find_stalled follows the ranks' waits through the store, and an
-// abort whose reason is a PeerTimeout names its rank to the peers as the one that made no
+// queued sends itself (docs/architecture.md). A send completes once its frame is written (header
+// and payload in one gather write, the payload never copied). Receives and messages are matched by
+// transport/matcher.h (any-source receives included); a message that arrives before its irecv is
+// buffered as an unexpected entry of its peer, in chunks allocated as its bytes arrive (never at
+// the size its header claims: transport/unexpected_buffer.h), and copied into the irecv's buffer
+// when it is posted. A large one (64 KiB and up) first waits in the socket up to 20 ms for its
+// irecv, to be read straight into place. What one peer's unexpected messages hold is bounded
+// (max_unexpected_bytes); a peer that goes past it aborts the transport with a NetworkError naming
+// it, the bytes and the limit. A header this protocol never sends (tcp_wire.h: decode_frame_header)
+// ends the connection as a loss of that peer. A receive whose size differs from the message fails
+// with InvalidArgument (the message is read through a small buffer and dropped; the sender has
+// already completed). No exception escapes the io thread: one from a handler fails the transport. A
+// lost connection fails every pending and later request with that peer with a NetworkError naming
+// it (an any-source receive fails once every peer's connection is gone); with
+// options.fail_all_on_peer_loss (what a ProcessGroup wants: one lost rank means the group cannot
+// finish any collective) it aborts the whole transport with that error instead. A request that
+// times out throws transport::PeerTimeout with what this rank last heard from the peer (when the
+// last frame header came, and its tag); find_stalled follows the ranks' waits through the store,
+// and an abort whose reason is a PeerTimeout names its rank to the peers as the one that made no
 // progress (tcp_wire.h).
 //
 // Orderly close: the destructor of a transport that was not aborted sends each peer a goodbye
@@ -71,6 +71,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -78,6 +79,7 @@
 #include "backends/common/setup_watch.h"
 #include "backends/gloo_like/tcp_wire.h"
 #include "c10d/store.h"
+#include "transport/matcher.h"
 #include "transport/transport.h"
 
 namespace c10d::inline v1::gloo_like {
@@ -124,6 +126,15 @@ class TCPTransport final : public transport::Transport {
                                             std::span<const std::byte> data) override;
   std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag,
                                             std::span<std::byte> data) override;
+  std::unique_ptr<transport::Request> irecv_any(transport::Tag tag,
+                                                std::span<std::byte> data) override;
+  // A part of an any-source receive that another transport takes part in too, sharing `claim`
+  // (routed_transport.h; transport/matcher.h: SourceClaim).
+  std::unique_ptr<transport::Request> irecv_any(transport::Tag tag, std::span<std::byte> data,
+                                                std::shared_ptr<transport::SourceClaim> claim);
+  // The arrival stamp (transport/matcher.h) of the message an any-source receive with `tag`
+  // would take now; nullopt when none waits.
+  std::optional<std::uint64_t> earliest_unexpected(transport::Tag tag) const;
   void abort(std::exception_ptr reason) override;
   // Through the store: see Impl::find_stalled. Ranks as this transport numbers them.
   transport::StallReport find_stalled(int peer, std::string_view doing,

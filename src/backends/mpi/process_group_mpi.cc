@@ -29,7 +29,9 @@
 // the thread that calls never matters. Under MPI_THREAD_SERIALIZED collectives are nonblocking.
 // send/recv post MPI_Isend/MPI_Irecv in issue order on the group's own point-to-point
 // communicator (the user tag is the MPI tag) and are tested alongside: a recv waiting for a peer
-// never blocks the collectives behind it.
+// never blocks the collectives behind it. recv_any_source is MPI_Irecv from MPI_ANY_SOURCE; its
+// Work's source_rank() is the completed status's MPI_SOURCE (MPI's matching is the one
+// process_group.h describes).
 //
 // Reductions: every reduce op is a user-defined, commutative MPI_Op over per-dtype datatypes
 // that calls algorithms::reduce_into, so the arithmetic is exactly the TCP backend's (integer
@@ -436,6 +438,10 @@ struct Started {
   // copies out of a scratch buffer).
   std::function<void(const std::vector<Tensor>& outputs)> then;
   bool is_recv = false;
+  // A recv's sender (set_source_rank once it completed); -1 for one from MPI_ANY_SOURCE, whose
+  // status names it. `tag`: the any-source recv's, for its timeout.
+  int source = -1;
+  int tag = -1;
 };
 
 // Started::then for AVG: divides each output by the group size.
@@ -1101,9 +1107,30 @@ class ProcessGroupMPI final : public ProcessGroup,
         }
       }
       s.outputs = tensors;
+      s.source = peer;
       return s;
     };
     return push(op, /*collective=*/false, backends::Fingerprint{}, opts.timeout, std::move(start));
+  }
+
+  std::shared_ptr<Work> recv_any_source(std::vector<Tensor> tensors,
+                                        const SendRecvOptions& opts) override {
+    checks_.recv_any_source(tensors, opts.tag);
+    const int tag_ub = runtime().tag_ub;
+    C10D_CHECK(opts.tag <= tag_ub, "recv_any_source: tag {} is above MPI_TAG_UB ({})", opts.tag,
+               tag_ub);
+    auto start = [tensor = tensors.front(), tag = opts.tag](const Comms& c, const Call& call) {
+      Started s;
+      s.is_recv = true;
+      s.tag = tag;
+      const int count = as_count(static_cast<std::int64_t>(tensor.nbytes()), call);
+      check(MPI_Irecv(tensor.raw_data(), count, MPI_BYTE, MPI_ANY_SOURCE, tag, c.p2p, s.add()),
+            call, "MPI_Irecv(MPI_ANY_SOURCE)");
+      s.outputs = {tensor};
+      return s;
+    };
+    return push("recv_any_source", /*collective=*/false, backends::Fingerprint{}, opts.timeout,
+                std::move(start));
   }
 
   // ---- Failure ----
@@ -1183,13 +1210,23 @@ class ProcessGroupMPI final : public ProcessGroup,
     MPI_Status* statuses = many.empty() ? few.data() : many.data();
     int flag = 0;
     int rc;
+    const bool any_source = a.started.is_recv && a.started.source < 0;
+    int got = 0;  // an any-source recv's bytes
     {
       MpiLock lock;
       rc = MPI_Testall(static_cast<int>(n), a.started.requests.data(), &flag, statuses);
+      if (rc == MPI_SUCCESS && flag != 0 && any_source) MPI_Get_count(&statuses[0], MPI_BYTE, &got);
     }
     if (rc == MPI_ERR_IN_STATUS) {
       for (std::size_t i = 0; i < n; ++i) {
         const int e = statuses[i].MPI_ERROR;
+        if (any_source && e == MPI_ERR_TRUNCATE) {
+          C10D_THROW(InvalidArgument,
+                     "{} #{}: size mismatch: the message from rank {} is longer than the "
+                     "{}-byte tensor",
+                     a.work->op_name(), a.work->sequence(), statuses[i].MPI_SOURCE,
+                     a.started.outputs.front().nbytes());
+        }
         if (e != MPI_SUCCESS && e != MPI_ERR_PENDING) {
           C10D_THROW(NetworkError, "{} #{}: an MPI request failed: {}", a.work->op_name(),
                      a.work->sequence(), mpi_error_text(e));
@@ -1199,6 +1236,18 @@ class ProcessGroupMPI final : public ProcessGroup,
     if (rc != MPI_SUCCESS) {
       C10D_THROW(NetworkError, "{} #{}: MPI_Testall failed: {}", a.work->op_name(),
                  a.work->sequence(), mpi_error_text(rc));
+    }
+    if (flag != 0 && any_source) {
+      // transport.h's size rule, which MPI does not make: a shorter message fails too.
+      const auto want = a.started.outputs.front().nbytes();
+      if (static_cast<std::size_t>(got) != want) {
+        C10D_THROW(InvalidArgument,
+                   "{} #{}: size mismatch: the message from rank {} has {} bytes, the tensor {}",
+                   a.work->op_name(), a.work->sequence(), statuses[0].MPI_SOURCE, got, want);
+      }
+    }
+    if (flag != 0 && a.started.is_recv) {
+      a.work->set_source_rank(a.started.source >= 0 ? a.started.source : statuses[0].MPI_SOURCE);
     }
     return flag != 0;
   }
@@ -1356,6 +1405,10 @@ class ProcessGroupMPI final : public ProcessGroup,
             done.work->finish(done.started.finish());
             progressed = true;
           } else if (Clock::now() >= it->deadline) {
+            if (it->started.is_recv && it->started.source < 0) {
+              C10D_THROW(TimeoutError, "{} timed out: no rank sent a message with tag {}",
+                         describe(*it->work).str(), it->started.tag);
+            }
             C10D_THROW(TimeoutError, "{} timed out", describe(*it->work).str());
           } else {
             ++it;

@@ -34,10 +34,8 @@ void IciTransport::Chip::complete_locked(const std::shared_ptr<Op>& op, std::exc
 void IciTransport::Chip::abort_locked(std::exception_ptr reason, int origin, bool notify) {
   if (aborted) return;
   aborted = reason;
-  for (auto& [key, q] : posted) {
-    for (auto& op : q) complete_locked(op, reason, now);
-  }
-  posted.clear();
+  matcher.take_all_receives(
+      [&](const std::shared_ptr<Op>& op) { complete_locked(op, reason, now); });
   for (auto& [key, msg] : arriving) {
     if (msg->recv) complete_locked(msg->recv, reason, now);
     msg->recv = nullptr;
@@ -66,6 +64,7 @@ void IciTransport::Chip::abort_locked(std::exception_ptr reason, int origin, boo
 
 void IciTransport::Chip::bind_locked(const std::shared_ptr<Incoming>& msg,
                                      const std::shared_ptr<Op>& op) {
+  op->source.store(msg->src, std::memory_order_relaxed);
   if (op->recv.size() != msg->bytes) {
     complete_locked(op,
                     error<InvalidArgument>(fmt::format(
@@ -88,20 +87,19 @@ void IciTransport::Chip::bind_locked(const std::shared_ptr<Incoming>& msg,
 }
 
 bool IciTransport::Chip::hold_locked(int src, std::uint64_t bytes) {
-  auto& h = held[static_cast<std::size_t>(src)];
-  if (bytes > options.max_unexpected_bytes - h) {
-    abort_locked(transport::unexpected_limit_error(fmt::format("ICI rank {}", rank), src, h + bytes,
-                                                   options.max_unexpected_bytes),
-                 rank);
+  if (!matcher.hold(src, bytes)) {
+    abort_locked(
+        transport::unexpected_limit_error(fmt::format("ICI rank {}", rank), src,
+                                          matcher.held(src) + bytes, matcher.max_unexpected()),
+        rank);
     return false;
   }
-  h += bytes;
   return true;
 }
 
 void IciTransport::Chip::release_locked(Incoming& msg) {
   if (!msg.buffered) return;
-  held[static_cast<std::size_t>(msg.src)] -= msg.held();
+  matcher.release(msg.src, msg.held());
   msg.buffer.release();
   msg.buffered = false;
 }
@@ -123,20 +121,15 @@ void IciTransport::Chip::deliver_locked(
     msg->tag = h.tag;
     msg->bytes = h.message_bytes;
     msg->tail = h.tail;
-    const Key key{h.src, h.tag};
-    auto it = posted.find(key);
-    if (it != posted.end()) {
+    if (auto op = matcher.match(h.src, h.tag)) {
       arriving[mkey] = msg;
-      auto op = std::move(it->second.front());
-      it->second.pop_front();
-      if (it->second.empty()) posted.erase(it);
-      bind_locked(msg, op);
+      bind_locked(msg, *op);
     } else {
       if (!hold_locked(h.src, transport::kUnexpectedOverheadBytes)) return;
       arriving[mkey] = msg;
       msg->buffer = transport::UnexpectedBuffer(h.message_bytes);
       msg->buffered = true;
-      unexpected[key].push_back(msg);
+      matcher.push_unexpected(h.src, h.tag, msg);
     }
   } else {
     auto it = arriving.find(mkey);

@@ -5,10 +5,11 @@
 // Words used here:
 //  - op: one isend or irecv, shared by its request and the queues that refer to it.
 //  - incoming: a message arriving for this chip, from its first packet on. It is bound to the
-//    oldest posted receive of its (source, tag) when one exists, and its packets land in that
-//    receive's buffer; otherwise it waits in `unexpected`, in a buffer of its own that grows by
-//    chunks as packets arrive (counted in `held` for its source), for the receive that will take
-//    it.
+//    posted receive the matcher gives it (transport/matcher.h: of its source and tag, or an
+//    any-source one of its tag) when one exists, and its packets land in that receive's buffer;
+//    otherwise it waits as the matcher's unexpected message, in a buffer of its own that grows by
+//    chunks as packets arrive (counted by the matcher's hold for its source), for the receive
+//    that will take it.
 //  - transit packet: a packet for another chip, copied out of an incoming ring and queued on the
 //    link its route takes next.
 // Methods named *_locked require `mu`.
@@ -33,6 +34,7 @@
 #include "backends/tpu_ici/link_model.h"
 #include "backends/tpu_ici/shm_segment.h"
 #include "c10d/errors.h"
+#include "transport/matcher.h"
 #include "transport/unexpected_buffer.h"
 
 namespace c10d::inline v1::tpu_ici {
@@ -66,14 +68,15 @@ struct Incoming;
 struct Op {
   bool is_send = false;
   int self = 0;
-  int peer = 0;
+  int peer = 0;  // transport::kAnySource for an any-source receive
   Tag tag = 0;
   std::span<const std::byte> send;
   std::span<std::byte> recv;
   Clock::time_point posted = Clock::now();
   std::atomic<bool> done{false};
-  std::exception_ptr error;  // written before `done`, under Chip::mu
-  double vtime = 0;          // virtual completion
+  std::exception_ptr error;     // written before `done`, under Chip::mu
+  std::atomic<int> source{-1};  // a receive's sender, set under Chip::mu when it matched
+  double vtime = 0;             // virtual completion
   // Sends: the route, the message sequence, the times on the first link, bytes written.
   std::vector<Hop> route;
   std::uint64_t seq = 0;
@@ -82,8 +85,13 @@ struct Op {
   bool cancelled = false;
   Incoming* bound = nullptr;  // receives: the message landing in this buffer
 
+  bool any_source() const { return peer == transport::kAnySource; }
   std::size_t bytes() const { return is_send ? send.size() : recv.size(); }
   std::string describe() const {
+    if (any_source()) {
+      return fmt::format("rank {} irecv from any rank ({}, {} bytes)", self,
+                         transport::tag_string(tag), bytes());
+    }
     return fmt::format("rank {} {} rank {} ({}, {} bytes)", self,
                        is_send ? "isend to" : "irecv from", peer, transport::tag_string(tag),
                        bytes());
@@ -98,7 +106,7 @@ struct Incoming {
   std::uint64_t received = 0;
   std::shared_ptr<Op> recv;
   transport::UnexpectedBuffer buffer;  // while unexpected
-  bool buffered = false;               // unexpected: counts in Chip::held for `src`
+  bool buffered = false;               // unexpected: counts in the matcher's hold for `src`
   bool discard = false;
   std::uint64_t held() const { return buffer.allocated() + transport::kUnexpectedOverheadBytes; }
 };
@@ -113,7 +121,6 @@ struct OutItem {
   std::shared_ptr<Transit> transit;  // or a packet passing through
 };
 
-using Key = std::pair<int, Tag>;
 using MessageKey = std::pair<int, std::uint64_t>;  // (source, sequence)
 
 }  // namespace fabric
@@ -122,7 +129,6 @@ struct IciTransport::Chip {
   using Op = fabric::Op;
   using Incoming = fabric::Incoming;
   using OutItem = fabric::OutItem;
-  using Key = fabric::Key;
   using MessageKey = fabric::MessageKey;
 
   Chip(std::shared_ptr<Store> s, int r, Torus t, FabricOptions o)
@@ -145,16 +151,15 @@ struct IciTransport::Chip {
 
   // ---- Shared state ----
   mutable std::mutex mu;
-  std::condition_variable cv;                                       // an op completed; waits on mu
-  double now = 0;                                                   // GUARDED_BY(mu)
-  std::vector<LinkClock> links;                                     // GUARDED_BY(mu); per hop
-  std::map<Key, std::deque<std::shared_ptr<Op>>> posted;            // GUARDED_BY(mu)
-  std::map<Key, std::deque<std::shared_ptr<Incoming>>> unexpected;  // GUARDED_BY(mu)
-  std::map<MessageKey, std::shared_ptr<Incoming>> arriving;         // GUARDED_BY(mu)
-  std::map<MessageKey, MessageTimes> forwarding;                    // GUARDED_BY(mu)
-  std::vector<std::deque<OutItem>> queues;                          // GUARDED_BY(mu); per hop
+  std::condition_variable cv;    // an op completed; waits on mu
+  double now = 0;                // GUARDED_BY(mu)
+  std::vector<LinkClock> links;  // GUARDED_BY(mu); per hop
+  // Posted receives and unexpected incoming messages, by source; GUARDED_BY(mu).
+  transport::Matcher<std::shared_ptr<Op>, std::shared_ptr<Incoming>> matcher;
+  std::map<MessageKey, std::shared_ptr<Incoming>> arriving;  // GUARDED_BY(mu)
+  std::map<MessageKey, MessageTimes> forwarding;             // GUARDED_BY(mu)
+  std::vector<std::deque<OutItem>> queues;                   // GUARDED_BY(mu); per hop
   std::vector<std::uint64_t> transit_bytes;  // GUARDED_BY(mu); per hop: transit packets queued
-  std::vector<std::uint64_t> held;           // GUARDED_BY(mu); per source: unexpected bytes
   std::vector<std::uint64_t> next_seq;       // GUARDED_BY(mu); per peer
   // GUARDED_BY(mu); per source: when a packet from it was last delivered here, and its tag
   // (time_point{}: none yet). What a request that times out waiting for it reports.

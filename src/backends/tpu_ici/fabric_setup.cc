@@ -114,7 +114,7 @@ void IciTransport::Chip::set_up() {
   links.resize(rings);
   queues.resize(rings);
   transit_bytes.assign(rings, 0);
-  held.assign(static_cast<std::size_t>(n), 0);
+  matcher = decltype(matcher)(n, options.max_unexpected_bytes);
   next_seq.assign(static_cast<std::size_t>(n), 0);
   heard.assign(static_cast<std::size_t>(n), {});
   router = std::thread([this] { router_main(); });

@@ -33,11 +33,7 @@ class IciRequest final : public transport::Request {
       op_->bound->discard = true;
       return;
     }
-    const auto it = chip_->posted.find({op_->peer, op_->tag});
-    if (it == chip_->posted.end()) return;
-    auto& q = it->second;
-    q.erase(std::remove(q.begin(), q.end(), op_), q.end());
-    if (q.empty()) chip_->posted.erase(it);
+    chip_->matcher.cancel(op_->peer, op_);
   }
 
   bool test() override {
@@ -45,6 +41,7 @@ class IciRequest final : public transport::Request {
     finish();
     return true;
   }
+  int source() const override { return op_->source.load(std::memory_order_acquire); }
 
   void wait(Clock::time_point deadline) override {
     if (!core::spin_until([&] { return op_->done.load(std::memory_order_acquire); }, deadline)) {
@@ -53,6 +50,15 @@ class IciRequest final : public transport::Request {
         const auto now = Clock::now();
         const auto ms =
             std::chrono::duration_cast<std::chrono::milliseconds>(now - op_->posted).count();
+        if (op_->any_source()) {
+          throw transport::PeerTimeout(
+              core::with_location(
+                  __FILE__, __LINE__,
+                  fmt::format("{} timed out on the ICI fabric: no rank sent a "
+                              "message with {} in the {} ms after posting",
+                              op_->describe(), transport::tag_string(op_->tag), ms)),
+              transport::kAnySource);
+        }
         // What this chip last got from the peer: the group names the rank it waited for, and
         // the rank the waits lead to, from it (transport.h: PeerTimeout).
         transport::PeerActivity heard;
@@ -163,6 +169,15 @@ std::unique_ptr<transport::Request> IciTransport::irecv(int peer, Tag tag,
                                                         std::span<std::byte> data) {
   C10D_CHECK(peer >= 0 && peer < size(), "rank {} irecv ({}): peer {} is outside a world of {}",
              rank(), transport::tag_string(tag), peer, size());
+  return post_receive(peer, tag, data);
+}
+
+std::unique_ptr<transport::Request> IciTransport::irecv_any(Tag tag, std::span<std::byte> data) {
+  return post_receive(transport::kAnySource, tag, data);
+}
+
+std::unique_ptr<transport::Request> IciTransport::post_receive(int peer, Tag tag,
+                                                               std::span<std::byte> data) {
   Chip& c = *chip_;
   auto op = std::make_shared<Op>();
   op->self = c.rank;
@@ -174,16 +189,7 @@ std::unique_ptr<transport::Request> IciTransport::irecv(int peer, Tag tag,
     c.complete_locked(op, c.aborted, c.now);
     return std::make_unique<IciRequest>(chip_, std::move(op));
   }
-  const Key key{peer, tag};
-  auto it = c.unexpected.find(key);
-  if (it != c.unexpected.end()) {
-    auto in = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) c.unexpected.erase(it);
-    c.bind_locked(in, op);
-  } else {
-    c.posted[key].push_back(op);
-  }
+  if (auto found = c.matcher.post_or_take(peer, tag, op)) c.bind_locked(found->second, op);
   return std::make_unique<IciRequest>(chip_, std::move(op));
 }
 

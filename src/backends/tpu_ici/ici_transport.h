@@ -3,11 +3,12 @@
 // (started by c10drun or mpirun) or threads of one process; either way they meet through the
 // store and exchange real bytes only with their torus neighbours.
 //
-// Semantics are those of transport.h: FIFO per (source, tag), a size mismatch fails the receive
-// with InvalidArgument naming both sizes, wait() takes a deadline. A send completes once its
-// last byte is in the first link's ring (so sends never wait for their receive). A message to a
-// far chip follows its route (Torus::route, fixed per pair, so messages never overtake each
-// other) and is forwarded by the router thread of every chip on the way.
+// Semantics are those of transport.h: FIFO per (source, tag), receives from any source
+// (transport/matcher.h), a size mismatch fails the receive with InvalidArgument naming both
+// sizes, wait() takes a deadline. An any-source receive fails only when the chip fails. A send
+// completes once its last byte is in the first link's ring (so sends never wait for their receive).
+// A message to a far chip follows its route (Torus::route, fixed per pair, so messages never
+// overtake each other) and is forwarded by the router thread of every chip on the way.
 //
 // Virtual time (link_model.h): the chip has a clock, starting at 0. A send posted at clock t is
 // handed to its first link at t (links are served first come, first served, so congestion
@@ -77,6 +78,8 @@ class IciTransport final : public transport::Transport {
                                             std::span<const std::byte> data) override;
   std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag,
                                             std::span<std::byte> data) override;
+  std::unique_ptr<transport::Request> irecv_any(transport::Tag tag,
+                                                std::span<std::byte> data) override;
   void abort(std::exception_ptr reason) override;
 
   const Torus& torus() const;
@@ -88,6 +91,10 @@ class IciTransport final : public transport::Transport {
   struct Chip;  // the state shared with requests and the router thread
 
  private:
+  // irecv and irecv_any (peer transport::kAnySource).
+  std::unique_ptr<transport::Request> post_receive(int peer, transport::Tag tag,
+                                                   std::span<std::byte> data);
+
   std::shared_ptr<Chip> chip_;
 };
 

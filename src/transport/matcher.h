@@ -1,0 +1,323 @@
+// Matcher: the matching of transport.h, written once for every transport (TCP, shared memory,
+// the ICI fabric, in-process): which posted receive takes an arriving message, which waiting
+// message a new receive takes, and what the waiting messages of one peer may hold.
+//
+// Words: a *receive* is posted for (peer, tag), or for (kAnySource, tag): an *any-source*
+// receive. A *message* from peer P with tag T *arrives* when the transport has read its header;
+// one that no posted receive takes is *unexpected* and waits in P's queue until a receive takes
+// it. The transport decides what a Recv and a Message are (an op, a buffer being filled, a
+// queued send); the matcher only orders them.
+//
+// Rules (MPI's, including its non-overtaking rule):
+//  - A message from P with tag T is taken by the earliest posted receive that accepts it: a
+//    receive from P with tag T, or an any-source receive with tag T, whichever was posted first.
+//    So messages of one (peer, tag) are taken in the order they were sent, whoever receives.
+//  - A receive from P with tag T takes P's oldest unexpected message with tag T.
+//  - An any-source receive with tag T takes, of every peer's oldest unexpected message with tag
+//    T, the one that arrived first. Arrival is stamped from one process-wide counter
+//    (next_arrival) when the message is queued, so stamps never tie, and they order the messages
+//    of different transports of one process alike (routed_transport.h compares two).
+//  - What it does not do: sizes (a transport checks the buffer against the message it matched,
+//    transport.h), deadlines, errors.
+//
+// Cost: per peer one queue of posted receives and one of unexpected messages, each searched
+// from the front for the tag (queues are short: a collective posts a receive or two per peer at
+// a time; MPI implementations such as Open MPI's ob1 keep the same per-peer lists), and one
+// queue of any-source receives. While no any-source receive is posted, an arriving message
+// costs what it did before any-source existed: one test of an empty queue more. Nothing is
+// allocated per message but what std::deque allocates now and then for its blocks.
+//
+// The bound on unexpected messages (transport/unexpected_buffer.h): hold(peer, bytes) counts
+// bytes against the peer's limit and refuses past it; the transport raises the error
+// (unexpected_limit_error), since only it knows how to fail.
+//
+// SourceClaim: an any-source receive that a composite transport (routed_transport.h) posts on
+// two transports at once is two receives, *parts*, sharing one claim: the first of them to
+// complete it (with a message or with an error) takes the claim, and the other, when its turn
+// comes, finds the claim taken and completes without a message (its request's source() is -1).
+// A part checks the claim before it takes a message; so no message is ever taken by the loser.
+// A part whose transport has no peer left that could send (TCP) does not fail the receive: it
+// gives up (give_up, with the error it would have failed with) and leaves the decision to the
+// composite, whose other channel may still deliver.
+//
+// Thread-safety: none; the transport's lock guards its matcher. SourceClaim is thread-safe.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "core/check.h"
+#include "transport/transport.h"
+#include "transport/unexpected_buffer.h"
+
+namespace c10d::inline v1::transport {
+
+// The next arrival stamp of this process: increasing, never repeated.
+std::uint64_t next_arrival();
+
+class SourceClaim {
+ public:
+  // Whether `part` (a receive's own address) completes the any-source receive: true for the
+  // first part to ask, and for it again after; false for every other part.
+  bool take(const void* part) {
+    const void* none = nullptr;
+    return owner_.compare_exchange_strong(none, part, std::memory_order_acq_rel) || none == part;
+  }
+  // Whether a part other than `part` took the claim.
+  bool taken_by_other(const void* part) const {
+    const void* owner = owner_.load(std::memory_order_acquire);
+    return owner != nullptr && owner != part;
+  }
+  bool taken() const { return owner_.load(std::memory_order_acquire) != nullptr; }
+
+  // A part's transport can deliver nothing more to it; `why` is the error it would fail with.
+  // The first reason sticks.
+  void give_up(std::exception_ptr why) {
+    std::lock_guard lock(mu_);
+    if (!gave_up_) gave_up_ = std::move(why);
+  }
+  std::exception_ptr given_up() const {
+    std::lock_guard lock(mu_);
+    return gave_up_;
+  }
+
+  // Called by a part after it completed, with or without the claim, from the completing thread,
+  // maybe under a transport's lock: it must not block or call into a transport. Set before the
+  // parts are posted.
+  std::function<void()> on_complete;
+  void completed() const {
+    if (on_complete) on_complete();
+  }
+
+ private:
+  std::atomic<const void*> owner_{nullptr};
+  mutable std::mutex mu_;
+  std::exception_ptr gave_up_;  // GUARDED_BY(mu_)
+};
+
+template <typename Recv, typename Message>
+class Matcher {
+ public:
+  // Where an unexpected message waits: its peer and its place in the peer's queue. Valid until
+  // the matcher changes.
+  struct Found {
+    int peer = -1;
+    std::size_t index = 0;
+  };
+
+  Matcher() = default;
+  Matcher(int peers, std::uint64_t max_unexpected_bytes)
+      : peers_(static_cast<std::size_t>(peers)), max_unexpected_(max_unexpected_bytes) {}
+
+  int peers() const { return static_cast<int>(peers_.size()); }
+
+  // ---- A receive is posted ----
+
+  // The unexpected message a receive from `peer` (kAnySource: any) with `tag` takes, left in
+  // place; nullopt when there is none.
+  std::optional<Found> find_unexpected(int peer, Tag tag) const {
+    if (peer != kAnySource) {
+      const auto& q = queues(peer).unexpected;
+      for (std::size_t i = 0; i < q.size(); ++i) {
+        if (q[i].tag == tag) return Found{peer, i};
+      }
+      return std::nullopt;
+    }
+    std::optional<Found> best;
+    std::uint64_t best_arrival = 0;
+    for (std::size_t p = 0; p < peers_.size(); ++p) {
+      const auto& q = peers_[p].unexpected;
+      for (std::size_t i = 0; i < q.size(); ++i) {
+        if (q[i].tag != tag) continue;
+        if (!best || q[i].arrival < best_arrival) {
+          best = Found{static_cast<int>(p), i};
+          best_arrival = q[i].arrival;
+        }
+        break;  // only a peer's oldest with the tag may be taken
+      }
+    }
+    return best;
+  }
+  // The arrival stamp of the message `found` names.
+  std::uint64_t arrival(const Found& found) const {
+    return queues(found.peer).unexpected[found.index].arrival;
+  }
+  // Takes the message `found` names out of its queue.
+  Message take(const Found& found) {
+    auto& q = queues(found.peer).unexpected;
+    Message m = std::move(q[found.index].message);
+    q.erase(q.begin() + static_cast<std::ptrdiff_t>(found.index));
+    return m;
+  }
+  // Queues a receive from `peer` (kAnySource: any) with `tag`, after every receive posted before.
+  void post(int peer, Tag tag, Recv recv) {
+    auto& q = peer == kAnySource ? any_ : queues(peer).posted;
+    q.push_back({tag, next_order_++, std::move(recv)});
+    ++receives_;
+  }
+  // find_unexpected, and take what it found; else post. The message taken, and its peer.
+  std::optional<std::pair<int, Message>> post_or_take(int peer, Tag tag, Recv recv) {
+    if (const auto found = find_unexpected(peer, tag)) {
+      return std::pair<int, Message>{found->peer, take(*found)};
+    }
+    post(peer, tag, std::move(recv));
+    return std::nullopt;
+  }
+
+  // ---- A message arrives ----
+
+  // The earliest posted receive that takes a message from `peer` with `tag`, out of its queue;
+  // nullopt when none does (the transport then keeps the message: push_unexpected).
+  std::optional<Recv> match(int peer, Tag tag) {
+    auto& q = queues(peer).posted;
+    auto it = std::find_if(q.begin(), q.end(), [&](const Posted& p) { return p.tag == tag; });
+    if (!any_.empty()) {
+      auto a =
+          std::find_if(any_.begin(), any_.end(), [&](const Posted& p) { return p.tag == tag; });
+      if (a != any_.end() && (it == q.end() || a->order < it->order)) return take_posted(any_, a);
+    }
+    if (it == q.end()) return std::nullopt;
+    return take_posted(q, it);
+  }
+  // Queues a message from `peer` that no receive took, after the others from it.
+  void push_unexpected(int peer, Tag tag, Message message) {
+    queues(peer).unexpected.push_back({tag, next_arrival(), std::move(message)});
+  }
+  bool has_unexpected(int peer, Tag tag) const { return find_unexpected(peer, tag).has_value(); }
+
+  // ---- Leaving early ----
+
+  // A queued receive leaves (its request went away); `peer` as it was posted. False when it is
+  // not queued.
+  bool cancel(int peer, const Recv& recv) {
+    auto& q = peer == kAnySource ? any_ : queues(peer).posted;
+    auto it = std::find_if(q.begin(), q.end(), [&](const Posted& p) { return p.recv == recv; });
+    if (it == q.end()) return false;
+    take_posted(q, it);
+    return true;
+  }
+  // An unexpected message leaves its queue unreceived; false when it is not queued.
+  bool erase_unexpected(int peer, const Message& message) {
+    auto& q = queues(peer).unexpected;
+    auto it = std::find_if(q.begin(), q.end(), [&](const Held& h) { return h.message == message; });
+    if (it == q.end()) return false;
+    q.erase(it);
+    return true;
+  }
+  // Every queued receive from `peer` (kAnySource: the any-source ones) leaves; fn(recv) for
+  // each, in posting order.
+  template <typename Fn>
+  void take_receives(int peer, Fn&& fn) {
+    auto& q = peer == kAnySource ? any_ : queues(peer).posted;
+    std::deque<Posted> taken;
+    taken.swap(q);
+    receives_ -= taken.size();
+    for (auto& p : taken) fn(p.recv);
+  }
+  // Every queued receive leaves; fn(recv) for each.
+  template <typename Fn>
+  void take_all_receives(Fn&& fn) {
+    take_receives(kAnySource, fn);
+    for (int p = 0; p < peers(); ++p) take_receives(p, fn);
+  }
+  // The queued receives for which pred(recv) holds leave (pred may complete them).
+  template <typename Pred>
+  void erase_receives_if(Pred&& pred) {
+    const auto erase = [&](std::deque<Posted>& q) {
+      receives_ -= std::erase_if(q, [&](Posted& p) { return pred(p.recv); });
+    };
+    erase(any_);
+    for (auto& s : peers_) erase(s.posted);
+  }
+  // The unexpected messages of `peer` for which pred(message) holds leave.
+  template <typename Pred>
+  void erase_unexpected_if(int peer, Pred&& pred) {
+    std::erase_if(queues(peer).unexpected, [&](Held& h) { return pred(h.message); });
+  }
+  // The unexpected messages of every peer for which pred(peer, message) holds leave.
+  template <typename Pred>
+  void erase_all_unexpected_if(Pred&& pred) {
+    for (int p = 0; p < peers(); ++p) {
+      erase_unexpected_if(p, [&](Message& m) { return pred(p, m); });
+    }
+  }
+
+  // ---- What is queued ----
+
+  std::size_t receives() const { return receives_; }  // queued, any-source ones included
+  bool any_source_posted() const { return !any_.empty(); }
+  // Whether a receive with `tag` from `peer`, or an any-source one, is queued.
+  bool receive_posted(int peer, Tag tag) const {
+    const auto has = [&](const std::deque<Posted>& q) {
+      return std::any_of(q.begin(), q.end(), [&](const Posted& p) { return p.tag == tag; });
+    };
+    return has(any_) || has(queues(peer).posted);
+  }
+
+  // ---- The bound on unexpected messages ----
+
+  // Counts `bytes` more for `peer`'s unexpected messages; false, counting nothing, when that
+  // would pass the limit.
+  bool hold(int peer, std::uint64_t bytes) {
+    std::uint64_t& h = queues(peer).held;
+    if (bytes > max_unexpected_ - h) return false;
+    h += bytes;
+    return true;
+  }
+  void release(int peer, std::uint64_t bytes) {
+    std::uint64_t& h = queues(peer).held;
+    C10D_CHECK(bytes <= h, "Matcher: releasing {} bytes of peer {} that holds {}", bytes, peer, h);
+    h -= bytes;
+  }
+  std::uint64_t held(int peer) const { return queues(peer).held; }
+  std::uint64_t max_unexpected() const { return max_unexpected_; }
+
+ private:
+  struct Posted {
+    Tag tag;
+    std::uint64_t order;  // posting order, across every queue
+    Recv recv;
+  };
+  struct Held {
+    Tag tag;
+    std::uint64_t arrival;  // next_arrival() when queued
+    Message message;
+  };
+  struct PeerQueues {
+    std::deque<Posted> posted;
+    std::deque<Held> unexpected;
+    std::uint64_t held = 0;  // counted by hold()
+  };
+
+  PeerQueues& queues(int peer) {
+    C10D_CHECK(peer >= 0 && peer < peers(), "Matcher: peer {} outside {} peers", peer, peers());
+    return peers_[static_cast<std::size_t>(peer)];
+  }
+  const PeerQueues& queues(int peer) const {
+    C10D_CHECK(peer >= 0 && peer < peers(), "Matcher: peer {} outside {} peers", peer, peers());
+    return peers_[static_cast<std::size_t>(peer)];
+  }
+  Recv take_posted(std::deque<Posted>& q, typename std::deque<Posted>::iterator it) {
+    Recv r = std::move(it->recv);
+    q.erase(it);
+    --receives_;
+    return r;
+  }
+
+  std::vector<PeerQueues> peers_;
+  std::deque<Posted> any_;  // any-source receives, in posting order
+  std::uint64_t next_order_ = 0;
+  std::size_t receives_ = 0;
+  std::uint64_t max_unexpected_ = kDefaultMaxUnexpectedBytes;
+};
+
+}  // namespace c10d::inline v1::transport

@@ -1,0 +1,267 @@
+// transport::Matcher alone: the matching rules of transport/matcher.h with receives and
+// messages as plain names, the bound on unexpected bytes, and SourceClaim.
+#include "transport/matcher.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "c10d/errors.h"
+#include "transport/unexpected_buffer.h"
+
+namespace c10d::inline v1::transport {
+namespace {
+
+constexpr int kPeers = 4;
+
+// A matcher whose receives and messages are names ("r1", "m1"), with verbs that read as the
+// rules: post a receive, a message arrives, and what each one got.
+class MatcherTest : public ::testing::Test {
+ protected:
+  // Posts receive `name` from `peer` (kAnySource: any); the message it took at once, or "".
+  std::string post(int peer, Tag tag, const std::string& name) {
+    const auto taken = m_.post_or_take(peer, tag, name);
+    if (!taken) return "";
+    sources_[name] = taken->first;
+    return taken->second;
+  }
+  // Message `name` arrives from `peer`; the receive that took it, or "" (it is then unexpected).
+  std::string arrive(int peer, Tag tag, const std::string& name) {
+    const auto recv = m_.match(peer, tag);
+    if (!recv) {
+      m_.push_unexpected(peer, tag, name);
+      return "";
+    }
+    sources_[*recv] = peer;
+    return *recv;
+  }
+  int source_of(const std::string& recv) { return sources_.at(recv); }
+
+  Matcher<std::string, std::string> m_{kPeers, 1000};
+  std::map<std::string, int> sources_;
+};
+
+TEST_F(MatcherTest, AReceiveTakesTheOldestWaitingMessageOfItsPeerAndTag) {
+  EXPECT_EQ(arrive(1, 5, "m1"), "");
+  EXPECT_EQ(arrive(1, 6, "other tag"), "");
+  EXPECT_EQ(arrive(2, 5, "other peer"), "");
+  EXPECT_EQ(arrive(1, 5, "m2"), "");
+  EXPECT_EQ(post(1, 5, "r1"), "m1");
+  EXPECT_EQ(post(1, 5, "r2"), "m2");
+  EXPECT_EQ(post(1, 5, "r3"), "");  // queued
+  EXPECT_EQ(m_.receives(), 1u);
+  EXPECT_EQ(arrive(1, 5, "m3"), "r3");
+  EXPECT_EQ(m_.receives(), 0u);
+}
+
+TEST_F(MatcherTest, AMessageGoesToTheEarliestPostedReceiveSpecificOrAnySource) {
+  EXPECT_EQ(post(kAnySource, 5, "any"), "");
+  EXPECT_EQ(post(1, 5, "from 1"), "");
+  EXPECT_TRUE(m_.any_source_posted());
+  // Peer 1's first message goes to the any-source receive, posted first; its second to "from 1".
+  EXPECT_EQ(arrive(1, 5, "m1"), "any");
+  EXPECT_EQ(source_of("any"), 1);
+  EXPECT_EQ(arrive(1, 5, "m2"), "from 1");
+  EXPECT_FALSE(m_.any_source_posted());
+}
+
+TEST_F(MatcherTest, ASpecificReceivePostedFirstTakesItsPeersMessageBeforeAnAnySourceOne) {
+  EXPECT_EQ(post(1, 5, "from 1"), "");
+  EXPECT_EQ(post(kAnySource, 5, "any"), "");
+  EXPECT_EQ(arrive(2, 5, "m from 2"), "any");  // "from 1" does not take peer 2's
+  EXPECT_EQ(post(kAnySource, 5, "any 2"), "");
+  EXPECT_EQ(arrive(1, 5, "m from 1"), "from 1");
+  EXPECT_EQ(arrive(3, 5, "m from 3"), "any 2");
+  EXPECT_EQ(source_of("any 2"), 3);
+}
+
+TEST_F(MatcherTest, AnySourceTakesTheMessageThatArrivedFirstAmongThePeers) {
+  EXPECT_EQ(arrive(3, 5, "first, from 3"), "");
+  EXPECT_EQ(arrive(1, 5, "second, from 1"), "");
+  EXPECT_EQ(arrive(3, 5, "third, from 3"), "");
+  EXPECT_EQ(arrive(2, 7, "other tag"), "");
+  EXPECT_EQ(post(kAnySource, 5, "a"), "first, from 3");
+  EXPECT_EQ(source_of("a"), 3);
+  EXPECT_EQ(post(kAnySource, 5, "b"), "second, from 1");
+  EXPECT_EQ(source_of("b"), 1);
+  EXPECT_EQ(post(kAnySource, 5, "c"), "third, from 3");
+  EXPECT_EQ(post(kAnySource, 5, "d"), "");  // the tag 7 message is not for it
+  EXPECT_EQ(post(2, 7, "e"), "other tag");
+}
+
+TEST_F(MatcherTest, MessagesOfOnePeerAndTagAreTakenInOrderWhoeverReceives) {
+  // Every arrival and post interleaving of two senders: each sender's messages land in order.
+  for (int pattern = 0; pattern < 16; ++pattern) {
+    Matcher<std::string, std::string> m(kPeers, 1000);
+    std::vector<std::string> got;
+    int sent[2] = {0, 0};
+    for (int step = 0; step < 4; ++step) {
+      const int peer = 1 + ((pattern >> step) & 1);
+      m.push_unexpected(peer, 9, std::to_string(peer) + ":" + std::to_string(sent[peer - 1]++));
+    }
+    for (int step = 0; step < 4; ++step) {
+      const int peer = (step % 2 == 0) ? kAnySource : 1 + ((pattern >> step) & 1);
+      if (auto t = m.post_or_take(peer, 9, "r")) got.push_back(t->second);
+    }
+    for (int p = 1; p <= 2; ++p) {
+      int next = 0;
+      for (const auto& g : got) {
+        if (g[0] == '0' + p) {
+          EXPECT_EQ(g, std::to_string(p) + ":" + std::to_string(next++));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(MatcherTest, FindUnexpectedLeavesTheMessageInPlaceUntilTaken) {
+  EXPECT_FALSE(m_.find_unexpected(kAnySource, 5).has_value());
+  arrive(2, 5, "m");
+  const auto found = m_.find_unexpected(kAnySource, 5);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->peer, 2);
+  EXPECT_TRUE(m_.has_unexpected(2, 5));
+  EXPECT_EQ(m_.find_unexpected(kAnySource, 5)->peer, 2);  // still there
+  EXPECT_EQ(m_.take(*found), "m");
+  EXPECT_FALSE(m_.has_unexpected(2, 5));
+}
+
+TEST_F(MatcherTest, ArrivalStampsIncreaseAndNeverRepeatAcrossThreads) {
+  arrive(1, 5, "a");
+  arrive(2, 5, "b");
+  const auto a = m_.arrival(*m_.find_unexpected(1, 5));
+  const auto b = m_.arrival(*m_.find_unexpected(2, 5));
+  EXPECT_LT(a, b);
+  std::vector<std::vector<std::uint64_t>> stamps(4);
+  std::vector<std::thread> threads;
+  for (auto& s : stamps) {
+    threads.emplace_back([&s] {
+      for (int i = 0; i < 1000; ++i) s.push_back(next_arrival());
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<std::uint64_t> all;
+  for (const auto& s : stamps) {
+    for (std::size_t i = 1; i < s.size(); ++i) EXPECT_LT(s[i - 1], s[i]);
+    all.insert(all.end(), s.begin(), s.end());
+  }
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());
+}
+
+TEST_F(MatcherTest, CancelledReceivesLeaveAndTakeNothing) {
+  post(1, 5, "r1");
+  post(kAnySource, 5, "any");
+  EXPECT_TRUE(m_.receive_posted(1, 5));
+  EXPECT_TRUE(m_.receive_posted(3, 5));  // the any-source one
+  EXPECT_FALSE(m_.receive_posted(3, 6));
+  EXPECT_TRUE(m_.cancel(kAnySource, "any"));
+  EXPECT_FALSE(m_.cancel(kAnySource, "any"));
+  EXPECT_FALSE(m_.receive_posted(3, 5));
+  EXPECT_TRUE(m_.cancel(1, "r1"));
+  EXPECT_EQ(m_.receives(), 0u);
+  EXPECT_EQ(arrive(1, 5, "m"), "");
+  EXPECT_TRUE(m_.erase_unexpected(1, "m"));
+  EXPECT_FALSE(m_.erase_unexpected(1, "m"));
+  EXPECT_FALSE(m_.has_unexpected(1, 5));
+}
+
+TEST_F(MatcherTest, FailingTakesThePeersReceivesOrTheAnySourceOnesOrAll) {
+  post(1, 5, "r1a");
+  post(2, 5, "r2");
+  post(kAnySource, 5, "any");
+  post(1, 6, "r1b");
+  std::vector<std::string> taken;
+  m_.take_receives(1, [&](const std::string& r) { taken.push_back(r); });
+  EXPECT_EQ(taken, (std::vector<std::string>{"r1a", "r1b"}));
+  taken.clear();
+  m_.take_receives(kAnySource, [&](const std::string& r) { taken.push_back(r); });
+  EXPECT_EQ(taken, (std::vector<std::string>{"any"}));
+  EXPECT_EQ(m_.receives(), 1u);
+  post(3, 5, "r3");
+  m_.erase_receives_if([](const std::string& r) { return r == "r3"; });
+  EXPECT_EQ(m_.receives(), 1u);
+  taken.clear();
+  m_.take_all_receives([&](const std::string& r) { taken.push_back(r); });
+  EXPECT_EQ(taken, (std::vector<std::string>{"r2"}));
+  EXPECT_EQ(m_.receives(), 0u);
+
+  arrive(1, 5, "keep");
+  arrive(1, 5, "drop");
+  arrive(2, 5, "drop too");
+  m_.erase_unexpected_if(1, [](const std::string& u) { return u == "drop"; });
+  m_.erase_all_unexpected_if([](int peer, const std::string&) { return peer == 2; });
+  EXPECT_EQ(post(kAnySource, 5, "a"), "keep");
+  EXPECT_EQ(post(kAnySource, 5, "b"), "");
+}
+
+TEST_F(MatcherTest, HoldCountsPerPeerAndRefusesPastTheLimitCountingNothing) {
+  EXPECT_EQ(m_.max_unexpected(), 1000u);
+  EXPECT_TRUE(m_.hold(1, 600));
+  EXPECT_TRUE(m_.hold(1, 400));  // exactly the limit
+  EXPECT_FALSE(m_.hold(1, 1));
+  EXPECT_EQ(m_.held(1), 1000u);
+  EXPECT_TRUE(m_.hold(2, 1000));  // each peer has its own
+  m_.release(1, 600);
+  EXPECT_EQ(m_.held(1), 400u);
+  EXPECT_FALSE(m_.hold(1, 601));
+  EXPECT_EQ(m_.held(1), 400u);
+  EXPECT_TRUE(m_.hold(1, 600));
+  EXPECT_THROW(m_.release(3, 1), Error);  // more than it holds: a bug, named
+  // The transport's error names the peer, what it held and the limit.
+  try {
+    std::rethrow_exception(
+        unexpected_limit_error("rank 0", 1, m_.held(1) + 1, m_.max_unexpected()));
+  } catch (const NetworkError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("peer rank 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("1001 bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("limit of 1000"), std::string::npos) << what;
+  }
+}
+
+TEST_F(MatcherTest, APeerOutsideTheMatcherIsABugNamedAtOnce) {
+  EXPECT_THROW(m_.match(kPeers, 5), Error);
+  EXPECT_THROW(post(-2, 5, "r"), Error);
+}
+
+TEST(SourceClaimTest, TheFirstPartTakesItAndKeepsItTheOthersNever) {
+  SourceClaim claim;
+  int calls = 0;
+  claim.on_complete = [&] { ++calls; };
+  int a = 0;
+  int b = 0;
+  EXPECT_FALSE(claim.taken());
+  EXPECT_TRUE(claim.take(&a));
+  EXPECT_TRUE(claim.take(&a));
+  EXPECT_FALSE(claim.take(&b));
+  EXPECT_TRUE(claim.taken_by_other(&b));
+  EXPECT_FALSE(claim.taken_by_other(&a));
+  claim.completed();
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(SourceClaimTest, ExactlyOneOfManyRacingPartsTakesIt) {
+  for (int round = 0; round < 200; ++round) {
+    SourceClaim claim;
+    std::atomic<int> winners{0};
+    std::vector<int> parts(4);
+    std::vector<std::thread> threads;
+    for (auto& p : parts) {
+      threads.emplace_back([&, part = &p] {
+        if (claim.take(part)) winners.fetch_add(1);
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(winners.load(), 1);
+  }
+}
+
+}  // namespace
+}  // namespace c10d::inline v1::transport
