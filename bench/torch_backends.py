@@ -336,26 +336,27 @@ def worker_ddp(args, torch, dist, rank, world):
             "comm_share": comm_s / step_s if step_s > 0 else 0.0}
 
 
+def timed(fn, n):
+    """Mean µs of n calls of fn, after up to 1000 untimed ones."""
+    for _ in range(min(1000, n)):
+        fn()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) / n * 1e6
+
+
 def worker_floor(args, torch, dist):
     """World size 1: the cost of one torch.distributed call with nothing to communicate."""
     t = torch.zeros(2)
     pg = dist.distributed_c10d._get_default_group()
     opts = dist.AllreduceOptions()
-    n = args.floor_calls
-
-    def timed(fn):
-        for _ in range(min(1000, n)):
-            fn()
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        return (time.perf_counter() - start) / n * 1e6
-
     t.fill_(3.0)
     dist.all_reduce(t)
     check(torch, t, torch.full((2,), 3.0), "world-1 all_reduce")
-    return {"dist_all_reduce_us": timed(lambda: dist.all_reduce(t)),
-            "pg_allreduce_wait_us": timed(lambda: pg.allreduce([t], opts).wait())}
+    n = args.floor_calls
+    return {"dist_all_reduce_us": timed(lambda: dist.all_reduce(t), n),
+            "pg_allreduce_wait_us": timed(lambda: pg.allreduce([t], opts).wait(), n)}
 
 
 def register_null_backend(torch, dist):
@@ -392,13 +393,8 @@ def worker_main(args):
     if args.phase == "floor":
         if args.backend == "null":
             t = torch.zeros(2)
-            n = args.floor_calls
-            for _ in range(min(1000, n)):
-                dist.all_reduce(t)
-            start = time.perf_counter()
-            for _ in range(n):
-                dist.all_reduce(t)
-            out["floor"] = {"dist_all_reduce_us": (time.perf_counter() - start) / n * 1e6}
+            out["floor"] = {"dist_all_reduce_us": timed(lambda: dist.all_reduce(t),
+                                                        args.floor_calls)}
         else:
             out["floor"] = worker_floor(args, torch, dist)
     else:
@@ -587,6 +583,8 @@ def driver_main(args):
                         "--warmup", str(args.warmup), "--budget-bytes", str(args.budget_bytes),
                         "--ddp-steps", str(args.ddp_steps), "--data", args.data,
                         "--floor-calls", str(args.floor_calls), "--timeout", str(args.timeout)]
+    if args.verbose:
+        args.worker_args.append("--verbose")
 
     def log(msg):
         print(msg, file=sys.stderr, flush=True)

@@ -6,7 +6,9 @@ backend "c10d" (c10d_torch) or "gloo". The program is the same under either laun
   PYTHONPATH=build/python build/tools/c10drun --nproc-per-node 2 \\
       /usr/bin/python3 examples/torch_ddp_fmnist.py --backend c10d
   PYTHONPATH=build/python /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 \\
-      examples/torch_ddp_fmnist.py --backend gloo
+      --redirects 1 --tee 1 examples/torch_ddp_fmnist.py --backend gloo
+
+(torch 1.13's torchrun needs --redirects/--tee on Python 3.11: docs/torch.md, "Launchers".)
 
 It meets through env:// (importing c10d_torch makes env:// work under c10drun too). Each rank
 trains on its shard of every epoch's permutation (DistributedSampler: shuffled by --seed and

@@ -91,6 +91,8 @@ class KeyValueStore {
   virtual bool delete_key(const std::string& key) = 0;
   virtual std::int64_t num_keys() = 0;
   virtual std::chrono::milliseconds timeout() = 0;
+  // The deadline of get() and of wait() without one.
+  virtual void set_timeout(std::chrono::milliseconds timeout) = 0;
 };
 
 // A client of c10d's own TCP store server at MASTER_ADDR:MASTER_PORT (c10drun's, or

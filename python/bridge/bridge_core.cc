@@ -273,6 +273,7 @@ class StoreClient final : public KeyValueStore {
   bool delete_key(const std::string& key) override { return store_->delete_key(key); }
   std::int64_t num_keys() override { return store_->num_keys(); }
   std::chrono::milliseconds timeout() override { return store_->timeout(); }
+  void set_timeout(std::chrono::milliseconds timeout) override { store_->set_timeout(timeout); }
 
  private:
   std::shared_ptr<c10d::Store> store_;

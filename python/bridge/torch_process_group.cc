@@ -2,7 +2,7 @@
 // whose ops run on a c10d group through bridge.h, its Work, torch's store as the group's
 // key-value store, and the Python module c10d_torch._C. Includes torch headers only; every
 // torch-version-specific line of the backend is in this file (torch 2.x would subclass
-// c10d::Backend here instead).
+// c10d::Backend here instead), but for _wrap_env_handler in c10d_torch/__init__.py.
 //
 // Tensors cross without a copy: each CPU tensor's memory becomes a c10d tensor (from_blob)
 // that holds the torch tensor until the op completes. alltoall with lists is the exception: it
@@ -576,6 +576,7 @@ class TorchStore final : public bridge::KeyValueStore {
   bool delete_key(const std::string& key) override { return store_->deleteKey(key); }
   std::int64_t num_keys() override { return store_->getNumKeys(); }
   std::chrono::milliseconds timeout() override { return store_->getTimeout(); }
+  void set_timeout(std::chrono::milliseconds timeout) override { store_->setTimeout(timeout); }
 
  private:
   c10::intrusive_ptr<::c10d::Store> store_;
@@ -605,8 +606,8 @@ class C10dStore final : public ::c10d::Store {
                                   const std::vector<uint8_t>& desired) override {
     return translated([&] { return kv_->compare_set(key, expected, desired); });
   }
+  // c10d's get waits for the key, up to the timeout setTimeout() gave it.
   std::vector<uint8_t> get(const std::string& key) override {
-    wait({key}, timeout_);
     return translated([&] { return kv_->get(key); });
   }
   int64_t add(const std::string& key, int64_t value) override {
@@ -620,6 +621,10 @@ class C10dStore final : public ::c10d::Store {
   }
   int64_t getNumKeys() override {
     return translated([&] { return kv_->num_keys(); });
+  }
+  void setTimeout(const std::chrono::milliseconds& timeout) override {
+    ::c10d::Store::setTimeout(timeout);
+    translated([&] { kv_->set_timeout(timeout); });
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys,

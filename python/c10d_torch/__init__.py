@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 import torch  # noqa: F401  (torch's types must be registered before _C loads)
 import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
+from torch.distributed.rendezvous import _query_to_dict
 
 from . import _C
 
@@ -60,7 +61,8 @@ def backend_of(group=None):
 
 
 def abort(group=None):
-    """Fails every pending and later op of a c10d process group, on this rank."""
+    """Fails every pending and later op of a c10d process group on this rank, and the other
+    ranks' ops of that group still in flight (as a lost peer does)."""
     if group is None:
         group = dist.distributed_c10d._get_default_group()
     _C.abort(group)
@@ -75,6 +77,7 @@ for _ours, _ompi in (("RANK", "OMPI_COMM_WORLD_RANK"), ("WORLD_SIZE", "OMPI_COMM
 
 # ---- env:// under c10drun ----
 
+# The spellings of c10d's flags (parse_flag, src/core/parse.cc).
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -102,7 +105,7 @@ def _env_or_raise(name):
 def _c10d_env_rendezvous(url, timeout):
     """torch's env:// contract (rank and world size from the URL's query, else RANK and
     WORLD_SIZE; MASTER_ADDR, MASTER_PORT) met with a client of c10d's store server."""
-    query = dict(item.split("=", 1) for item in urlparse(url).query.split("&") if "=" in item)
+    query = _query_to_dict(urlparse(url).query)
     rank = int(query["rank"]) if "rank" in query else int(_env_or_raise("RANK"))
     world_size = (int(query["world_size"]) if "world_size" in query
                   else int(_env_or_raise("WORLD_SIZE")))

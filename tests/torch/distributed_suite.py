@@ -396,14 +396,19 @@ def _read_names(path):
     return names
 
 
-def _list(args):
-    env = _runner_env(args, "gloo", args.worlds[0])
-    proc = subprocess.run(_runner_cmd(args, ["--list"]), env=env, capture_output=True,
-                          text=True, timeout=300)
+def _runner_json(args, backend, flag, what):
+    """The JSON a runner prints last when started with `flag`; exits naming `what` on failure."""
+    env = _runner_env(args, backend, args.worlds[0])
+    proc = subprocess.run(_runner_cmd(args, [flag]), env=env, capture_output=True, text=True,
+                          timeout=300)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
-        raise SystemExit("listing the suite failed")
+        raise SystemExit(f"{what} failed")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _list(args):
+    return _runner_json(args, "gloo", "--list", "listing the suite")
 
 
 def _run_config(args, backend, world, log_dir):
@@ -552,13 +557,7 @@ def _run_gates(args):
 
 
 def _gates(args):
-    env = _runner_env(args, "c10d", args.worlds[0])
-    proc = subprocess.run(_runner_cmd(args, ["--_gates"]), env=env, capture_output=True,
-                          text=True, timeout=300)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr)
-        raise SystemExit("reading the suite's gates failed")
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    data = _runner_json(args, "c10d", "--_gates", "reading the suite's gates")
     print(f"# Tests that {data['file']} ({_torch_version()}) skips for any")
     print("# backend not named gloo, once c10d is in every feature set gloo is in: the skip")
     print("# decorator's line in that file, its condition and its message. These are skipped,")

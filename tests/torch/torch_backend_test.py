@@ -8,7 +8,6 @@ non-zero with the failure. The environment gives PYTHONPATH (build/python).
 import argparse
 import datetime
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,13 +15,9 @@ import time
 import traceback
 import unittest
 
+from launch_util import expect, expect_raises, finish, free_port, job_env, start
+
 JOB_TIMEOUT_S = 120
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -30,27 +25,11 @@ def free_port():
 # ---------------------------------------------------------------------------------------------
 
 
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
-
-
 def expect_equal(got, want, what):
     import torch
 
     if not torch.equal(got, want):
         raise AssertionError(f"{what}: got {got.tolist()}, want {want.tolist()}")
-
-
-def expect_raises(fn, *needles):
-    try:
-        fn()
-    except RuntimeError as e:
-        msg = str(e)
-        for n in needles:
-            expect(n in msg, f"error {msg!r} does not name {n!r}")
-        return msg
-    raise AssertionError(f"no RuntimeError (wanted one naming {needles})")
 
 
 DTYPES = [
@@ -457,34 +436,19 @@ def rank_main(args):
 
 class TorchBackendTest(unittest.TestCase):
     def run_job(self, scenario, world, init_method="", env=None):
-        port = free_port()
-        base = dict(os.environ)
-        base.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                     "WORLD_SIZE": str(world), "C10D_HOST": "127.0.0.1"})
-        base.update(env or {})
-        procs = []
-        for rank in range(world):
-            e = dict(base, RANK=str(rank))
-            cmd = [sys.executable, os.path.abspath(__file__), "--scenario", scenario, "--rank",
-                   str(rank), "--world", str(world), "--init-method", init_method]
-            procs.append(subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True))
+        base = job_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                       WORLD_SIZE=str(world), **(env or {}))
+        procs = [start([sys.executable, os.path.abspath(__file__), "--scenario", scenario,
+                        "--rank", str(rank), "--world", str(world), "--init-method",
+                        init_method], dict(base, RANK=str(rank)))
+                 for rank in range(world)]
         deadline = time.monotonic() + JOB_TIMEOUT_S
-        outputs = []
-        for p in procs:
-            try:
-                out, _ = p.communicate(timeout=max(1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                out, _ = p.communicate()
-                out += f"\n(killed after {JOB_TIMEOUT_S} s)"
-            outputs.append(out)
-        report = "\n".join(f"--- rank {r} (exit {p.returncode}) ---\n{o}"
-                           for r, (p, o) in enumerate(zip(procs, outputs)))
-        for p in procs:
-            self.assertEqual(p.returncode, 0, report)
-        return outputs
+        results = [finish(p, deadline - time.monotonic()) for p in procs]
+        report = "\n".join(f"--- rank {r} (exit {code}) ---\n{out}"
+                           for r, (code, out) in enumerate(results))
+        for code, _ in results:
+            self.assertEqual(code, 0, report)
+        return [out for _, out in results]
 
     def test_every_op_dtype_and_reduce_op(self):
         outputs = self.run_job("ops", 3)

@@ -12,10 +12,10 @@ by rounding (docs/torch.md). The loss must also fall. The environment gives PYTH
 
 import os
 import re
-import socket
-import subprocess
 import sys
 import unittest
+
+from launch_util import TORCHRUN_PY311_FLAGS, free_port, job_env, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "torch_ddp_fmnist.py")
@@ -23,27 +23,6 @@ DATA = os.environ.get("C10D_FASHION_MNIST") or "/usr/share/datasets/fashion-mnis
 ARGS = ["--epochs", "1", "--limit", "9600", "--batch-size", "32", "--log-every", "10",
         "--seed", "7"]
 JOB_TIMEOUT_S = 90
-# torch 1.13's torchrun fails on Python 3.11 with its default --redirects/--tee ("'NoneType'
-# object has no attribute 'get'": Python 3.11's IntFlag no longer iterates the 0 member its
-# parser looks for; pytorch/pytorch#92319, fixed in torch 2.0). Any single-stream value parses:
-# the ranks' stdout goes to a file and is teed to torchrun's stdout, prefixed "[default<r>]:".
-TORCHRUN_PY311_FLAGS = ("--redirects", "1", "--tee", "1")
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def job_env():
-    env = dict(os.environ)
-    for name in ("C10D_STORE_EXTERNAL", "C10D_STORE_TOKEN", "MASTER_ADDR", "MASTER_PORT", "RANK",
-                 "WORLD_SIZE"):
-        env.pop(name, None)
-    env["GLOO_SOCKET_IFNAME"] = "lo"
-    env["C10D_HOST"] = "127.0.0.1"
-    return env
 
 
 class DdpExampleTest(unittest.TestCase):
@@ -57,14 +36,12 @@ class DdpExampleTest(unittest.TestCase):
             cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                    "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
                    "--max_restarts", "0", *TORCHRUN_PY311_FLAGS, EXAMPLE]
-        p = subprocess.run(cmd + ["--backend", backend] + ARGS, env=job_env(),
-                           capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
-        out = p.stdout + p.stderr
-        self.assertEqual(p.returncode, 0, out)
+        code, out = run(cmd + ["--backend", backend] + ARGS, job_env(), JOB_TIMEOUT_S)
+        self.assertEqual(code, 0, out)
         losses = [(int(m.group(1)), m.group(2))
-                  for m in re.finditer(r"step (\d+) epoch \d+ loss (\S+)", p.stdout)]
+                  for m in re.finditer(r"step (\d+) epoch \d+ loss (\S+)", out)]
         self.assertEqual([s for s, _ in losses], list(range(10, 151, 10)), out)
-        done = re.search(r"done backend (\w+) world 2 .* test_accuracy ([\d.]+)", p.stdout)
+        done = re.search(r"done backend (\w+) world 2 .* test_accuracy ([\d.]+)", out)
         self.assertIsNotNone(done, out)
         self.assertEqual(done.group(1), backend)
         return [float(v) for _, v in losses], float(done.group(2))

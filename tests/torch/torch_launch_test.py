@@ -11,46 +11,20 @@ its results and exits non-zero with the failure. The environment gives PYTHONPAT
 import argparse
 import datetime
 import os
-import socket
-import subprocess
 import sys
 import time
 import traceback
 import unittest
 
+from launch_util import (TORCHRUN_PY311_FLAGS, expect, expect_raises, free_port, job_env,
+                         run)
+
 JOB_TIMEOUT_S = 120
-# torch 1.13's torchrun fails on Python 3.11 with its default --redirects/--tee ("'NoneType'
-# object has no attribute 'get'": Python 3.11's IntFlag no longer iterates the 0 member its
-# parser looks for; pytorch/pytorch#92319, fixed in torch 2.0). Any single-stream value parses:
-# the ranks' stdout goes to a file and is teed to torchrun's stdout, prefixed "[default<r>]:".
-TORCHRUN_PY311_FLAGS = ("--redirects", "1", "--tee", "1")
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------------------------
 # The ranks' side.
 # ---------------------------------------------------------------------------------------------
-
-
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
-
-
-def expect_raises(fn, *needles):
-    try:
-        fn()
-    except RuntimeError as e:
-        msg = str(e)
-        for n in needles:
-            expect(n in msg, f"error {msg!r} does not name {n!r}")
-        return msg
-    raise AssertionError(f"no RuntimeError (wanted one naming {needles})")
 
 
 def base_store(dist):
@@ -227,36 +201,14 @@ def rank_main(name):
 # ---------------------------------------------------------------------------------------------
 
 
-def job_env():
-    env = dict(os.environ)
-    for name in ("C10D_STORE_EXTERNAL", "C10D_STORE_TOKEN", "MASTER_ADDR", "MASTER_PORT", "RANK",
-                 "WORLD_SIZE", "LOCAL_RANK"):
-        env.pop(name, None)
-    env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's traffic on loopback, as c10d's
-    env["C10D_HOST"] = "127.0.0.1"
-    return env
-
-
-def run(cmd, env):
-    """The command's exit status and output; a job still running at the limit is stopped."""
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=JOB_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, 9)
-        out, _ = p.communicate()
-        out += f"\n(killed after {JOB_TIMEOUT_S} s)"
-    return p.returncode, out
-
-
 class LaunchTest(unittest.TestCase):
     def c10drun(self, scenario):
         launcher = os.environ.get("C10D_C10DRUN")
         if not launcher:
             self.skipTest("C10D_C10DRUN (the launcher's path) not set")
         code, out = run([launcher, "--nproc-per-node", "2", sys.executable,
-                         os.path.abspath(__file__), "--scenario", scenario], job_env())
+                         os.path.abspath(__file__), "--scenario", scenario], job_env(),
+                        JOB_TIMEOUT_S)
         self.assertEqual(code, 0, out)
         return out
 
@@ -276,7 +228,7 @@ class LaunchTest(unittest.TestCase):
                "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
                "--max_restarts", "0", *TORCHRUN_PY311_FLAGS, os.path.abspath(__file__),
                "--scenario", "torchrun_c10d"]
-        code, out = run(cmd, job_env())
+        code, out = run(cmd, job_env(), JOB_TIMEOUT_S)
         self.assertEqual(code, 0, out)
         self.assertIn("c10d under torch.distributed.run: ok", out)
 
