@@ -1,6 +1,6 @@
 // ProcessGroup: the collectives every backend implements.
 //
-// Contract (DESIGN.md): every rank issues the collectives of one group in the same order. Each
+// Contract (docs/design.md): every rank issues the collectives of one group in the same order. Each
 // call checks its inputs on the caller's thread (throwing InvalidArgument at once), then queues
 // the op on the group's worker thread and returns a Work at once. Ops run in issue order; each
 // gets the next sequence number of its group, and (group id, sequence) tags its bytes on the

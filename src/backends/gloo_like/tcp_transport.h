@@ -33,7 +33,7 @@
 //
 // Threads: one io thread runs the io_context: it reads and writes the sockets that no waiting
 // thread is moving bytes on; a thread waiting on a request reads its peer's socket and writes
-// queued sends itself (docs/architecture.md). A send completes once its frame is written (header
+// queued sends itself (docs/design.md). A send completes once its frame is written (header
 // and payload in one gather write, the payload never copied). Receives and messages are matched by
 // transport/matcher.h (any-source receives included); a message that arrives before its irecv is
 // buffered as an unexpected entry of its peer, in chunks allocated as its bytes arrive (never at
