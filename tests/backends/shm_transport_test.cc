@@ -123,6 +123,29 @@ TEST(RoutedAnySourceTest, MessagesOfPeersThatClosedAreReceivedThenTheNextReceive
   });
 }
 
+// A request that goes over TCP tells its source as every transport's does (transport.h): an
+// irecv its peer, and an any-source receive of a rank with no same-host peer (over TCP alone)
+// its sender.
+TEST(RoutedTransportTest, RequestsOverTcpTellTheirSource) {
+  using c10d::testing::any_source::kTag;
+  run_routed(3, {2}, [](int r, transport::Transport& t) {
+    std::vector<std::byte> got(64);
+    if (r == 0) {
+      t.isend(2, kTag, pattern(64, 0))->wait(soon());
+      auto recv = t.irecv(2, kTag, got);
+      recv->wait(soon());
+      EXPECT_EQ(recv->source(), 2);
+      EXPECT_EQ(got, pattern(64, 2));
+    } else if (r == 2) {
+      auto any = t.irecv_any(kTag, got);
+      any->wait(soon());
+      EXPECT_EQ(any->source(), 0);
+      EXPECT_EQ(got, pattern(64, 0));
+      t.isend(0, kTag, pattern(64, 2))->wait(soon());
+    }
+  });
+}
+
 TEST(ShmTransportTest, SendBeforeRecvAndRecvBeforeSendDeliverExactBytes) {
   run_ranks(2, [](int r, transport::Transport& t) {
     const auto a = pattern(1000, 1);

@@ -31,6 +31,7 @@ class PollingRequest final : public transport::Request {
     }
     tcp_->wait(deadline);
   }
+  int source() const override { return tcp_->source(); }
 
  private:
   std::unique_ptr<transport::Request> tcp_;
