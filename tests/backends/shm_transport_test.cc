@@ -64,8 +64,10 @@ C10D_ANY_SOURCE_TESTS(ShmTransportAnySourceTest, run_shm)
 
 // The TCP backend's transport (routed_transport.h) of `n` ranks, the ranks of `remote` on host
 // "B", the others on host "A": a pair on one host talks through shared memory, others over TCP.
+// Each rank's shared-memory channel goes into `shms` (by rank) when given.
 void run_routed(int n, const std::vector<int>& remote,
-                const std::function<void(int, transport::Transport&)>& fn) {
+                const std::function<void(int, transport::Transport&)>& fn,
+                std::vector<std::shared_ptr<ShmTransport>>* shms = nullptr) {
   auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
   const std::string group = "routed" + std::to_string(group_counter++);
   algorithms::testing::run_ranks(
@@ -82,6 +84,7 @@ void run_routed(int n, const std::vector<int>& remote,
           if (auto s = weak.lock()) s->abort(std::move(e));
         };
         auto tcp = std::make_shared<TCPTransport>(store, r, n, group, options);
+        if (shms != nullptr) (*shms)[static_cast<std::size_t>(r)] = shm;
         return std::make_unique<RoutedTransport>(std::move(shm), std::move(tcp));
       },
       fn);
@@ -144,6 +147,39 @@ TEST(RoutedTransportTest, RequestsOverTcpTellTheirSource) {
       t.isend(0, kTag, pattern(64, 2))->wait(soon());
     }
   });
+}
+
+// Once one channel's part of an any-source receive completed it, with a message or an error,
+// the other part leaves its channel at once, not when a message comes or the request goes: the
+// shared-memory channel has nothing pending then (else every TCP wait of the rank polls it).
+TEST(RoutedAnySourceTest, TheOtherPartLeavesOnceOnePartCompletedTheReceive) {
+  using namespace c10d::testing::any_source;
+  std::vector<std::shared_ptr<ShmTransport>> shms(3);
+  run_routed(
+      3, {2},
+      [&](int r, transport::Transport& t) {
+        std::vector<std::byte> got(64);
+        if (r == 0) {
+          auto any = t.irecv_any(kTag, got);
+          signal(t, 2, kGo);
+          any->wait(soon());
+          EXPECT_EQ(any->source(), 2);
+          EXPECT_FALSE(shms[0]->has_pending());
+          any = t.irecv_any(kTag, got);
+          signal(t, 2, kGo);  // a message of the wrong size: the TCP part fails the receive
+          EXPECT_THROW(any->wait(soon()), InvalidArgument);
+          EXPECT_FALSE(shms[0]->has_pending());
+          signal(t, 1, kGo);
+        } else if (r == 1) {
+          await(t, 0, kGo);
+        } else {
+          await(t, 0, kGo);
+          t.isend(0, kTag, pattern(64, 2))->wait(soon());
+          await(t, 0, kGo);
+          t.isend(0, kTag, pattern(32, 2))->wait(soon());
+        }
+      },
+      &shms);
 }
 
 TEST(ShmTransportTest, SendBeforeRecvAndRecvBeforeSendDeliverExactBytes) {

@@ -51,13 +51,14 @@ class AnySourceRequest final : public transport::Request {
 
   bool test() override {
     if (source_ >= 0) return true;
+    if (error_) std::rethrow_exception(error_);
     shm_->progress();
     if (completed()) return true;
     if (auto why = claim_->given_up(); why && !claim_->taken()) {
       // The TCP channel has no peer left (see last_look): after a grace for the rings, fail.
       const auto now = transport::Clock::now();
       if (gave_up_seen_ == transport::Clock::time_point{}) gave_up_seen_ = now;
-      if (now - gave_up_seen_ >= kLastLook && claim_->take(this)) std::rethrow_exception(why);
+      if (now - gave_up_seen_ >= kLastLook && claim_->take(this)) fail(why);
     }
     return completed();
   }
@@ -67,10 +68,11 @@ class AnySourceRequest final : public transport::Request {
       if (test()) return;
       // A part took a message: wait for it to land (or for its error) as that channel waits.
       if (claim_->taken()) {
-        for (auto& part : parts_) {
-          if (part->source() < 0) continue;
-          part->wait(deadline);
-          source_ = part->source();
+        for (std::size_t i = 0; i < parts_.size(); ++i) {
+          if (!parts_[i] || parts_[i]->source() < 0) continue;
+          drop_all_but(i);
+          parts_[i]->wait(deadline);
+          source_ = parts_[i]->source();
           return;
         }
       }
@@ -109,26 +111,55 @@ class AnySourceRequest final : public transport::Request {
     shm_->poll_until(
         [&] { return claim_->taken(); },
         std::min<transport::Clock::time_point>(deadline, transport::Clock::now() + kLastLook));
-    if (claim_->take(this)) std::rethrow_exception(why);
+    if (claim_->take(this)) fail(why);
   }
 
   // Whether the part that took the claim completed; rethrows its error. A part that completes
   // without the claim does so without a message and without an error (source() -1).
   bool completed() {
-    for (auto& part : parts_) {
-      if (part->test() && part->source() >= 0) {
-        source_ = part->source();
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+      if (!parts_[i]) continue;
+      bool done = false;
+      try {
+        done = parts_[i]->test();
+      } catch (...) {
+        drop_all_but(i);
+        throw;
+      }
+      if (done && parts_[i]->source() >= 0) {
+        source_ = parts_[i]->source();
+        drop_all_but(i);
         return true;
       }
     }
     return false;
   }
 
+  // The request itself fails the receive with `why` (given_up), for good.
+  [[noreturn]] void fail(std::exception_ptr why) {
+    drop_all_but(parts_.size());
+    error_ = why;
+    std::rethrow_exception(std::move(why));
+  }
+
+  // Part `keep` (none: parts_.size()) has the receive's outcome, so the others can take nothing
+  // more: they leave their channels now (a request's destructor cancels its receive) instead of
+  // waiting in their matchers' any-source queues until a message with the tag comes or this
+  // request goes. Meanwhile every message of that channel would be tested against them, and a
+  // shared-memory part keeps ShmTransport::has_pending() true, so that every TCP wait of this
+  // rank polls shared memory.
+  void drop_all_but(std::size_t keep) {
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+      if (i != keep) parts_[i].reset();
+    }
+  }
+
   std::shared_ptr<transport::SourceClaim> claim_;
   std::shared_ptr<ShmTransport> shm_;
   std::array<std::unique_ptr<transport::Request>, 2> parts_;
-  std::string what_;  // "rank 0 irecv from any rank (group 0 user tag 3, 8 bytes, ...)"
-  int source_ = -1;   // set once completed
+  std::string what_;          // "rank 0 irecv from any rank (group 0 user tag 3, 8 bytes, ...)"
+  int source_ = -1;           // set once completed
+  std::exception_ptr error_;  // set once the request itself failed the receive (fail)
   transport::Clock::time_point gave_up_seen_{};  // test(): when it first saw the TCP part give up
 };
 
