@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -180,6 +181,46 @@ TEST(RoutedAnySourceTest, TheOtherPartLeavesOnceOnePartCompletedTheReceive) {
         }
       },
       &shms);
+}
+
+// CPU time the calling thread has used so far.
+Clock::duration thread_cpu_time() {
+  rusage u{};
+  ::getrusage(RUSAGE_THREAD, &u);
+  const auto tv = [](const timeval& t) {
+    return std::chrono::seconds(t.tv_sec) + std::chrono::microseconds(t.tv_usec);
+  };
+  return tv(u.ru_utime) + tv(u.ru_stime);
+}
+
+// A thread waiting for a routed any-source receive that nothing arrives for sleeps (on the
+// shared-memory doorbell, the io thread watching the TCP sockets for it): it uses a small part
+// of the wall time, here with a core of its own, where a waiter polls hottest. And it still
+// fails soon once no peer is left (their connections closed), naming the loss.
+TEST(RoutedAnySourceTest, AWaitThatNothingArrivesForSleepsAndFailsOnceNoPeerIsLeft) {
+  using namespace c10d::testing::any_source;
+  run_routed(3, {2}, [&](int r, transport::Transport& t) {
+    if (r != 0) {
+      await(t, 0, kGo);
+      return;  // closes its connections
+    }
+    std::vector<std::byte> got(64);
+    auto any = t.irecv_any(kTag, got);
+    const auto cpu = thread_cpu_time();
+    const auto start = Clock::now();
+    EXPECT_THROW(any->wait(start + 300ms), transport::PeerTimeout);
+    const auto wall = Clock::now() - start;
+    const auto used = thread_cpu_time() - cpu;
+    EXPECT_LT(used, wall / 4) << "the wait used "
+                              << std::chrono::duration<double, std::milli>(used).count()
+                              << " ms of CPU in "
+                              << std::chrono::duration<double, std::milli>(wall).count() << " ms";
+    signal(t, 1, kGo);
+    signal(t, 2, kGo);
+    const auto gone = Clock::now();
+    EXPECT_THROW(any->wait(soon()), NetworkError);
+    EXPECT_LT(Clock::now() - gone, 2s);
+  });
 }
 
 TEST(ShmTransportTest, SendBeforeRecvAndRecvBeforeSendDeliverExactBytes) {

@@ -42,10 +42,11 @@ class PollingRequest final : public transport::Request {
 class AnySourceRequest final : public transport::Request {
  public:
   AnySourceRequest(std::shared_ptr<transport::SourceClaim> claim, std::shared_ptr<ShmTransport> shm,
-                   std::unique_ptr<transport::Request> first,
+                   std::shared_ptr<TCPTransport> tcp, std::unique_ptr<transport::Request> first,
                    std::unique_ptr<transport::Request> second, std::string what)
       : claim_(std::move(claim)),
         shm_(std::move(shm)),
+        tcp_(std::move(tcp)),
         parts_{std::move(first), std::move(second)},
         what_(std::move(what)) {}
 
@@ -82,9 +83,12 @@ class AnySourceRequest final : public transport::Request {
         last_look(why, deadline);
         continue;
       }
-      // Until a part takes the claim: the TCP part's completion rings the doorbell too.
-      shm_->poll_until([&] { return claim_->taken() || claim_->given_up(); },
-                       std::min<transport::Clock::time_point>(deadline, now + kTcpLook));
+      // Until a part takes the claim, or the TCP part gives up: this thread moves shared memory's
+      // bytes and sleeps on its doorbell (poll_until also looks after the same-host peers'
+      // processes), while the io thread moves the TCP sockets' bytes for it; the TCP part's
+      // completion rings the doorbell (claim->on_complete).
+      const TCPTransport::AnySourceSleep sleep(*tcp_);
+      shm_->poll_until([&] { return claim_->taken() || claim_->given_up() != nullptr; }, deadline);
     }
     if (test()) return;
     throw transport::PeerTimeout(
@@ -98,8 +102,6 @@ class AnySourceRequest final : public transport::Request {
   int source() const override { return source_; }
 
  private:
-  // How often a waiter looks at the TCP part itself (see the header).
-  static constexpr std::chrono::milliseconds kTcpLook{1};
   // How long the shared-memory part may still take a message once the TCP part gave up.
   static constexpr std::chrono::milliseconds kLastLook{10};
 
@@ -156,6 +158,7 @@ class AnySourceRequest final : public transport::Request {
 
   std::shared_ptr<transport::SourceClaim> claim_;
   std::shared_ptr<ShmTransport> shm_;
+  std::shared_ptr<TCPTransport> tcp_;
   std::array<std::unique_ptr<transport::Request>, 2> parts_;
   std::string what_;          // "rank 0 irecv from any rank (group 0 user tag 3, 8 bytes, ...)"
   int source_ = -1;           // set once completed
@@ -214,7 +217,7 @@ std::unique_ptr<transport::Request> RoutedTransport::irecv_any(transport::Tag ta
     second = shm_->irecv_any(tag, data, claim);
   }
   return std::make_unique<AnySourceRequest>(
-      std::move(claim), shm_, std::move(first), std::move(second),
+      std::move(claim), shm_, tcp_, std::move(first), std::move(second),
       fmt::format("rank {} irecv from any rank ({}, {} bytes, shared memory and TCP)", rank(),
                   transport::tag_string(tag), data.size()));
 }

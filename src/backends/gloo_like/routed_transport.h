@@ -22,9 +22,9 @@
 // a thread that waits on a TCP request while shared-memory requests are pending polls both (a
 // pair must not stall behind a full ring while this rank waits for another host); with nothing
 // pending in shared memory it simply waits on TCP. A thread waiting for an any-source receive
-// polls shared memory and sleeps on its doorbell, which the TCP part also rings when it
-// completes; it looks at the TCP sockets itself at least every millisecond, in case the io
-// thread is not watching them at the moment (tcp_transport.cc: rewatch_later).
+// polls shared memory and sleeps on its doorbell until its deadline, which the TCP part also
+// rings when it completes; meanwhile it counts as a sleeper on every TCP connection
+// (TCPTransport::AnySourceSleep), so the io thread watches those sockets and moves their bytes.
 #pragma once
 
 #include <memory>

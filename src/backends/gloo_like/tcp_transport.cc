@@ -895,6 +895,28 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     watch_and_drain(peer);
   }
 
+  // A thread sleeps outside this transport until an any-source receive completes
+  // (TCPTransport::AnySourceSleep): it counts as a sleeper on every connection, as TCPRequest::wait
+  // counts a receive, and the io thread watches every socket that no waiter polls now (a poller
+  // that leaves sees the sleeper and has it watched then).
+  void enter_sleep_any() {
+    for (std::size_t p = 0; p < conns.size(); ++p) {
+      Connection* c = conns[p].get();
+      if (c == nullptr) continue;
+      c->sleepers.fetch_add(1);
+      if (c->pollers.load() == 0 && !c->read_closed.load()) {
+        asio::post(io, [self = shared_from_this(), peer = static_cast<int>(p)] {
+          self->watch_for_sleeper(peer);
+        });
+      }
+    }
+  }
+  void leave_sleep_any() {
+    for (const auto& c : conns) {
+      if (c) c->sleepers.fetch_sub(1);
+    }
+  }
+
   // Io thread, looking at `c`: whether a waiter polls it, or did since the last look; records
   // this look.
   static bool polled_since_look(Connection& c) {
@@ -1708,6 +1730,12 @@ std::unique_ptr<transport::Request> TCPTransport::irecv_any(
   impl_->submit(op);
   return std::make_unique<TCPRequest>(impl_, std::move(op));
 }
+
+TCPTransport::AnySourceSleep::AnySourceSleep(TCPTransport& tcp) : impl_(tcp.impl_) {
+  impl_->enter_sleep_any();
+}
+
+TCPTransport::AnySourceSleep::~AnySourceSleep() { impl_->leave_sleep_any(); }
 
 std::optional<std::uint64_t> TCPTransport::earliest_unexpected(Tag tag) const {
   std::lock_guard lock(impl_->mu_);

@@ -142,6 +142,21 @@ class TCPTransport final : public transport::Transport {
 
   struct Impl;
 
+  // While it lives, a thread of this rank sleeps outside this transport (routed_transport.h: on
+  // the shared-memory doorbell) until an any-source receive of this transport completes: it
+  // counts as a sleeper on every connection, as a receive asleep in its own wait does, so that
+  // the io thread watches the sockets and moves their bytes meanwhile.
+  class AnySourceSleep {
+   public:
+    explicit AnySourceSleep(TCPTransport& tcp);
+    ~AnySourceSleep();
+    AnySourceSleep(const AnySourceSleep&) = delete;
+    AnySourceSleep& operator=(const AnySourceSleep&) = delete;
+
+   private:
+    std::shared_ptr<Impl> impl_;
+  };
+
  private:
   // The constructor's work past its argument checks; its errors go through `watch`.
   void set_up(Store* store, const std::string& group_name, const TCPTransportOptions& options,
