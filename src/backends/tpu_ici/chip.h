@@ -161,8 +161,9 @@ struct IciTransport::Chip {
   std::vector<std::deque<OutItem>> queues;                   // GUARDED_BY(mu); per hop
   std::vector<std::uint64_t> transit_bytes;  // GUARDED_BY(mu); per hop: transit packets queued
   std::vector<std::uint64_t> next_seq;       // GUARDED_BY(mu); per peer
-  // GUARDED_BY(mu); per source: when a packet from it was last delivered here, and its tag
-  // (time_point{}: none yet). What a request that times out waiting for it reports.
+  // GUARDED_BY(mu); per source: when the first packet of a message from it was last delivered
+  // here, and its tag (time_point{}: none yet). What a request that times out waiting for it
+  // reports.
   std::vector<std::pair<transport::Clock::time_point, transport::Tag>> heard;
   std::exception_ptr aborted;  // GUARDED_BY(mu)
   std::atomic<bool> stop{false};
