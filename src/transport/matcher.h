@@ -192,7 +192,6 @@ class Matcher {
   void push_unexpected(int peer, Tag tag, Message message) {
     queues(peer).unexpected.push_back({tag, next_arrival(), std::move(message)});
   }
-  bool has_unexpected(int peer, Tag tag) const { return find_unexpected(peer, tag).has_value(); }
 
   // ---- Leaving early ----
 

@@ -126,10 +126,10 @@ TEST_F(MatcherTest, FindUnexpectedLeavesTheMessageInPlaceUntilTaken) {
   const auto found = m_.find_unexpected(kAnySource, 5);
   ASSERT_TRUE(found.has_value());
   EXPECT_EQ(found->peer, 2);
-  EXPECT_TRUE(m_.has_unexpected(2, 5));
+  EXPECT_TRUE(m_.find_unexpected(2, 5).has_value());
   EXPECT_EQ(m_.find_unexpected(kAnySource, 5)->peer, 2);  // still there
   EXPECT_EQ(m_.take(*found), "m");
-  EXPECT_FALSE(m_.has_unexpected(2, 5));
+  EXPECT_FALSE(m_.find_unexpected(2, 5).has_value());
 }
 
 TEST_F(MatcherTest, ArrivalStampsIncreaseAndNeverRepeatAcrossThreads) {
@@ -169,7 +169,7 @@ TEST_F(MatcherTest, CancelledReceivesLeaveAndTakeNothing) {
   EXPECT_EQ(arrive(1, 5, "m"), "");
   EXPECT_TRUE(m_.erase_unexpected(1, "m"));
   EXPECT_FALSE(m_.erase_unexpected(1, "m"));
-  EXPECT_FALSE(m_.has_unexpected(1, 5));
+  EXPECT_FALSE(m_.find_unexpected(1, 5).has_value());
 }
 
 TEST_F(MatcherTest, FailingTakesThePeersReceivesOrTheAnySourceOnesOrAll) {

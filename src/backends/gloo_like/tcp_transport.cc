@@ -353,7 +353,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     if (aborted) return aborted;
     if (op.any_source()) return nullptr;
     const Connection& c = *conns[static_cast<std::size_t>(op.peer)];
-    if (!op.is_send && matcher.has_unexpected(op.peer, op.tag)) return nullptr;
+    if (!c.dead) return nullptr;
+    if (!op.is_send && matcher.find_unexpected(op.peer, op.tag)) return nullptr;
     return c.dead;
   }
 
