@@ -262,7 +262,8 @@ struct Connection {
   // be in the receive buffer), so the op fails when the connection is killed.
   std::shared_ptr<Op> failed_write;
   // The read side parks a large message whose irecv is not posted yet (see Impl::drain).
-  bool parked = false;
+  // Written under mu_; an any-source poller reads `parked` without it (poll_drain_any).
+  std::atomic<bool> parked{false};
   Tag parked_tag = 0;
   // The unexpected entry from this peer that a receive took while it was arriving (its waiter):
   // out of the matcher's queue, and still being read (the read side's `entry`).
@@ -841,6 +842,30 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     pollfd p{conns[static_cast<std::size_t>(peer)]->fd, POLLIN, 0};
     if (::poll(&p, 1, 0) == 0) return;  // empty: drain would find nothing either
     try_drain(peer);
+  }
+
+  // A polling waiter of an any-source receive: one poll(2) over the sockets that may still
+  // bring it a message, then a drain of the readable ones only, instead of a system call per
+  // peer per turn. Left out: a socket whose stream ended (read_closed), and one whose message in
+  // front is parked: that message is for another receive (the any-source one would have taken
+  // it), and it comes in when that receive is posted (submit_receive_locked) or its grace ends
+  // (a timer of the io thread), so polling it would only find it ready at every turn and its
+  // drain take mu_ for nothing. `fds` and `peers`: the caller's, reused across turns.
+  void poll_drain_any(std::vector<pollfd>& fds, std::vector<int>& peers) {
+    fds.clear();
+    peers.clear();
+    for (std::size_t p = 0; p < conns.size(); ++p) {
+      const Connection* c = conns[p].get();
+      if (c == nullptr || c->read_closed.load() || c->parked.load(std::memory_order_relaxed)) {
+        continue;
+      }
+      fds.push_back({c->fd, POLLIN, 0});
+      peers.push_back(static_cast<int>(p));
+    }
+    if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return;
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) try_drain(peers[i]);
+    }
   }
 
   // Io thread: wait for the socket to become readable, drain, and wait again; unless a thread
@@ -1496,7 +1521,11 @@ class TCPRequest final : public transport::Request {
   ~TCPRequest() override { impl_->cancel(op_); }
   bool test() override {
     if (!op_->done.load(std::memory_order_acquire)) {
-      impl_->for_each_source(*op_, [&](int peer) { impl_->try_drain(peer); });
+      if (op_->any_source()) {
+        impl_->poll_drain_any(fds_, fd_peers_);
+      } else if (!op_->is_send) {
+        impl_->try_drain(op_->peer);
+      }
     }
     if (!op_->done.load(std::memory_order_acquire)) return false;
     if (op_->error) std::rethrow_exception(op_->error);
@@ -1518,7 +1547,11 @@ class TCPRequest final : public transport::Request {
         [&] {
           if (op_->done.load(std::memory_order_acquire)) return true;
           state.progress_sends();
-          state.for_each_source(*op_, [&](int peer) { state.poll_drain(peer); });
+          if (op_->any_source()) {
+            state.poll_drain_any(fds_, fd_peers_);
+          } else if (!op_->is_send) {
+            state.poll_drain(op_->peer);
+          }
           return op_->done.load(std::memory_order_acquire);
         },
         deadline,
@@ -1569,6 +1602,9 @@ class TCPRequest final : public transport::Request {
  private:
   std::shared_ptr<TCPTransport::Impl> impl_;
   std::shared_ptr<Op> op_;
+  // An any-source receive's poll(2) set (Impl::poll_drain_any), kept across turns.
+  std::vector<pollfd> fds_;
+  std::vector<int> fd_peers_;
 };
 
 }  // namespace
