@@ -103,7 +103,8 @@ class InProcWorld::OpRequest final : public Request {
 InProcWorld::InProcWorld(int size) : size_(size) {
   C10D_CHECK(size >= 1, "InProcWorld needs at least one rank, got {}", size);
   ranks_.resize(static_cast<std::size_t>(size));
-  inboxes_.assign(static_cast<std::size_t>(size), Inbox(size, kDefaultMaxUnexpectedBytes));
+  inboxes_.reserve(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) inboxes_.emplace_back(size, kDefaultMaxUnexpectedBytes);
 }
 
 void InProcWorld::fail_rank(int rank, std::exception_ptr reason) {

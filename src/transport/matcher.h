@@ -20,7 +20,8 @@
 //  - What it does not do: sizes (a transport checks the buffer against the message it matched,
 //    transport.h), deadlines, errors.
 //
-// Cost: per peer one queue of posted receives and one of unexpected messages, each searched
+// Cost: per peer one queue of posted receives and one of unexpected messages, made when first
+// needed (a peer that never sends here nor is received from costs a null pointer), each searched
 // from the front for the tag (queues are short: a collective posts a receive or two per peer at
 // a time; MPI implementations such as Open MPI's ob1 keep the same per-peer lists), and one
 // queue of any-source receives. While no any-source receive is posted, an arriving message
@@ -50,6 +51,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -117,6 +119,8 @@ class Matcher {
   Matcher() = default;
   Matcher(int peers, std::uint64_t max_unexpected_bytes)
       : peers_(static_cast<std::size_t>(peers)), max_unexpected_(max_unexpected_bytes) {}
+  Matcher(Matcher&&) = default;
+  Matcher& operator=(Matcher&&) = default;
 
   int peers() const { return static_cast<int>(peers_.size()); }
 
@@ -126,7 +130,9 @@ class Matcher {
   // place; nullopt when there is none.
   std::optional<Found> find_unexpected(int peer, Tag tag) const {
     if (peer != kAnySource) {
-      const auto& q = queues(peer).unexpected;
+      const PeerQueues* pq = find_queues(peer);
+      if (pq == nullptr) return std::nullopt;
+      const auto& q = pq->unexpected;
       for (std::size_t i = 0; i < q.size(); ++i) {
         if (q[i].tag == tag) return Found{peer, i};
       }
@@ -135,7 +141,8 @@ class Matcher {
     std::optional<Found> best;
     std::uint64_t best_arrival = 0;
     for (std::size_t p = 0; p < peers_.size(); ++p) {
-      const auto& q = peers_[p].unexpected;
+      if (!peers_[p]) continue;
+      const auto& q = peers_[p]->unexpected;
       for (std::size_t i = 0; i < q.size(); ++i) {
         if (q[i].tag != tag) continue;
         if (!best || q[i].arrival < best_arrival) {
@@ -149,7 +156,7 @@ class Matcher {
   }
   // The arrival stamp of the message `found` names.
   std::uint64_t arrival(const Found& found) const {
-    return queues(found.peer).unexpected[found.index].arrival;
+    return find_queues(found.peer)->unexpected[found.index].arrival;
   }
   // Takes the message `found` names out of its queue.
   Message take(const Found& found) {
@@ -178,15 +185,16 @@ class Matcher {
   // The earliest posted receive that takes a message from `peer` with `tag`, out of its queue;
   // nullopt when none does (the transport then keeps the message: push_unexpected).
   std::optional<Recv> match(int peer, Tag tag) {
-    auto& q = queues(peer).posted;
-    auto it = std::find_if(q.begin(), q.end(), [&](const Posted& p) { return p.tag == tag; });
+    PeerQueues* pq = find_queues(peer);
+    std::deque<Posted>* q = pq != nullptr ? &pq->posted : nullptr;
+    typename std::deque<Posted>::iterator it;
+    const bool specific = q != nullptr && (it = find_tag(*q, tag)) != q->end();
     if (!any_.empty()) {
-      auto a =
-          std::find_if(any_.begin(), any_.end(), [&](const Posted& p) { return p.tag == tag; });
-      if (a != any_.end() && (it == q.end() || a->order < it->order)) return take_posted(any_, a);
+      auto a = find_tag(any_, tag);
+      if (a != any_.end() && (!specific || a->order < it->order)) return take_posted(any_, a);
     }
-    if (it == q.end()) return std::nullopt;
-    return take_posted(q, it);
+    if (!specific) return std::nullopt;
+    return take_posted(*q, it);
   }
   // Queues a message from `peer` that no receive took, after the others from it.
   void push_unexpected(int peer, Tag tag, Message message) {
@@ -198,7 +206,9 @@ class Matcher {
   // A queued receive leaves (its request went away); `peer` as it was posted. False when it is
   // not queued.
   bool cancel(int peer, const Recv& recv) {
-    auto& q = peer == kAnySource ? any_ : queues(peer).posted;
+    std::deque<Posted>* posted = posted_queue(peer);
+    if (posted == nullptr) return false;
+    auto& q = *posted;
     auto it = std::find_if(q.begin(), q.end(), [&](const Posted& p) { return p.recv == recv; });
     if (it == q.end()) return false;
     take_posted(q, it);
@@ -206,7 +216,9 @@ class Matcher {
   }
   // An unexpected message leaves its queue unreceived; false when it is not queued.
   bool erase_unexpected(int peer, const Message& message) {
-    auto& q = queues(peer).unexpected;
+    PeerQueues* pq = find_queues(peer);
+    if (pq == nullptr) return false;
+    auto& q = pq->unexpected;
     auto it = std::find_if(q.begin(), q.end(), [&](const Held& h) { return h.message == message; });
     if (it == q.end()) return false;
     q.erase(it);
@@ -216,9 +228,10 @@ class Matcher {
   // each, in posting order.
   template <typename Fn>
   void take_receives(int peer, Fn&& fn) {
-    auto& q = peer == kAnySource ? any_ : queues(peer).posted;
+    std::deque<Posted>* q = posted_queue(peer);
+    if (q == nullptr || q->empty()) return;
     std::deque<Posted> taken;
-    taken.swap(q);
+    taken.swap(*q);
     receives_ -= taken.size();
     for (auto& p : taken) fn(p.recv);
   }
@@ -235,12 +248,16 @@ class Matcher {
       receives_ -= std::erase_if(q, [&](Posted& p) { return pred(p.recv); });
     };
     erase(any_);
-    for (auto& s : peers_) erase(s.posted);
+    for (auto& pq : peers_) {
+      if (pq) erase(pq->posted);
+    }
   }
   // The unexpected messages of `peer` for which pred(message) holds leave.
   template <typename Pred>
   void erase_unexpected_if(int peer, Pred&& pred) {
-    std::erase_if(queues(peer).unexpected, [&](Held& h) { return pred(h.message); });
+    if (PeerQueues* pq = find_queues(peer)) {
+      std::erase_if(pq->unexpected, [&](Held& h) { return pred(h.message); });
+    }
   }
   // The unexpected messages of every peer for which pred(peer, message) holds leave.
   template <typename Pred>
@@ -259,7 +276,8 @@ class Matcher {
     const auto has = [&](const std::deque<Posted>& q) {
       return std::any_of(q.begin(), q.end(), [&](const Posted& p) { return p.tag == tag; });
     };
-    return has(any_) || has(queues(peer).posted);
+    const PeerQueues* pq = find_queues(peer);
+    return has(any_) || (pq != nullptr && has(pq->posted));
   }
 
   // ---- The bound on unexpected messages ----
@@ -273,11 +291,15 @@ class Matcher {
     return true;
   }
   void release(int peer, std::uint64_t bytes) {
-    std::uint64_t& h = queues(peer).held;
+    PeerQueues* pq = find_queues(peer);
+    const std::uint64_t h = pq != nullptr ? pq->held : 0;
     C10D_CHECK(bytes <= h, "Matcher: releasing {} bytes of peer {} that holds {}", bytes, peer, h);
-    h -= bytes;
+    if (pq != nullptr) pq->held -= bytes;
   }
-  std::uint64_t held(int peer) const { return queues(peer).held; }
+  std::uint64_t held(int peer) const {
+    const PeerQueues* pq = find_queues(peer);
+    return pq != nullptr ? pq->held : 0;
+  }
   std::uint64_t max_unexpected() const { return max_unexpected_; }
 
  private:
@@ -297,13 +319,29 @@ class Matcher {
     std::uint64_t held = 0;  // counted by hold()
   };
 
+  // `peer`'s queues, made when first needed: a peer that never sends here, or is never received
+  // from, costs a null pointer (a threads-as-ranks world of n ranks has n^2 of them; two empty
+  // std::deque take about 1 KiB in libstdc++).
   PeerQueues& queues(int peer) {
-    C10D_CHECK(peer >= 0 && peer < peers(), "Matcher: peer {} outside {} peers", peer, peers());
-    return peers_[static_cast<std::size_t>(peer)];
+    auto& pq = peers_[checked(peer)];
+    if (!pq) pq = std::make_unique<PeerQueues>();
+    return *pq;
   }
-  const PeerQueues& queues(int peer) const {
+  // Null when `peer` has no queues yet (nothing was ever queued for it).
+  PeerQueues* find_queues(int peer) { return peers_[checked(peer)].get(); }
+  const PeerQueues* find_queues(int peer) const { return peers_[checked(peer)].get(); }
+  // The posted receives of `peer` (kAnySource: the any-source ones); null when none were ever.
+  std::deque<Posted>* posted_queue(int peer) {
+    if (peer == kAnySource) return &any_;
+    PeerQueues* pq = find_queues(peer);
+    return pq != nullptr ? &pq->posted : nullptr;
+  }
+  std::size_t checked(int peer) const {
     C10D_CHECK(peer >= 0 && peer < peers(), "Matcher: peer {} outside {} peers", peer, peers());
-    return peers_[static_cast<std::size_t>(peer)];
+    return static_cast<std::size_t>(peer);
+  }
+  static typename std::deque<Posted>::iterator find_tag(std::deque<Posted>& q, Tag tag) {
+    return std::find_if(q.begin(), q.end(), [&](const Posted& p) { return p.tag == tag; });
   }
   Recv take_posted(std::deque<Posted>& q, typename std::deque<Posted>::iterator it) {
     Recv r = std::move(it->recv);
@@ -312,8 +350,8 @@ class Matcher {
     return r;
   }
 
-  std::vector<PeerQueues> peers_;
-  std::deque<Posted> any_;  // any-source receives, in posting order
+  std::vector<std::unique_ptr<PeerQueues>> peers_;  // by peer; null until first needed
+  std::deque<Posted> any_;                          // any-source receives, in posting order
   std::uint64_t next_order_ = 0;
   std::size_t receives_ = 0;
   std::uint64_t max_unexpected_ = kDefaultMaxUnexpectedBytes;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../algorithms/ranks.h"
+#include "../memory_use.h"
 #include "any_source_cases.h"
 #include "c10d/errors.h"
 
@@ -313,6 +314,22 @@ TEST_F(InProcTransportTest, RequestsOutliveTheirTransport) {
   auto s = send(0, 1, 1, sent);
   r->wait(soon());
   EXPECT_EQ(got, sent);
+}
+
+// A rank's matching keeps queues only for the peers it talks with: a world of 256 threads as
+// ranks holds 256^2 (rank, peer) pairs, which at a pair of std::deque each took about 75 MB.
+TEST(InProcWorldTest, AWorldOfManyRanksTakesLittleHeapUntilTheyTalk) {
+  const std::size_t before = c10d::testing::heap_bytes();
+  const auto world = std::make_shared<InProcWorld>(256);
+  const std::size_t used = c10d::testing::heap_bytes() - before;
+  EXPECT_LT(used, std::size_t{4} << 20) << used << " bytes for a world of 256 ranks";
+  InProcTransport a(world, 0);
+  InProcTransport b(world, 255);
+  std::vector<std::byte> got(8);
+  auto recv = b.irecv(0, 3, got);
+  a.isend(255, 3, std::vector<std::byte>(8, std::byte{7}))->wait(soon());
+  recv->wait(soon());
+  EXPECT_EQ(got, std::vector<std::byte>(8, std::byte{7}));
 }
 
 TEST_F(InProcTransportTest, PeerOutsideTheWorldIsInvalidArgument) {
