@@ -14,9 +14,9 @@
 //    So messages of one (peer, tag) are taken in the order they were sent, whoever receives.
 //  - A receive from P with tag T takes P's oldest unexpected message with tag T.
 //  - An any-source receive with tag T takes, of every peer's oldest unexpected message with tag
-//    T, the one that arrived first. Arrival is stamped from one process-wide counter
-//    (next_arrival) when the message is queued, so stamps never tie, and they order the messages
-//    of different transports of one process alike (routed_transport.h compares two).
+//    T, the one that arrived first. Arrival is stamped from the matcher's own counter when the
+//    message is queued, so stamps never tie. Matchers whose stamps are compared with each other
+//    (routed_transport.h: a rank's shared-memory and TCP channels) share an ArrivalClock instead.
 //  - What it does not do: sizes (a transport checks the buffer against the message it matched,
 //    transport.h), deadlines, errors.
 //
@@ -63,8 +63,19 @@
 
 namespace c10d::inline v1::transport {
 
-// The next arrival stamp of this process: increasing, never repeated.
-std::uint64_t next_arrival();
+// Arrival stamps shared by the matchers of several transports, so that their stamps order the
+// messages of all of them (routed_transport.h): increasing, never repeated. Thread-safe.
+class ArrivalClock {
+ public:
+  std::uint64_t next() {
+    // Relaxed: a stamp orders messages that one lock (a transport's) already orders, or that no
+    // one can order better (two transports' threads, the routed transport's comparison).
+    return next_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<std::uint64_t> next_{0};
+};
 
 class SourceClaim {
  public:
@@ -117,8 +128,13 @@ class Matcher {
   };
 
   Matcher() = default;
-  Matcher(int peers, std::uint64_t max_unexpected_bytes)
-      : peers_(static_cast<std::size_t>(peers)), max_unexpected_(max_unexpected_bytes) {}
+  // `arrivals`: where the arrival stamps come from when they are compared with another
+  // matcher's (ArrivalClock); null: a counter of this matcher's own.
+  Matcher(int peers, std::uint64_t max_unexpected_bytes,
+          std::shared_ptr<ArrivalClock> arrivals = nullptr)
+      : peers_(static_cast<std::size_t>(peers)),
+        max_unexpected_(max_unexpected_bytes),
+        arrivals_(std::move(arrivals)) {}
   Matcher(Matcher&&) = default;
   Matcher& operator=(Matcher&&) = default;
 
@@ -198,7 +214,8 @@ class Matcher {
   }
   // Queues a message from `peer` that no receive took, after the others from it.
   void push_unexpected(int peer, Tag tag, Message message) {
-    queues(peer).unexpected.push_back({tag, next_arrival(), std::move(message)});
+    const std::uint64_t stamp = arrivals_ ? arrivals_->next() : next_arrival_++;
+    queues(peer).unexpected.push_back({tag, stamp, std::move(message)});
   }
 
   // ---- Leaving early ----
@@ -301,6 +318,8 @@ class Matcher {
     return pq != nullptr ? pq->held : 0;
   }
   std::uint64_t max_unexpected() const { return max_unexpected_; }
+  // The clock shared with other matchers; null when this one stamps from its own counter.
+  const std::shared_ptr<ArrivalClock>& arrivals() const { return arrivals_; }
 
  private:
   struct Posted {
@@ -310,7 +329,7 @@ class Matcher {
   };
   struct Held {
     Tag tag;
-    std::uint64_t arrival;  // next_arrival() when queued
+    std::uint64_t arrival;  // stamped when queued (push_unexpected)
     Message message;
   };
   struct PeerQueues {
@@ -355,6 +374,8 @@ class Matcher {
   std::uint64_t next_order_ = 0;
   std::size_t receives_ = 0;
   std::uint64_t max_unexpected_ = kDefaultMaxUnexpectedBytes;
+  std::shared_ptr<ArrivalClock> arrivals_;  // shared stamps; null: next_arrival_
+  std::uint64_t next_arrival_ = 0;
 };
 
 }  // namespace c10d::inline v1::transport

@@ -75,12 +75,15 @@ void run_routed(int n, const std::vector<int>& remote,
       n,
       [&](int r) -> std::unique_ptr<transport::Transport> {
         const bool far = std::find(remote.begin(), remote.end(), r) != remote.end();
+        auto arrivals = std::make_shared<transport::ArrivalClock>();
         auto shm = std::make_shared<ShmTransport>(store, r, n,
                                                   ShmTransportOptions{.group_name = group,
                                                                       .timeout = 20s,
                                                                       .ring_bytes = kRing,
-                                                                      .host_key = far ? "B" : "A"});
+                                                                      .host_key = far ? "B" : "A",
+                                                                      .arrivals = arrivals});
         TCPTransportOptions options{"127.0.0.1", 20s};
+        options.arrivals = arrivals;
         options.on_abort = [weak = std::weak_ptr(shm)](std::exception_ptr e) {
           if (auto s = weak.lock()) s->abort(std::move(e));
         };

@@ -138,11 +138,12 @@ TEST_F(MatcherTest, ArrivalStampsIncreaseAndNeverRepeatAcrossThreads) {
   const auto a = m_.arrival(*m_.find_unexpected(1, 5));
   const auto b = m_.arrival(*m_.find_unexpected(2, 5));
   EXPECT_LT(a, b);
+  ArrivalClock clock;
   std::vector<std::vector<std::uint64_t>> stamps(4);
   std::vector<std::thread> threads;
   for (auto& s : stamps) {
-    threads.emplace_back([&s] {
-      for (int i = 0; i < 1000; ++i) s.push_back(next_arrival());
+    threads.emplace_back([&s, &clock] {
+      for (int i = 0; i < 1000; ++i) s.push_back(clock.next());
     });
   }
   for (auto& t : threads) t.join();
@@ -153,6 +154,30 @@ TEST_F(MatcherTest, ArrivalStampsIncreaseAndNeverRepeatAcrossThreads) {
   }
   std::sort(all.begin(), all.end());
   EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());
+}
+
+// A matcher stamps from a counter of its own; matchers whose stamps are compared share a clock.
+TEST(MatcherArrivalTest, OwnStampsUnlessAClockIsShared) {
+  Matcher<std::string, std::string> a(2, 1000);
+  Matcher<std::string, std::string> b(2, 1000);
+  a.push_unexpected(0, 5, "a");
+  b.push_unexpected(0, 5, "b");
+  EXPECT_EQ(a.arrival(*a.find_unexpected(0, 5)), 0u);
+  EXPECT_EQ(b.arrival(*b.find_unexpected(0, 5)), 0u);
+  EXPECT_EQ(a.arrivals(), nullptr);
+
+  auto clock = std::make_shared<ArrivalClock>();
+  Matcher<std::string, std::string> shm(2, 1000, clock);
+  Matcher<std::string, std::string> tcp(2, 1000, clock);
+  EXPECT_EQ(shm.arrivals(), tcp.arrivals());
+  tcp.push_unexpected(1, 5, "first");
+  shm.push_unexpected(1, 5, "second");
+  tcp.push_unexpected(0, 5, "third");
+  const auto first = tcp.arrival(*tcp.find_unexpected(1, 5));
+  const auto second = shm.arrival(*shm.find_unexpected(1, 5));
+  const auto third = tcp.arrival(*tcp.find_unexpected(0, 5));
+  EXPECT_LT(first, second);
+  EXPECT_LT(second, third);
 }
 
 TEST_F(MatcherTest, CancelledReceivesLeaveAndTakeNothing) {

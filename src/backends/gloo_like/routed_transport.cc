@@ -175,6 +175,11 @@ RoutedTransport::RoutedTransport(std::shared_ptr<ShmTransport> shm,
   C10D_CHECK(shm_->rank() == tcp_->rank() && shm_->size() == tcp_->size(),
              "RoutedTransport: shared memory has rank {} of {}, TCP rank {} of {}", shm_->rank(),
              shm_->size(), tcp_->rank(), tcp_->size());
+  C10D_CHECK(shm_->arrivals() != nullptr && shm_->arrivals() == tcp_->arrivals(),
+             "RoutedTransport rank {}: the shared-memory and TCP transports must share one "
+             "transport::ArrivalClock (ShmTransportOptions::arrivals, "
+             "TCPTransportOptions::arrivals): an any-source receive compares their arrival stamps",
+             tcp_->rank());
 }
 
 std::unique_ptr<transport::Request> RoutedTransport::over_tcp(

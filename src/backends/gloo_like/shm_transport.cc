@@ -660,7 +660,7 @@ struct ShmTransport::Impl {
       }
     }
     peer_index.assign(static_cast<std::size_t>(world), -1);
-    matcher = decltype(matcher)(world, max_unexpected);
+    matcher = decltype(matcher)(world, max_unexpected, options.arrivals);
     if (local.size() <= 1) return;
 
     const auto rings = static_cast<std::uint32_t>(local.size() - 1);
@@ -850,6 +850,11 @@ std::unique_ptr<transport::Request> ShmTransport::irecv_any(
     transport::Tag tag, std::span<std::byte> data, std::shared_ptr<transport::SourceClaim> claim) {
   return std::make_unique<ShmRequest>(
       impl_, impl_->post_recv(transport::kAnySource, tag, data, std::move(claim)));
+}
+
+std::shared_ptr<transport::ArrivalClock> ShmTransport::arrivals() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->matcher.arrivals();
 }
 
 void ShmTransport::abort(std::exception_ptr reason) {

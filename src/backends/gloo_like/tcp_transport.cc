@@ -1646,7 +1646,7 @@ void TCPTransport::set_up(Store* store, const std::string& group_name,
   ensure_descriptors(rank, world_size);
   // After the check above, which bounds the world size by the descriptors it needs.
   impl_->conns.resize(static_cast<std::size_t>(world_size));
-  impl_->matcher = decltype(impl_->matcher)(world_size, impl_->max_unexpected);
+  impl_->matcher = decltype(impl_->matcher)(world_size, impl_->max_unexpected, options.arrivals);
   C10D_CHECK(group_name.size() <= kMaxGroupBytes,
              "TCPTransport rank {}: group name of {} bytes exceeds the limit of {}", rank,
              group_name.size(), kMaxGroupBytes);
@@ -1779,6 +1779,11 @@ std::optional<std::uint64_t> TCPTransport::earliest_unexpected(Tag tag) const {
   const auto found = impl_->matcher.find_unexpected(transport::kAnySource, tag);
   if (!found) return std::nullopt;
   return impl_->matcher.arrival(*found);
+}
+
+std::shared_ptr<transport::ArrivalClock> TCPTransport::arrivals() const {
+  std::lock_guard lock(impl_->mu_);
+  return impl_->matcher.arrivals();
 }
 
 transport::StallReport TCPTransport::find_stalled(int peer, std::string_view doing,
