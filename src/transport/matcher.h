@@ -28,9 +28,9 @@
 // costs what it did before any-source existed: one test of an empty queue more. Nothing is
 // allocated per message but what std::deque allocates now and then for its blocks.
 //
-// The bound on unexpected messages (transport/unexpected_buffer.h): hold(peer, bytes) counts
-// bytes against the peer's limit and refuses past it; the transport raises the error
-// (unexpected_limit_error), since only it knows how to fail.
+// The bound on unexpected messages (transport/unexpected_buffer.h): hold(peer, bytes, who) counts
+// bytes against the peer's limit and refuses past it with the error (unexpected_limit_error);
+// the transport fails with it, since only it knows how to fail.
 //
 // SourceClaim: an any-source receive that a composite transport (routed_transport.h) posts on
 // two transports at once is two receives, *parts*, sharing one claim: the first of them to
@@ -54,6 +54,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -299,13 +300,16 @@ class Matcher {
 
   // ---- The bound on unexpected messages ----
 
-  // Counts `bytes` more for `peer`'s unexpected messages; false, counting nothing, when that
-  // would pass the limit.
-  bool hold(int peer, std::uint64_t bytes) {
+  // Counts `bytes` more for `peer`'s unexpected messages: null. When that would pass the limit it
+  // counts nothing and returns the error the transport fails with, opening with `who` ("rank 3",
+  // unexpected_limit_error) and naming the peer, the bytes and the limit.
+  std::exception_ptr hold(int peer, std::uint64_t bytes, std::string_view who) {
     std::uint64_t& h = queues(peer).held;
-    if (bytes > max_unexpected_ - h) return false;
+    if (bytes > max_unexpected_ - h) {
+      return unexpected_limit_error(who, peer, h + bytes, max_unexpected_);
+    }
     h += bytes;
-    return true;
+    return nullptr;
   }
   void release(int peer, std::uint64_t bytes) {
     PeerQueues* pq = find_queues(peer);

@@ -228,23 +228,25 @@ TEST_F(MatcherTest, FailingTakesThePeersReceivesOrTheAnySourceOnesOrAll) {
 
 TEST_F(MatcherTest, HoldCountsPerPeerAndRefusesPastTheLimitCountingNothing) {
   EXPECT_EQ(m_.max_unexpected(), 1000u);
-  EXPECT_TRUE(m_.hold(1, 600));
-  EXPECT_TRUE(m_.hold(1, 400));  // exactly the limit
-  EXPECT_FALSE(m_.hold(1, 1));
+  EXPECT_EQ(m_.hold(1, 600, "rank 0"), nullptr);
+  EXPECT_EQ(m_.hold(1, 400, "rank 0"), nullptr);  // exactly the limit
+  EXPECT_NE(m_.hold(1, 1, "rank 0"), nullptr);
   EXPECT_EQ(m_.held(1), 1000u);
-  EXPECT_TRUE(m_.hold(2, 1000));  // each peer has its own
+  EXPECT_EQ(m_.hold(2, 1000, "rank 0"), nullptr);  // each peer has its own
   m_.release(1, 600);
   EXPECT_EQ(m_.held(1), 400u);
-  EXPECT_FALSE(m_.hold(1, 601));
+  EXPECT_NE(m_.hold(1, 601, "rank 0"), nullptr);
   EXPECT_EQ(m_.held(1), 400u);
-  EXPECT_TRUE(m_.hold(1, 600));
+  EXPECT_EQ(m_.hold(1, 600, "rank 0"), nullptr);
   EXPECT_THROW(m_.release(3, 1), Error);  // more than it holds: a bug, named
-  // The transport's error names the peer, what it held and the limit.
+  // The error the transport fails with names it, the peer, what it held and the limit.
+  const std::exception_ptr refused = m_.hold(1, 1, "rank 0");
+  ASSERT_NE(refused, nullptr);
   try {
-    std::rethrow_exception(
-        unexpected_limit_error("rank 0", 1, m_.held(1) + 1, m_.max_unexpected()));
+    std::rethrow_exception(refused);
   } catch (const NetworkError& e) {
     const std::string what = e.what();
+    EXPECT_NE(what.find("rank 0: peer rank 1"), std::string::npos) << what;
     EXPECT_NE(what.find("peer rank 1"), std::string::npos) << what;
     EXPECT_NE(what.find("1001 bytes"), std::string::npos) << what;
     EXPECT_NE(what.find("limit of 1000"), std::string::npos) << what;

@@ -204,6 +204,7 @@ bool shm_enabled_from_env() { return core::env_flag("C10D_SHM").value_or(true); 
 
 struct ShmTransport::Impl {
   int rank = 0;
+  std::string who;  // "rank 3 (shared memory)": what this rank's errors open with
   int world = 0;
   std::uint64_t ring_bytes = 0;
   std::uint64_t max_unexpected = transport::kDefaultMaxUnexpectedBytes;
@@ -304,10 +305,8 @@ struct ShmTransport::Impl {
   // Under mu: `bytes` more held for `p`'s unexpected messages; past the limit the transport
   // fails, naming the peer (false).
   bool hold_locked(Peer& p, std::uint64_t bytes) {
-    if (!matcher.hold(p.rank, bytes)) {
-      abort_locked(transport::unexpected_limit_error(fmt::format("rank {} (shared memory)", rank),
-                                                     p.rank, matcher.held(p.rank) + bytes,
-                                                     matcher.max_unexpected()));
+    if (auto refused = matcher.hold(p.rank, bytes, who)) {
+      abort_locked(std::move(refused));
       return false;
     }
     return true;
@@ -771,6 +770,7 @@ ShmTransport::ShmTransport(std::shared_ptr<Store> store, int rank, int world_siz
              "ShmTransport: rank {} is outside a world of size {}", rank, world_size);
   core::check_timeout(options.timeout, fmt::format("ShmTransport rank {}", rank));
   impl_->rank = rank;
+  impl_->who = fmt::format("rank {} (shared memory)", rank);
   impl_->world = world_size;
   auto watch = options.setup_watch;
   if (!watch) watch = std::make_shared<backends::SetupWatch>(store, options.group_name, rank);

@@ -319,6 +319,7 @@ struct Connection {
 
 struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   int rank = 0;
+  std::string who;  // "rank 3": what this rank's errors open with
   bool fail_all_on_peer_loss = false;
   // The most a peer's unexpected messages may hold (TCPTransportOptions::max_unexpected_bytes).
   std::uint64_t max_unexpected = transport::kDefaultMaxUnexpectedBytes;
@@ -433,11 +434,9 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // Requires mu_. `bytes` more held for `peer`'s unexpected messages; past the limit the
   // transport aborts, naming the peer, and this returns false.
   bool hold_locked(Connection& c, int peer, std::uint64_t bytes) {
-    if (!matcher.hold(peer, bytes)) {
+    if (auto refused = matcher.hold(peer, bytes, who)) {
       c.read_closed.store(true);
-      abort_locked(transport::unexpected_limit_error(fmt::format("rank {}", rank), peer,
-                                                     matcher.held(peer) + bytes,
-                                                     matcher.max_unexpected()));
+      abort_locked(std::move(refused));
       return false;
     }
     return true;
@@ -1616,6 +1615,7 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   C10D_CHECK(world_size >= 1 && rank >= 0 && rank < world_size,
              "TCPTransport: rank {} is outside a world of size {}", rank, world_size);
   impl_->rank = rank;
+  impl_->who = fmt::format("rank {}", rank);
   impl_->fail_all_on_peer_loss = options.fail_all_on_peer_loss;
   impl_->on_abort = std::move(options.on_abort);
   impl_->max_unexpected = transport::max_unexpected_bytes(options.max_unexpected_bytes);

@@ -87,11 +87,8 @@ void IciTransport::Chip::bind_locked(const std::shared_ptr<Incoming>& msg,
 }
 
 bool IciTransport::Chip::hold_locked(int src, std::uint64_t bytes) {
-  if (!matcher.hold(src, bytes)) {
-    abort_locked(
-        transport::unexpected_limit_error(fmt::format("ICI rank {}", rank), src,
-                                          matcher.held(src) + bytes, matcher.max_unexpected()),
-        rank);
+  if (auto refused = matcher.hold(src, bytes, who)) {
+    abort_locked(std::move(refused), rank);
     return false;
   }
   return true;

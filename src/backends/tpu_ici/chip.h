@@ -132,10 +132,15 @@ struct IciTransport::Chip {
   using MessageKey = fabric::MessageKey;
 
   Chip(std::shared_ptr<Store> s, int r, Torus t, FabricOptions o)
-      : rank(r), torus(std::move(t)), options(std::move(o)), store(std::move(s)) {}
+      : rank(r),
+        who(fmt::format("ICI rank {}", r)),
+        torus(std::move(t)),
+        options(std::move(o)),
+        store(std::move(s)) {}
 
   // ---- Immutable after set-up ----
   const int rank;
+  const std::string who;  // "ICI rank 3": what this chip's errors open with
   const Torus torus;
   const FabricOptions options;
   std::shared_ptr<Store> store;
