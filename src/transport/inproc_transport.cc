@@ -51,10 +51,7 @@ struct InProcWorld::Op {
   std::size_t bytes() const { return is_send ? send_data.size() : recv_data.size(); }
   // "rank 1 irecv from rank 0 (group 0 user tag 5, 64 bytes)": who, which way, what.
   std::string describe() const {
-    if (peer == kAnySource) {
-      return fmt::format("rank {} irecv from any rank ({}, {} bytes)", self, tag_string(tag),
-                         bytes());
-    }
+    if (peer == kAnySource) return any_source_description(self, tag, bytes());
     return fmt::format("rank {} {} rank {} ({}, {} bytes)", self,
                        is_send ? "isend to" : "irecv from", peer, tag_string(tag), bytes());
   }
@@ -251,14 +248,7 @@ void InProcWorld::wait(Op& op, Clock::time_point deadline) {
   if (!op.cv.wait_until(lock, deadline, [&] { return op.done.load(std::memory_order_relaxed); })) {
     const auto pending_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - op.posted_at).count();
-    if (op.peer == kAnySource) {
-      throw PeerTimeout(
-          core::with_location(__FILE__, __LINE__,
-                              fmt::format("{} timed out: no rank sent a message with {} in the "
-                                          "{} ms after posting",
-                                          op.describe(), tag_string(op.tag), pending_ms)),
-          kAnySource);
-    }
+    if (op.peer == kAnySource) throw any_source_timeout(op.describe(), op.tag, op.posted_at);
     throw PeerTimeout(
         core::with_location(
             __FILE__, __LINE__,

@@ -43,11 +43,12 @@ class AnySourceRequest final : public transport::Request {
  public:
   AnySourceRequest(std::shared_ptr<transport::SourceClaim> claim, std::shared_ptr<ShmTransport> shm,
                    std::shared_ptr<TCPTransport> tcp, std::unique_ptr<transport::Request> first,
-                   std::unique_ptr<transport::Request> second, std::string what)
+                   std::unique_ptr<transport::Request> second, transport::Tag tag, std::string what)
       : claim_(std::move(claim)),
         shm_(std::move(shm)),
         tcp_(std::move(tcp)),
         parts_{std::move(first), std::move(second)},
+        tag_(tag),
         what_(std::move(what)) {}
 
   bool test() override {
@@ -91,12 +92,7 @@ class AnySourceRequest final : public transport::Request {
       shm_->poll_until([&] { return claim_->taken() || claim_->given_up() != nullptr; }, deadline);
     }
     if (test()) return;
-    throw transport::PeerTimeout(
-        core::with_location(__FILE__, __LINE__,
-                            fmt::format("{} timed out: no rank sent a message with it before the "
-                                        "deadline",
-                                        what_)),
-        transport::kAnySource);
+    throw transport::any_source_timeout(what_, tag_, posted_at_);
   }
 
   int source() const override { return source_; }
@@ -160,7 +156,9 @@ class AnySourceRequest final : public transport::Request {
   std::shared_ptr<ShmTransport> shm_;
   std::shared_ptr<TCPTransport> tcp_;
   std::array<std::unique_ptr<transport::Request>, 2> parts_;
-  std::string what_;          // "rank 0 irecv from any rank (group 0 user tag 3, 8 bytes, ...)"
+  transport::Tag tag_;
+  std::string what_;  // "rank 0 irecv from any rank (group 0 user tag 3, 8 bytes, ...)"
+  const transport::Clock::time_point posted_at_ = transport::Clock::now();
   int source_ = -1;           // set once completed
   std::exception_ptr error_;  // set once the request itself failed the receive (fail)
   transport::Clock::time_point gave_up_seen_{};  // test(): when it first saw the TCP part give up
@@ -222,9 +220,8 @@ std::unique_ptr<transport::Request> RoutedTransport::irecv_any(transport::Tag ta
     second = shm_->irecv_any(tag, data, claim);
   }
   return std::make_unique<AnySourceRequest>(
-      std::move(claim), shm_, tcp_, std::move(first), std::move(second),
-      fmt::format("rank {} irecv from any rank ({}, {} bytes, shared memory and TCP)", rank(),
-                  transport::tag_string(tag), data.size()));
+      std::move(claim), shm_, tcp_, std::move(first), std::move(second), tag,
+      transport::any_source_description(rank(), tag, data.size(), "shared memory and TCP"));
 }
 
 void RoutedTransport::abort(std::exception_ptr reason) {

@@ -96,10 +96,7 @@ struct Op {
 
   bool any_source() const { return peer == transport::kAnySource; }
   std::string describe() const {
-    if (any_source()) {
-      return fmt::format("rank {} irecv from any rank ({}, {} bytes, shared memory)", self,
-                         transport::tag_string(tag), bytes);
-    }
+    if (any_source()) return transport::any_source_description(self, tag, bytes, "shared memory");
     return fmt::format("rank {} {} rank {} ({}, {} bytes, shared memory)", self,
                        is_send ? "isend to" : "irecv from", peer, transport::tag_string(tag),
                        bytes);
@@ -567,14 +564,7 @@ struct ShmTransport::Impl {
       const auto now = Clock::now();
       const auto ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(now - op.posted_at).count();
-      if (op.any_source()) {
-        throw transport::PeerTimeout(
-            core::with_location(__FILE__, __LINE__,
-                                fmt::format("{} timed out: no rank sent a message with {} in the "
-                                            "{} ms after posting",
-                                            op.describe(), transport::tag_string(op.tag), ms)),
-            transport::kAnySource);
-      }
+      if (op.any_source()) throw transport::any_source_timeout(op.describe(), op.tag, op.posted_at);
       transport::PeerActivity heard;
       {
         std::lock_guard lock(mu);

@@ -188,10 +188,7 @@ struct Op {
   bool any_source() const { return peer == transport::kAnySource; }
   std::size_t bytes() const { return is_send ? send_data.size() : recv_data.size(); }
   std::string describe() const {
-    if (any_source()) {
-      return fmt::format("rank {} irecv from any rank ({}, {} bytes)", self,
-                         transport::tag_string(tag), bytes());
-    }
+    if (any_source()) return transport::any_source_description(self, tag, bytes());
     return fmt::format("rank {} {} rank {} ({}, {} bytes)", self,
                        is_send ? "isend to" : "irecv from", peer, transport::tag_string(tag),
                        bytes());
@@ -1580,12 +1577,7 @@ class TCPRequest final : public transport::Request {
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - op_->posted_at)
               .count();
       if (op_->any_source()) {
-        throw transport::PeerTimeout(
-            core::with_location(__FILE__, __LINE__,
-                                fmt::format("{} timed out: no rank sent a message with {} in the "
-                                            "{} ms after posting",
-                                            op_->describe(), transport::tag_string(op_->tag), ms)),
-            transport::kAnySource);
+        throw transport::any_source_timeout(op_->describe(), op_->tag, op_->posted_at);
       }
       const transport::PeerActivity heard = state.heard_from(op_->peer);
       throw transport::PeerTimeout(

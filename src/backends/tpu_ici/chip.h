@@ -88,10 +88,7 @@ struct Op {
   bool any_source() const { return peer == transport::kAnySource; }
   std::size_t bytes() const { return is_send ? send.size() : recv.size(); }
   std::string describe() const {
-    if (any_source()) {
-      return fmt::format("rank {} irecv from any rank ({}, {} bytes)", self,
-                         transport::tag_string(tag), bytes());
-    }
+    if (any_source()) return transport::any_source_description(self, tag, bytes());
     return fmt::format("rank {} {} rank {} ({}, {} bytes)", self,
                        is_send ? "isend to" : "irecv from", peer, transport::tag_string(tag),
                        bytes());

@@ -51,13 +51,8 @@ class IciRequest final : public transport::Request {
         const auto ms =
             std::chrono::duration_cast<std::chrono::milliseconds>(now - op_->posted).count();
         if (op_->any_source()) {
-          throw transport::PeerTimeout(
-              core::with_location(
-                  __FILE__, __LINE__,
-                  fmt::format("{} timed out on the ICI fabric: no rank sent a "
-                              "message with {} in the {} ms after posting",
-                              op_->describe(), transport::tag_string(op_->tag), ms)),
-              transport::kAnySource);
+          throw transport::any_source_timeout(op_->describe(), op_->tag, op_->posted,
+                                              " on the ICI fabric");
         }
         // What this chip last got from the peer: the group names the rank it waited for, and
         // the rank the waits lead to, from it (transport.h: PeerTimeout).
