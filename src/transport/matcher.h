@@ -213,6 +213,18 @@ class Matcher {
     if (!specific) return std::nullopt;
     return take_posted(*q, it);
   }
+  // match() where receives may be parts of an any-source receive (SourceClaim; Recv points to an
+  // op whose `claim` is null for any other receive): a part takes the message only once it holds
+  // the claim. A part whose claim another part took leaves instead, completed without a message
+  // by lost(recv), and the next receive is tried.
+  template <typename Lost>
+  std::optional<Recv> match_claiming(int peer, Tag tag, Lost&& lost) {
+    for (;;) {
+      std::optional<Recv> recv = match(peer, tag);
+      if (!recv || !(*recv)->claim || (*recv)->claim->take(std::to_address(*recv))) return recv;
+      lost(*recv);
+    }
+  }
   // Queues a message from `peer` that no receive took, after the others from it.
   void push_unexpected(int peer, Tag tag, Message message) {
     const std::uint64_t stamp = arrivals_ ? arrivals_->next() : next_arrival_++;

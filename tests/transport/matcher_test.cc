@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -256,6 +257,39 @@ TEST_F(MatcherTest, HoldCountsPerPeerAndRefusesPastTheLimitCountingNothing) {
 TEST_F(MatcherTest, APeerOutsideTheMatcherIsABugNamedAtOnce) {
   EXPECT_THROW(m_.match(kPeers, 5), Error);
   EXPECT_THROW(post(-2, 5, "r"), Error);
+}
+
+// A receive that is a part of an any-source receive takes a message only with its claim; a part
+// whose claim another part took leaves, and the next receive takes the message.
+TEST(MatcherClaimTest, APartThatLostItsClaimLeavesAndTheNextReceiveTakesTheMessage) {
+  struct Part {
+    std::shared_ptr<SourceClaim> claim;
+  };
+  auto claim = std::make_shared<SourceClaim>();
+  const auto other = std::make_shared<Part>(Part{claim});  // the part on another transport
+  const auto lost = std::make_shared<Part>(Part{claim});
+  const auto plain = std::make_shared<Part>();
+  Matcher<std::shared_ptr<Part>, std::string> m(2, 1000);
+  m.post(kAnySource, 5, lost);
+  m.post(1, 5, plain);
+  ASSERT_TRUE(claim->take(other.get()));
+  std::vector<std::shared_ptr<Part>> left;
+  const auto leave = [&](const std::shared_ptr<Part>& p) { left.push_back(p); };
+  auto taken = m.match_claiming(1, 5, leave);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(*taken, plain);
+  EXPECT_EQ(left, std::vector<std::shared_ptr<Part>>{lost});
+  EXPECT_EQ(m.receives(), 0u);
+
+  auto free_claim = std::make_shared<SourceClaim>();
+  const auto part = std::make_shared<Part>(Part{free_claim});
+  m.post(kAnySource, 6, part);
+  taken = m.match_claiming(0, 6, leave);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(*taken, part);
+  EXPECT_TRUE(free_claim->taken_by_other(other.get()));  // the part took it
+  EXPECT_EQ(left.size(), 1u);
+  EXPECT_FALSE(m.match_claiming(0, 6, leave).has_value());
 }
 
 TEST(SourceClaimTest, TheFirstPartTakesItAndKeepsItTheOthersNever) {

@@ -277,11 +277,8 @@ struct ShmTransport::Impl {
     p.reading = true;
     p.reading_bytes = h.bytes;
     p.reading_pos = 0;
-    std::optional<std::shared_ptr<Op>> recv;
-    while ((recv = matcher.match(p.rank, h.tag)) && (*recv)->claim &&
-           !(*recv)->claim->take(recv->get())) {
-      (*recv)->complete();  // a part whose other part completed the receive
-    }
+    std::optional<std::shared_ptr<Op>> recv = matcher.match_claiming(
+        p.rank, h.tag, [](const std::shared_ptr<Op>& lost) { lost->complete(); });
     if (!recv) {
       if (!hold_locked(p, transport::kUnexpectedOverheadBytes)) return false;
       auto u = std::make_shared<Unexpected>(p.rank, h.bytes);

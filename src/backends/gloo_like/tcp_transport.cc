@@ -1139,11 +1139,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     c.got = 0;
     c.into_at = 0;
     c.into = {};  // a dropped payload, or an entry's first chunk: next_window
-    std::optional<std::shared_ptr<Op>> recv;
-    while ((recv = matcher.match(peer, c.tag)) && (*recv)->claim &&
-           !(*recv)->claim->take(recv->get())) {
-      (*recv)->complete_locked(nullptr);  // a part whose other part completed the receive
-    }
+    std::optional<std::shared_ptr<Op>> recv = matcher.match_claiming(
+        peer, c.tag, [](const std::shared_ptr<Op>& lost) { lost->complete_locked(nullptr); });
     if (recv) {
       c.target = std::move(*recv);
       c.target->source.store(peer, std::memory_order_relaxed);
