@@ -301,14 +301,6 @@ class Matcher {
 
   std::size_t receives() const { return receives_; }  // queued, any-source ones included
   bool any_source_posted() const { return !any_.empty(); }
-  // Whether a receive with `tag` from `peer`, or an any-source one, is queued.
-  bool receive_posted(int peer, Tag tag) const {
-    const auto has = [&](const std::deque<Posted>& q) {
-      return std::any_of(q.begin(), q.end(), [&](const Posted& p) { return p.tag == tag; });
-    };
-    const PeerQueues* pq = find_queues(peer);
-    return has(any_) || (pq != nullptr && has(pq->posted));
-  }
 
   // ---- The bound on unexpected messages ----
 
@@ -333,7 +325,6 @@ class Matcher {
     const PeerQueues* pq = find_queues(peer);
     return pq != nullptr ? pq->held : 0;
   }
-  std::uint64_t max_unexpected() const { return max_unexpected_; }
   // The clock shared with other matchers; null when this one stamps from its own counter.
   const std::shared_ptr<ArrivalClock>& arrivals() const { return arrivals_; }
 

@@ -797,13 +797,9 @@ bool ShmTransport::progress() { return impl_->progress(); }
 
 bool ShmTransport::poll_until(const std::function<bool()>& done,
                               transport::Clock::time_point deadline) {
-  if (impl_->own_header == nullptr) {  // no same-host peer: nothing to move or sleep on
-    while (!done()) {
-      if (transport::Clock::now() >= deadline) return false;
-      sched_yield();
-    }
-    return true;
-  }
+  C10D_CHECK(impl_->own_header != nullptr,
+             "ShmTransport rank {}: poll_until needs a same-host peer (a doorbell to sleep on)",
+             rank_);
   return impl_->poll_until(done, deadline);
 }
 

@@ -134,7 +134,8 @@ class ShmTransport final : public transport::Transport {
   // Moves whatever bytes can move now; true when some did.
   bool progress();
   // Moves bytes as a waiter does, polling and then sleeping on this rank's doorbell, until
-  // done() holds (true) or `deadline` (false). done() is called often, from this thread.
+  // done() holds (true) or `deadline` (false). done() is called often, from this thread. Only
+  // with same-host peers (same_host_peers() > 0): without, there is no doorbell to sleep on.
   bool poll_until(const std::function<bool()>& done, transport::Clock::time_point deadline);
   // Rings this rank's doorbell: a thread in poll_until looks at done() again (for a done() that
   // another transport's thread makes true). Lock-free; may be called under any lock.
