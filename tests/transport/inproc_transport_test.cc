@@ -18,6 +18,7 @@
 #include "../memory_use.h"
 #include "any_source_cases.h"
 #include "c10d/errors.h"
+#include "transport/sub_transport.h"
 
 namespace c10d::inline v1::transport {
 namespace {
@@ -375,6 +376,24 @@ TEST_F(InProcTransportTest, ADestroyedPendingAnySourceReceiveNeverWritesItsBuffe
   EXPECT_EQ(later, data);
   EXPECT_EQ(got, Bytes(4, std::byte{0x5a}));
   EXPECT_EQ(next->source(), 1);
+}
+
+// A view's any-source request names its sender in the view's numbering, after the view went
+// (the request shares the view's ranks).
+TEST_F(InProcTransportTest, AViewsAnySourceReceiveNamesItsSourceAfterTheViewWent) {
+  start(3);
+  Bytes got(4);
+  std::unique_ptr<Request> any;
+  {
+    SubTransport view(std::make_shared<InProcTransport>(world_, 0), {0, 2});
+    any = view.irecv_any(user_tag(0, 3), got);
+  }
+  const Bytes data = pattern(2, 4);
+  auto sent = send(2, 0, 3, data);
+  any->wait(soon());
+  sent->wait(soon());
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(any->source(), 1);  // rank 2 of the parent is rank 1 of the view
 }
 
 }  // namespace
