@@ -20,12 +20,13 @@
 //  - What it does not do: sizes (a transport checks the buffer against the message it matched,
 //    transport.h), deadlines, errors.
 //
-// Cost: per peer one queue of posted receives and one of unexpected messages, made when first
-// needed (a peer that never sends here nor is received from costs a null pointer), each searched
-// from the front for the tag (queues are short: a collective posts a receive or two per peer at
-// a time; MPI implementations such as Open MPI's ob1 keep the same per-peer lists), and one
-// queue of any-source receives. While no any-source receive is posted, an arriving message
-// costs what it did before any-source existed: one test of an empty queue more. Nothing is
+// Cost: per peer a null pointer until the peer is first received from or sends here, then one
+// queue of posted receives and one of unexpected messages; and one queue of any-source receives.
+// Queues are searched from the front for the tag (they are short: a collective posts a receive or
+// two per peer at a time; MPI implementations such as Open MPI's ob1 keep the same per-peer
+// lists). An arriving message searches its peer's posted receives, and the any-source ones only
+// while there are any. A receive from a peer searches that peer's unexpected messages; an
+// any-source receive searches every peer's, up to each one's oldest with the tag. Nothing is
 // allocated per message but what std::deque allocates now and then for its blocks.
 //
 // The bound on unexpected messages (transport/unexpected_buffer.h): hold(peer, bytes, who) counts

@@ -1,8 +1,9 @@
 // RoutedTransport: the TCP backend's transport when some peers share this host. Each peer goes
 // through one channel for the transport's whole life: the same-host ones through shared memory
-// (shm_transport.h), the others over TCP (tcp_transport.h). Matching is per (peer, tag), so
-// splitting by peer keeps transport.h's semantics. abort() aborts both, and a failure the TCP
-// side sees (a peer that died, on any host) reaches the shared-memory side through
+// (shm_transport.h), the others over TCP (tcp_transport.h). A receive from a peer matches only
+// that peer's messages, so splitting by peer keeps transport.h's semantics for it; an any-source
+// receive spans both channels (below). abort() aborts both, and a failure the TCP side sees (a
+// peer that died, on any host) reaches the shared-memory side through
 // TCPTransportOptions::on_abort.
 //
 // Any-source receives span both channels: irecv_any posts one receive on each, sharing a
