@@ -139,6 +139,10 @@ class Request {
   // -1 before that, for a send, and for a part of an any-source receive that another part
   // completed (transport/matcher.h: SourceClaim).
   virtual int source() const { return -1; }
+  // What this rank last heard from the request's peer, as its PeerTimeout says (known false:
+  // nothing yet, an any-source receive, or a transport that keeps no track). Only reads: it moves
+  // no bytes and changes nothing, so a caller may ask it of a pending request at any time.
+  virtual PeerActivity heard() const { return {}; }
 };
 
 class Transport {

@@ -105,6 +105,12 @@ void run_routed_first_far(int n, const std::function<void(int, transport::Transp
 C10D_ANY_SOURCE_TESTS(RoutedAnySourceTest, run_routed_last_far)
 C10D_ANY_SOURCE_TESTS(RoutedAnySourceOtherWayTest, run_routed_first_far)
 
+// Over shared memory, and over the routed transport's TCP channel (its requests wrap TCP's).
+TEST(ShmTransportTest, APendingReceiveTellsWhatItsRankLastHeardFromThePeer) {
+  run_shm(2, c10d::testing::expect_heard_names_the_last_message);
+  run_routed(2, {1}, c10d::testing::expect_heard_names_the_last_message);
+}
+
 // Same-host peers that sent and then closed: their messages wait in the rings although their
 // TCP connections are gone (the TCP part gives up); a receive after those fails, naming the
 // loss, within about the last look.

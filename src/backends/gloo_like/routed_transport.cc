@@ -32,6 +32,7 @@ class PollingRequest final : public transport::Request {
     tcp_->wait(deadline);
   }
   int source() const override { return tcp_->source(); }
+  transport::PeerActivity heard() const override { return tcp_->heard(); }
 
  private:
   std::unique_ptr<transport::Request> tcp_;

@@ -220,6 +220,15 @@ struct ShmTransport::Impl {
     return peers[static_cast<std::size_t>(peer_index[static_cast<std::size_t>(r)])];
   }
 
+  // What this rank last heard from same-host peer `r` (transport.h: PeerActivity). Only reads.
+  transport::PeerActivity heard_from(int r) const {
+    std::lock_guard lock(mu);
+    const Peer& p = peers[static_cast<std::size_t>(peer_index[static_cast<std::size_t>(r)])];
+    transport::PeerActivity heard = p.heard;
+    if (heard.known) heard.ago = Clock::now() - p.heard_at;
+    return heard;
+  }
+
   // ---- Writing ----
 
   // Under mu: writes the peer's queued sends while its ring has room. True when bytes moved.
@@ -562,13 +571,7 @@ struct ShmTransport::Impl {
       const auto ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(now - op.posted_at).count();
       if (op.any_source()) throw transport::any_source_timeout(op.describe(), op.tag, op.posted_at);
-      transport::PeerActivity heard;
-      {
-        std::lock_guard lock(mu);
-        const Peer& p = peer(op.peer);
-        heard = p.heard;
-        heard.ago = now - p.heard_at;
-      }
+      const transport::PeerActivity heard = heard_from(op.peer);
       throw transport::PeerTimeout(
           core::with_location(__FILE__, __LINE__,
                               fmt::format("{} timed out: not done {} ms after posting; {}",
@@ -741,6 +744,9 @@ class ShmRequest final : public transport::Request {
   }
   void wait(Clock::time_point deadline) override { impl_->wait(*op_, deadline); }
   int source() const override { return op_->source.load(std::memory_order_acquire); }
+  transport::PeerActivity heard() const override {
+    return op_->any_source() ? transport::PeerActivity{} : impl_->heard_from(op_->peer);
+  }
 
  private:
   std::shared_ptr<ShmTransport::Impl> impl_;

@@ -1525,6 +1525,9 @@ class TCPRequest final : public transport::Request {
     return true;
   }
   int source() const override { return op_->source.load(std::memory_order_acquire); }
+  transport::PeerActivity heard() const override {
+    return op_->any_source() ? transport::PeerActivity{} : impl_->heard_from(op_->peer);
+  }
   void wait(Clock::time_point deadline) override {
     // Poll first: write queued sends and read the sockets of the peers it waits for ourselves
     // (see drain and progress_sends). Before sleeping, make sure the io thread watches them
