@@ -51,10 +51,7 @@ struct InProcWorld::Op {
   std::size_t bytes() const { return is_send ? send_data.size() : recv_data.size(); }
   // "rank 1 irecv from rank 0 (group 0 user tag 5, 64 bytes)": who, which way, what.
   std::string describe() const {
-    if (peer == kAnySource) {
-      return fmt::format("rank {} irecv from any rank ({}, {} bytes)", self, tag_string(tag),
-                         bytes());
-    }
+    if (peer == kAnySource) return any_source_description(self, tag, bytes());
     return fmt::format("rank {} {} rank {} ({}, {} bytes)", self,
                        is_send ? "isend to" : "irecv from", peer, tag_string(tag), bytes());
   }
@@ -103,7 +100,8 @@ class InProcWorld::OpRequest final : public Request {
 InProcWorld::InProcWorld(int size) : size_(size) {
   C10D_CHECK(size >= 1, "InProcWorld needs at least one rank, got {}", size);
   ranks_.resize(static_cast<std::size_t>(size));
-  inboxes_.assign(static_cast<std::size_t>(size), Inbox(size, kDefaultMaxUnexpectedBytes));
+  inboxes_.reserve(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) inboxes_.emplace_back(size, kDefaultMaxUnexpectedBytes);
 }
 
 void InProcWorld::fail_rank(int rank, std::exception_ptr reason) {
@@ -250,14 +248,7 @@ void InProcWorld::wait(Op& op, Clock::time_point deadline) {
   if (!op.cv.wait_until(lock, deadline, [&] { return op.done.load(std::memory_order_relaxed); })) {
     const auto pending_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - op.posted_at).count();
-    if (op.peer == kAnySource) {
-      throw PeerTimeout(
-          core::with_location(__FILE__, __LINE__,
-                              fmt::format("{} timed out: no rank sent a message with {} in the "
-                                          "{} ms after posting",
-                                          op.describe(), tag_string(op.tag), pending_ms)),
-          kAnySource);
-    }
+    if (op.peer == kAnySource) throw any_source_timeout(op.describe(), op.tag, op.posted_at);
     throw PeerTimeout(
         core::with_location(
             __FILE__, __LINE__,

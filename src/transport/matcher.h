@@ -14,22 +14,24 @@
 //    So messages of one (peer, tag) are taken in the order they were sent, whoever receives.
 //  - A receive from P with tag T takes P's oldest unexpected message with tag T.
 //  - An any-source receive with tag T takes, of every peer's oldest unexpected message with tag
-//    T, the one that arrived first. Arrival is stamped from one process-wide counter
-//    (next_arrival) when the message is queued, so stamps never tie, and they order the messages
-//    of different transports of one process alike (routed_transport.h compares two).
+//    T, the one that arrived first. Arrival is stamped from the matcher's own counter when the
+//    message is queued, so stamps never tie. Matchers whose stamps are compared with each other
+//    (routed_transport.h: a rank's shared-memory and TCP channels) share an ArrivalClock instead.
 //  - What it does not do: sizes (a transport checks the buffer against the message it matched,
 //    transport.h), deadlines, errors.
 //
-// Cost: per peer one queue of posted receives and one of unexpected messages, each searched
-// from the front for the tag (queues are short: a collective posts a receive or two per peer at
-// a time; MPI implementations such as Open MPI's ob1 keep the same per-peer lists), and one
-// queue of any-source receives. While no any-source receive is posted, an arriving message
-// costs what it did before any-source existed: one test of an empty queue more. Nothing is
+// Cost: per peer a null pointer until the peer is first received from or sends here, then one
+// queue of posted receives and one of unexpected messages; and one queue of any-source receives.
+// Queues are searched from the front for the tag (they are short: a collective posts a receive or
+// two per peer at a time; MPI implementations such as Open MPI's ob1 keep the same per-peer
+// lists). An arriving message searches its peer's posted receives, and the any-source ones only
+// while there are any. A receive from a peer searches that peer's unexpected messages; an
+// any-source receive searches every peer's, up to each one's oldest with the tag. Nothing is
 // allocated per message but what std::deque allocates now and then for its blocks.
 //
-// The bound on unexpected messages (transport/unexpected_buffer.h): hold(peer, bytes) counts
-// bytes against the peer's limit and refuses past it; the transport raises the error
-// (unexpected_limit_error), since only it knows how to fail.
+// The bound on unexpected messages (transport/unexpected_buffer.h): hold(peer, bytes, who) counts
+// bytes against the peer's limit and refuses past it with the error (unexpected_limit_error);
+// the transport fails with it, since only it knows how to fail.
 //
 // SourceClaim: an any-source receive that a composite transport (routed_transport.h) posts on
 // two transports at once is two receives, *parts*, sharing one claim: the first of them to
@@ -50,8 +52,10 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -61,8 +65,19 @@
 
 namespace c10d::inline v1::transport {
 
-// The next arrival stamp of this process: increasing, never repeated.
-std::uint64_t next_arrival();
+// Arrival stamps shared by the matchers of several transports, so that their stamps order the
+// messages of all of them (routed_transport.h): increasing, never repeated. Thread-safe.
+class ArrivalClock {
+ public:
+  std::uint64_t next() {
+    // Relaxed: a stamp orders messages that one lock (a transport's) already orders, or that no
+    // one can order better (two transports' threads, the routed transport's comparison).
+    return next_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<std::uint64_t> next_{0};
+};
 
 class SourceClaim {
  public:
@@ -115,8 +130,15 @@ class Matcher {
   };
 
   Matcher() = default;
-  Matcher(int peers, std::uint64_t max_unexpected_bytes)
-      : peers_(static_cast<std::size_t>(peers)), max_unexpected_(max_unexpected_bytes) {}
+  // `arrivals`: where the arrival stamps come from when they are compared with another
+  // matcher's (ArrivalClock); null: a counter of this matcher's own.
+  Matcher(int peers, std::uint64_t max_unexpected_bytes,
+          std::shared_ptr<ArrivalClock> arrivals = nullptr)
+      : peers_(static_cast<std::size_t>(peers)),
+        max_unexpected_(max_unexpected_bytes),
+        arrivals_(std::move(arrivals)) {}
+  Matcher(Matcher&&) = default;
+  Matcher& operator=(Matcher&&) = default;
 
   int peers() const { return static_cast<int>(peers_.size()); }
 
@@ -126,7 +148,9 @@ class Matcher {
   // place; nullopt when there is none.
   std::optional<Found> find_unexpected(int peer, Tag tag) const {
     if (peer != kAnySource) {
-      const auto& q = queues(peer).unexpected;
+      const PeerQueues* pq = find_queues(peer);
+      if (pq == nullptr) return std::nullopt;
+      const auto& q = pq->unexpected;
       for (std::size_t i = 0; i < q.size(); ++i) {
         if (q[i].tag == tag) return Found{peer, i};
       }
@@ -135,7 +159,8 @@ class Matcher {
     std::optional<Found> best;
     std::uint64_t best_arrival = 0;
     for (std::size_t p = 0; p < peers_.size(); ++p) {
-      const auto& q = peers_[p].unexpected;
+      if (!peers_[p]) continue;
+      const auto& q = peers_[p]->unexpected;
       for (std::size_t i = 0; i < q.size(); ++i) {
         if (q[i].tag != tag) continue;
         if (!best || q[i].arrival < best_arrival) {
@@ -149,7 +174,7 @@ class Matcher {
   }
   // The arrival stamp of the message `found` names.
   std::uint64_t arrival(const Found& found) const {
-    return queues(found.peer).unexpected[found.index].arrival;
+    return find_queues(found.peer)->unexpected[found.index].arrival;
   }
   // Takes the message `found` names out of its queue.
   Message take(const Found& found) {
@@ -178,28 +203,43 @@ class Matcher {
   // The earliest posted receive that takes a message from `peer` with `tag`, out of its queue;
   // nullopt when none does (the transport then keeps the message: push_unexpected).
   std::optional<Recv> match(int peer, Tag tag) {
-    auto& q = queues(peer).posted;
-    auto it = std::find_if(q.begin(), q.end(), [&](const Posted& p) { return p.tag == tag; });
+    PeerQueues* pq = find_queues(peer);
+    std::deque<Posted>* q = pq != nullptr ? &pq->posted : nullptr;
+    typename std::deque<Posted>::iterator it;
+    const bool specific = q != nullptr && (it = find_tag(*q, tag)) != q->end();
     if (!any_.empty()) {
-      auto a =
-          std::find_if(any_.begin(), any_.end(), [&](const Posted& p) { return p.tag == tag; });
-      if (a != any_.end() && (it == q.end() || a->order < it->order)) return take_posted(any_, a);
+      auto a = find_tag(any_, tag);
+      if (a != any_.end() && (!specific || a->order < it->order)) return take_posted(any_, a);
     }
-    if (it == q.end()) return std::nullopt;
-    return take_posted(q, it);
+    if (!specific) return std::nullopt;
+    return take_posted(*q, it);
+  }
+  // match() where receives may be parts of an any-source receive (SourceClaim; Recv points to an
+  // op whose `claim` is null for any other receive): a part takes the message only once it holds
+  // the claim. A part whose claim another part took leaves instead, completed without a message
+  // by lost(recv), and the next receive is tried.
+  template <typename Lost>
+  std::optional<Recv> match_claiming(int peer, Tag tag, Lost&& lost) {
+    for (;;) {
+      std::optional<Recv> recv = match(peer, tag);
+      if (!recv || !(*recv)->claim || (*recv)->claim->take(std::to_address(*recv))) return recv;
+      lost(*recv);
+    }
   }
   // Queues a message from `peer` that no receive took, after the others from it.
   void push_unexpected(int peer, Tag tag, Message message) {
-    queues(peer).unexpected.push_back({tag, next_arrival(), std::move(message)});
+    const std::uint64_t stamp = arrivals_ ? arrivals_->next() : next_arrival_++;
+    queues(peer).unexpected.push_back({tag, stamp, std::move(message)});
   }
-  bool has_unexpected(int peer, Tag tag) const { return find_unexpected(peer, tag).has_value(); }
 
   // ---- Leaving early ----
 
   // A queued receive leaves (its request went away); `peer` as it was posted. False when it is
   // not queued.
   bool cancel(int peer, const Recv& recv) {
-    auto& q = peer == kAnySource ? any_ : queues(peer).posted;
+    std::deque<Posted>* posted = posted_queue(peer);
+    if (posted == nullptr) return false;
+    auto& q = *posted;
     auto it = std::find_if(q.begin(), q.end(), [&](const Posted& p) { return p.recv == recv; });
     if (it == q.end()) return false;
     take_posted(q, it);
@@ -207,7 +247,9 @@ class Matcher {
   }
   // An unexpected message leaves its queue unreceived; false when it is not queued.
   bool erase_unexpected(int peer, const Message& message) {
-    auto& q = queues(peer).unexpected;
+    PeerQueues* pq = find_queues(peer);
+    if (pq == nullptr) return false;
+    auto& q = pq->unexpected;
     auto it = std::find_if(q.begin(), q.end(), [&](const Held& h) { return h.message == message; });
     if (it == q.end()) return false;
     q.erase(it);
@@ -217,9 +259,10 @@ class Matcher {
   // each, in posting order.
   template <typename Fn>
   void take_receives(int peer, Fn&& fn) {
-    auto& q = peer == kAnySource ? any_ : queues(peer).posted;
+    std::deque<Posted>* q = posted_queue(peer);
+    if (q == nullptr || q->empty()) return;
     std::deque<Posted> taken;
-    taken.swap(q);
+    taken.swap(*q);
     receives_ -= taken.size();
     for (auto& p : taken) fn(p.recv);
   }
@@ -236,12 +279,16 @@ class Matcher {
       receives_ -= std::erase_if(q, [&](Posted& p) { return pred(p.recv); });
     };
     erase(any_);
-    for (auto& s : peers_) erase(s.posted);
+    for (auto& pq : peers_) {
+      if (pq) erase(pq->posted);
+    }
   }
   // The unexpected messages of `peer` for which pred(message) holds leave.
   template <typename Pred>
   void erase_unexpected_if(int peer, Pred&& pred) {
-    std::erase_if(queues(peer).unexpected, [&](Held& h) { return pred(h.message); });
+    if (PeerQueues* pq = find_queues(peer)) {
+      std::erase_if(pq->unexpected, [&](Held& h) { return pred(h.message); });
+    }
   }
   // The unexpected messages of every peer for which pred(peer, message) holds leave.
   template <typename Pred>
@@ -255,31 +302,32 @@ class Matcher {
 
   std::size_t receives() const { return receives_; }  // queued, any-source ones included
   bool any_source_posted() const { return !any_.empty(); }
-  // Whether a receive with `tag` from `peer`, or an any-source one, is queued.
-  bool receive_posted(int peer, Tag tag) const {
-    const auto has = [&](const std::deque<Posted>& q) {
-      return std::any_of(q.begin(), q.end(), [&](const Posted& p) { return p.tag == tag; });
-    };
-    return has(any_) || has(queues(peer).posted);
-  }
 
   // ---- The bound on unexpected messages ----
 
-  // Counts `bytes` more for `peer`'s unexpected messages; false, counting nothing, when that
-  // would pass the limit.
-  bool hold(int peer, std::uint64_t bytes) {
+  // Counts `bytes` more for `peer`'s unexpected messages: null. When that would pass the limit it
+  // counts nothing and returns the error the transport fails with, opening with `who` ("rank 3",
+  // unexpected_limit_error) and naming the peer, the bytes and the limit.
+  std::exception_ptr hold(int peer, std::uint64_t bytes, std::string_view who) {
     std::uint64_t& h = queues(peer).held;
-    if (bytes > max_unexpected_ - h) return false;
+    if (bytes > max_unexpected_ - h) {
+      return unexpected_limit_error(who, peer, h + bytes, max_unexpected_);
+    }
     h += bytes;
-    return true;
+    return nullptr;
   }
   void release(int peer, std::uint64_t bytes) {
-    std::uint64_t& h = queues(peer).held;
+    PeerQueues* pq = find_queues(peer);
+    const std::uint64_t h = pq != nullptr ? pq->held : 0;
     C10D_CHECK(bytes <= h, "Matcher: releasing {} bytes of peer {} that holds {}", bytes, peer, h);
-    h -= bytes;
+    if (pq != nullptr) pq->held -= bytes;
   }
-  std::uint64_t held(int peer) const { return queues(peer).held; }
-  std::uint64_t max_unexpected() const { return max_unexpected_; }
+  std::uint64_t held(int peer) const {
+    const PeerQueues* pq = find_queues(peer);
+    return pq != nullptr ? pq->held : 0;
+  }
+  // The clock shared with other matchers; null when this one stamps from its own counter.
+  const std::shared_ptr<ArrivalClock>& arrivals() const { return arrivals_; }
 
  private:
   struct Posted {
@@ -289,7 +337,7 @@ class Matcher {
   };
   struct Held {
     Tag tag;
-    std::uint64_t arrival;  // next_arrival() when queued
+    std::uint64_t arrival;  // stamped when queued (push_unexpected)
     Message message;
   };
   struct PeerQueues {
@@ -298,13 +346,29 @@ class Matcher {
     std::uint64_t held = 0;  // counted by hold()
   };
 
+  // `peer`'s queues, made when first needed: a peer that never sends here, or is never received
+  // from, costs a null pointer (a threads-as-ranks world of n ranks has n^2 of them; two empty
+  // std::deque take about 1 KiB in libstdc++).
   PeerQueues& queues(int peer) {
-    C10D_CHECK(peer >= 0 && peer < peers(), "Matcher: peer {} outside {} peers", peer, peers());
-    return peers_[static_cast<std::size_t>(peer)];
+    auto& pq = peers_[checked(peer)];
+    if (!pq) pq = std::make_unique<PeerQueues>();
+    return *pq;
   }
-  const PeerQueues& queues(int peer) const {
+  // Null when `peer` has no queues yet (nothing was ever queued for it).
+  PeerQueues* find_queues(int peer) { return peers_[checked(peer)].get(); }
+  const PeerQueues* find_queues(int peer) const { return peers_[checked(peer)].get(); }
+  // The posted receives of `peer` (kAnySource: the any-source ones); null when none were ever.
+  std::deque<Posted>* posted_queue(int peer) {
+    if (peer == kAnySource) return &any_;
+    PeerQueues* pq = find_queues(peer);
+    return pq != nullptr ? &pq->posted : nullptr;
+  }
+  std::size_t checked(int peer) const {
     C10D_CHECK(peer >= 0 && peer < peers(), "Matcher: peer {} outside {} peers", peer, peers());
-    return peers_[static_cast<std::size_t>(peer)];
+    return static_cast<std::size_t>(peer);
+  }
+  static typename std::deque<Posted>::iterator find_tag(std::deque<Posted>& q, Tag tag) {
+    return std::find_if(q.begin(), q.end(), [&](const Posted& p) { return p.tag == tag; });
   }
   Recv take_posted(std::deque<Posted>& q, typename std::deque<Posted>::iterator it) {
     Recv r = std::move(it->recv);
@@ -313,11 +377,13 @@ class Matcher {
     return r;
   }
 
-  std::vector<PeerQueues> peers_;
-  std::deque<Posted> any_;  // any-source receives, in posting order
+  std::vector<std::unique_ptr<PeerQueues>> peers_;  // by peer; null until first needed
+  std::deque<Posted> any_;                          // any-source receives, in posting order
   std::uint64_t next_order_ = 0;
   std::size_t receives_ = 0;
   std::uint64_t max_unexpected_ = kDefaultMaxUnexpectedBytes;
+  std::shared_ptr<ArrivalClock> arrivals_;  // shared stamps; null: next_arrival_
+  std::uint64_t next_arrival_ = 0;
 };
 
 }  // namespace c10d::inline v1::transport

@@ -10,30 +10,31 @@ namespace {
 // The parent's any-source request, telling its source in the view's numbering.
 class ViewRequest final : public Request {
  public:
-  // `ranks`: the view's, by view rank (a copy: the request may outlive the view).
-  ViewRequest(std::unique_ptr<Request> parent, std::vector<int> ranks)
+  // `ranks`: the view's, by view rank (shared: the request may outlive the view).
+  ViewRequest(std::unique_ptr<Request> parent, std::shared_ptr<const std::vector<int>> ranks)
       : parent_(std::move(parent)), ranks_(std::move(ranks)) {}
   bool test() override { return parent_->test(); }
   void wait(Clock::time_point deadline) override { parent_->wait(deadline); }
   int source() const override {
     const int s = parent_->source();
-    const auto at = std::find(ranks_.begin(), ranks_.end(), s);
-    return at == ranks_.end() ? -1 : static_cast<int>(at - ranks_.begin());
+    const auto at = std::find(ranks_->begin(), ranks_->end(), s);
+    return at == ranks_->end() ? -1 : static_cast<int>(at - ranks_->begin());
   }
 
  private:
   std::unique_ptr<Request> parent_;
-  std::vector<int> ranks_;
+  std::shared_ptr<const std::vector<int>> ranks_;
 };
 
 }  // namespace
 
 SubTransport::SubTransport(std::shared_ptr<Transport> parent, std::vector<int> ranks)
-    : parent_(std::move(parent)), ranks_(std::move(ranks)) {
+    : parent_(std::move(parent)),
+      ranks_(std::make_shared<const std::vector<int>>(std::move(ranks))) {
   C10D_CHECK(parent_ != nullptr, "SubTransport: needs a parent transport");
   std::vector<int> seen(static_cast<std::size_t>(parent_->size()), 0);
-  for (std::size_t i = 0; i < ranks_.size(); ++i) {
-    const int r = ranks_[i];
+  for (std::size_t i = 0; i < ranks_->size(); ++i) {
+    const int r = (*ranks_)[i];
     C10D_CHECK(r >= 0 && r < parent_->size(), "subgroup rank {} is outside a group of size {}", r,
                parent_->size());
     C10D_CHECK(seen[static_cast<std::size_t>(r)]++ == 0, "subgroup lists rank {} twice", r);
@@ -45,7 +46,7 @@ SubTransport::SubTransport(std::shared_ptr<Transport> parent, std::vector<int> r
 int SubTransport::parent_rank(int peer) const {
   C10D_CHECK(peer >= 0 && peer < size(), "subgroup rank {}: bad peer {} in a subgroup of size {}",
              rank_, peer, size());
-  return ranks_[static_cast<std::size_t>(peer)];
+  return (*ranks_)[static_cast<std::size_t>(peer)];
 }
 
 std::unique_ptr<Request> SubTransport::isend(int peer, Tag tag, std::span<const std::byte> data) {

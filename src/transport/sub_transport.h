@@ -25,7 +25,7 @@ class SubTransport final : public Transport {
   SubTransport(std::shared_ptr<Transport> parent, std::vector<int> ranks);
 
   int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(ranks_.size()); }
+  int size() const override { return static_cast<int>(ranks_->size()); }
   std::unique_ptr<Request> isend(int peer, Tag tag, std::span<const std::byte> data) override;
   std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data) override;
   std::unique_ptr<Request> irecv_any(Tag tag, std::span<std::byte> data) override;
@@ -40,7 +40,8 @@ class SubTransport final : public Transport {
   int parent_rank(int peer) const;
 
   std::shared_ptr<Transport> parent_;
-  std::vector<int> ranks_;
+  // Shared with the any-source requests, which may outlive the view.
+  std::shared_ptr<const std::vector<int>> ranks_;
   int rank_ = -1;
 };
 

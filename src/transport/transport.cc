@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/check.h"
+
 namespace c10d::inline v1::transport {
 
 std::string tag_string(Tag tag) {
@@ -18,6 +20,23 @@ std::string heard_string(const PeerActivity& heard, std::string_view frame) {
   const double seconds = std::chrono::duration<double>(heard.ago).count();
   return fmt::format("last heard from it {:.1f} s ago: a frame of {}", seconds,
                      frame.empty() ? tag_string(heard.tag) : std::string(frame));
+}
+
+std::string any_source_description(int rank, Tag tag, std::size_t bytes, std::string_view via) {
+  return fmt::format("rank {} irecv from any rank ({}, {} bytes{}{})", rank, tag_string(tag), bytes,
+                     via.empty() ? "" : ", ", via);
+}
+
+PeerTimeout any_source_timeout(std::string_view what, Tag tag, Clock::time_point posted_at,
+                               std::string_view where) {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - posted_at).count();
+  return PeerTimeout(
+      core::with_location(__FILE__, __LINE__,
+                          fmt::format("{} timed out{}: no rank sent a message with {} in the {} ms "
+                                      "after posting",
+                                      what, where, tag_string(tag), ms)),
+      kAnySource);
 }
 
 void wait_all(std::span<const std::unique_ptr<Request>> requests, Clock::time_point deadline) {

@@ -106,6 +106,15 @@ class PeerTimeout : public TimeoutError {
   PeerActivity heard_;
 };
 
+// How an any-source receive names itself in errors: "rank 0 irecv from any rank (group 0 user
+// tag 3, 8 bytes)", or with `via` ("shared memory") after the bytes.
+std::string any_source_description(int rank, Tag tag, std::size_t bytes, std::string_view via = {});
+// The PeerTimeout (peer() kAnySource) of the any-source receive `what` (as above), posted at
+// `posted_at`, for which no rank sent a message before its deadline; `where` (" on the ICI
+// fabric") says where it waited.
+PeerTimeout any_source_timeout(std::string_view what, Tag tag, Clock::time_point posted_at,
+                               std::string_view where = {});
+
 // What find_stalled learned: the ranks that wait, each for the next, from the peer this rank
 // waited for on, and the rank at the end of that chain.
 struct StallReport {
@@ -130,6 +139,10 @@ class Request {
   // -1 before that, for a send, and for a part of an any-source receive that another part
   // completed (transport/matcher.h: SourceClaim).
   virtual int source() const { return -1; }
+  // What this rank last heard from the request's peer, as its PeerTimeout says (known false:
+  // nothing yet, an any-source receive, or a transport that keeps no track). Only reads: it moves
+  // no bytes and changes nothing, so a caller may ask it of a pending request at any time.
+  virtual PeerActivity heard() const { return {}; }
 };
 
 class Transport {

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -64,24 +65,30 @@ C10D_ANY_SOURCE_TESTS(ShmTransportAnySourceTest, run_shm)
 
 // The TCP backend's transport (routed_transport.h) of `n` ranks, the ranks of `remote` on host
 // "B", the others on host "A": a pair on one host talks through shared memory, others over TCP.
+// Each rank's shared-memory channel goes into `shms` (by rank) when given.
 void run_routed(int n, const std::vector<int>& remote,
-                const std::function<void(int, transport::Transport&)>& fn) {
+                const std::function<void(int, transport::Transport&)>& fn,
+                std::vector<std::shared_ptr<ShmTransport>>* shms = nullptr) {
   auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
   const std::string group = "routed" + std::to_string(group_counter++);
   algorithms::testing::run_ranks(
       n,
       [&](int r) -> std::unique_ptr<transport::Transport> {
         const bool far = std::find(remote.begin(), remote.end(), r) != remote.end();
+        auto arrivals = std::make_shared<transport::ArrivalClock>();
         auto shm = std::make_shared<ShmTransport>(store, r, n,
                                                   ShmTransportOptions{.group_name = group,
                                                                       .timeout = 20s,
                                                                       .ring_bytes = kRing,
-                                                                      .host_key = far ? "B" : "A"});
+                                                                      .host_key = far ? "B" : "A",
+                                                                      .arrivals = arrivals});
         TCPTransportOptions options{"127.0.0.1", 20s};
+        options.arrivals = arrivals;
         options.on_abort = [weak = std::weak_ptr(shm)](std::exception_ptr e) {
           if (auto s = weak.lock()) s->abort(std::move(e));
         };
         auto tcp = std::make_shared<TCPTransport>(store, r, n, group, options);
+        if (shms != nullptr) (*shms)[static_cast<std::size_t>(r)] = shm;
         return std::make_unique<RoutedTransport>(std::move(shm), std::move(tcp));
       },
       fn);
@@ -97,6 +104,12 @@ void run_routed_first_far(int n, const std::function<void(int, transport::Transp
 }
 C10D_ANY_SOURCE_TESTS(RoutedAnySourceTest, run_routed_last_far)
 C10D_ANY_SOURCE_TESTS(RoutedAnySourceOtherWayTest, run_routed_first_far)
+
+// Over shared memory, and over the routed transport's TCP channel (its requests wrap TCP's).
+TEST(ShmTransportTest, APendingReceiveTellsWhatItsRankLastHeardFromThePeer) {
+  run_shm(2, c10d::testing::expect_heard_names_the_last_message);
+  run_routed(2, {1}, c10d::testing::expect_heard_names_the_last_message);
+}
 
 // Same-host peers that sent and then closed: their messages wait in the rings although their
 // TCP connections are gone (the TCP part gives up); a receive after those fails, naming the
@@ -120,6 +133,102 @@ TEST(RoutedAnySourceTest, MessagesOfPeersThatClosedAreReceivedThenTheNextReceive
     const auto start = Clock::now();
     EXPECT_THROW(t.irecv_any(kTag, a)->wait(soon()), NetworkError);
     EXPECT_LT(Clock::now() - start, 2s);
+  });
+}
+
+// A request that goes over TCP tells its source as every transport's does (transport.h): an
+// irecv its peer, and an any-source receive of a rank with no same-host peer (over TCP alone)
+// its sender.
+TEST(RoutedTransportTest, RequestsOverTcpTellTheirSource) {
+  using c10d::testing::any_source::kTag;
+  run_routed(3, {2}, [](int r, transport::Transport& t) {
+    std::vector<std::byte> got(64);
+    if (r == 0) {
+      t.isend(2, kTag, pattern(64, 0))->wait(soon());
+      auto recv = t.irecv(2, kTag, got);
+      recv->wait(soon());
+      EXPECT_EQ(recv->source(), 2);
+      EXPECT_EQ(got, pattern(64, 2));
+    } else if (r == 2) {
+      auto any = t.irecv_any(kTag, got);
+      any->wait(soon());
+      EXPECT_EQ(any->source(), 0);
+      EXPECT_EQ(got, pattern(64, 0));
+      t.isend(0, kTag, pattern(64, 2))->wait(soon());
+    }
+  });
+}
+
+// Once one channel's part of an any-source receive completed it, with a message or an error,
+// the other part leaves its channel at once, not when a message comes or the request goes: the
+// shared-memory channel has nothing pending then (else every TCP wait of the rank polls it).
+TEST(RoutedAnySourceTest, TheOtherPartLeavesOnceOnePartCompletedTheReceive) {
+  using namespace c10d::testing::any_source;
+  std::vector<std::shared_ptr<ShmTransport>> shms(3);
+  run_routed(
+      3, {2},
+      [&](int r, transport::Transport& t) {
+        std::vector<std::byte> got(64);
+        if (r == 0) {
+          auto any = t.irecv_any(kTag, got);
+          signal(t, 2, kGo);
+          any->wait(soon());
+          EXPECT_EQ(any->source(), 2);
+          EXPECT_FALSE(shms[0]->has_pending());
+          any = t.irecv_any(kTag, got);
+          signal(t, 2, kGo);  // a message of the wrong size: the TCP part fails the receive
+          EXPECT_THROW(any->wait(soon()), InvalidArgument);
+          EXPECT_FALSE(shms[0]->has_pending());
+          signal(t, 1, kGo);
+        } else if (r == 1) {
+          await(t, 0, kGo);
+        } else {
+          await(t, 0, kGo);
+          t.isend(0, kTag, pattern(64, 2))->wait(soon());
+          await(t, 0, kGo);
+          t.isend(0, kTag, pattern(32, 2))->wait(soon());
+        }
+      },
+      &shms);
+}
+
+// CPU time the calling thread has used so far.
+Clock::duration thread_cpu_time() {
+  rusage u{};
+  ::getrusage(RUSAGE_THREAD, &u);
+  const auto tv = [](const timeval& t) {
+    return std::chrono::seconds(t.tv_sec) + std::chrono::microseconds(t.tv_usec);
+  };
+  return tv(u.ru_utime) + tv(u.ru_stime);
+}
+
+// A thread waiting for a routed any-source receive that nothing arrives for sleeps (on the
+// shared-memory doorbell, the io thread watching the TCP sockets for it): it uses a small part
+// of the wall time, here with a core of its own, where a waiter polls hottest. And it still
+// fails soon once no peer is left (their connections closed), naming the loss.
+TEST(RoutedAnySourceTest, AWaitThatNothingArrivesForSleepsAndFailsOnceNoPeerIsLeft) {
+  using namespace c10d::testing::any_source;
+  run_routed(3, {2}, [&](int r, transport::Transport& t) {
+    if (r != 0) {
+      await(t, 0, kGo);
+      return;  // closes its connections
+    }
+    std::vector<std::byte> got(64);
+    auto any = t.irecv_any(kTag, got);
+    const auto cpu = thread_cpu_time();
+    const auto start = Clock::now();
+    EXPECT_THROW(any->wait(start + 300ms), transport::PeerTimeout);
+    const auto wall = Clock::now() - start;
+    const auto used = thread_cpu_time() - cpu;
+    EXPECT_LT(used, wall / 4) << "the wait used "
+                              << std::chrono::duration<double, std::milli>(used).count()
+                              << " ms of CPU in "
+                              << std::chrono::duration<double, std::milli>(wall).count() << " ms";
+    signal(t, 1, kGo);
+    signal(t, 2, kGo);
+    const auto gone = Clock::now();
+    EXPECT_THROW(any->wait(soon()), NetworkError);
+    EXPECT_LT(Clock::now() - gone, 2s);
   });
 }
 

@@ -120,6 +120,10 @@ TEST(TCPTransportTest, SendBeforeRecvAndRecvBeforeSendDeliverExactBytes) {
   });
 }
 
+TEST(TCPTransportTest, APendingReceiveTellsWhatItsRankLastHeardFromThePeer) {
+  run_ranks(2, c10d::testing::expect_heard_names_the_last_message);
+}
+
 TEST(TCPTransportTest, FifoPerTagAndInterleavedTags) {
   run_ranks(2, [](int r, transport::Transport& t) {
     constexpr int kN = 20;

@@ -1,7 +1,7 @@
 // What the transport tests share: a deadline far enough off for any of them, a byte pattern
 // that differs per seed and per 512-byte block (so a shifted or swapped chunk shows), this
-// process's memory as the kernel counts it, and the all-reduce algorithms checked against
-// closed forms over a transport.
+// process's memory as the kernel counts it, the all-reduce algorithms checked against closed
+// forms over a transport, and what a pending receive's heard() says.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -77,6 +77,32 @@ inline void expect_all_reduce_closed_forms(const RunRanks& run, int max_ranks, s
       }
     }
   }
+}
+
+// Two ranks: a pending receive's heard() says what its rank last heard from the receive's peer,
+// and only reads: nothing before a message came from it, then the last one's tag, while the
+// receive stays pending.
+inline void expect_heard_names_the_last_message(int r, transport::Transport& t) {
+  const auto data = pattern(8, r);
+  std::vector<std::byte> got(8);
+  if (r == 0) {
+    t.irecv(1, 4, got)->wait(soon());
+    t.isend(1, 5, data)->wait(soon());
+    t.irecv(1, 6, got)->wait(soon());  // stays until rank 1 looked: a closed peer fails a receive
+    return;
+  }
+  std::vector<std::byte> never(4);
+  auto pending = t.irecv(0, 7, never);
+  EXPECT_FALSE(pending->heard().known);
+  t.isend(0, 4, data)->wait(soon());  // rank 0 sends tag 5 only after this
+  t.irecv(0, 5, got)->wait(soon());
+  const transport::PeerActivity heard = pending->heard();
+  EXPECT_TRUE(heard.known);
+  EXPECT_EQ(heard.tag, 5u);
+  EXPECT_LT(heard.ago, std::chrono::seconds(20));
+  EXPECT_FALSE(pending->test());
+  EXPECT_EQ(pending->heard().tag, 5u);
+  t.isend(0, 6, data)->wait(soon());
 }
 
 }  // namespace c10d::inline v1::testing

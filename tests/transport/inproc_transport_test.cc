@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "../algorithms/ranks.h"
+#include "../memory_use.h"
 #include "any_source_cases.h"
 #include "c10d/errors.h"
+#include "transport/sub_transport.h"
 
 namespace c10d::inline v1::transport {
 namespace {
@@ -315,6 +317,22 @@ TEST_F(InProcTransportTest, RequestsOutliveTheirTransport) {
   EXPECT_EQ(got, sent);
 }
 
+// A rank's matching keeps queues only for the peers it talks with: a world of 256 threads as
+// ranks holds 256^2 (rank, peer) pairs, which at a pair of std::deque each took about 75 MB.
+TEST(InProcWorldTest, AWorldOfManyRanksTakesLittleHeapUntilTheyTalk) {
+  const std::size_t before = c10d::testing::heap_bytes();
+  const auto world = std::make_shared<InProcWorld>(256);
+  const std::size_t used = c10d::testing::heap_bytes() - before;
+  EXPECT_LT(used, std::size_t{4} << 20) << used << " bytes for a world of 256 ranks";
+  InProcTransport a(world, 0);
+  InProcTransport b(world, 255);
+  std::vector<std::byte> got(8);
+  auto recv = b.irecv(0, 3, got);
+  a.isend(255, 3, std::vector<std::byte>(8, std::byte{7}))->wait(soon());
+  recv->wait(soon());
+  EXPECT_EQ(got, std::vector<std::byte>(8, std::byte{7}));
+}
+
 TEST_F(InProcTransportTest, PeerOutsideTheWorldIsInvalidArgument) {
   start(2);
   Bytes buf(1);
@@ -358,6 +376,24 @@ TEST_F(InProcTransportTest, ADestroyedPendingAnySourceReceiveNeverWritesItsBuffe
   EXPECT_EQ(later, data);
   EXPECT_EQ(got, Bytes(4, std::byte{0x5a}));
   EXPECT_EQ(next->source(), 1);
+}
+
+// A view's any-source request names its sender in the view's numbering, after the view went
+// (the request shares the view's ranks).
+TEST_F(InProcTransportTest, AViewsAnySourceReceiveNamesItsSourceAfterTheViewWent) {
+  start(3);
+  Bytes got(4);
+  std::unique_ptr<Request> any;
+  {
+    SubTransport view(std::make_shared<InProcTransport>(world_, 0), {0, 2});
+    any = view.irecv_any(user_tag(0, 3), got);
+  }
+  const Bytes data = pattern(2, 4);
+  auto sent = send(2, 0, 3, data);
+  any->wait(soon());
+  sent->wait(soon());
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(any->source(), 1);  // rank 2 of the parent is rank 1 of the view
 }
 
 }  // namespace

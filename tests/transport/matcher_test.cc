@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -126,10 +127,10 @@ TEST_F(MatcherTest, FindUnexpectedLeavesTheMessageInPlaceUntilTaken) {
   const auto found = m_.find_unexpected(kAnySource, 5);
   ASSERT_TRUE(found.has_value());
   EXPECT_EQ(found->peer, 2);
-  EXPECT_TRUE(m_.has_unexpected(2, 5));
+  EXPECT_TRUE(m_.find_unexpected(2, 5).has_value());
   EXPECT_EQ(m_.find_unexpected(kAnySource, 5)->peer, 2);  // still there
   EXPECT_EQ(m_.take(*found), "m");
-  EXPECT_FALSE(m_.has_unexpected(2, 5));
+  EXPECT_FALSE(m_.find_unexpected(2, 5).has_value());
 }
 
 TEST_F(MatcherTest, ArrivalStampsIncreaseAndNeverRepeatAcrossThreads) {
@@ -138,11 +139,12 @@ TEST_F(MatcherTest, ArrivalStampsIncreaseAndNeverRepeatAcrossThreads) {
   const auto a = m_.arrival(*m_.find_unexpected(1, 5));
   const auto b = m_.arrival(*m_.find_unexpected(2, 5));
   EXPECT_LT(a, b);
+  ArrivalClock clock;
   std::vector<std::vector<std::uint64_t>> stamps(4);
   std::vector<std::thread> threads;
   for (auto& s : stamps) {
-    threads.emplace_back([&s] {
-      for (int i = 0; i < 1000; ++i) s.push_back(next_arrival());
+    threads.emplace_back([&s, &clock] {
+      for (int i = 0; i < 1000; ++i) s.push_back(clock.next());
     });
   }
   for (auto& t : threads) t.join();
@@ -155,21 +157,44 @@ TEST_F(MatcherTest, ArrivalStampsIncreaseAndNeverRepeatAcrossThreads) {
   EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());
 }
 
+// A matcher stamps from a counter of its own; matchers whose stamps are compared share a clock.
+TEST(MatcherArrivalTest, OwnStampsUnlessAClockIsShared) {
+  Matcher<std::string, std::string> a(2, 1000);
+  Matcher<std::string, std::string> b(2, 1000);
+  a.push_unexpected(0, 5, "a");
+  b.push_unexpected(0, 5, "b");
+  EXPECT_EQ(a.arrival(*a.find_unexpected(0, 5)), 0u);
+  EXPECT_EQ(b.arrival(*b.find_unexpected(0, 5)), 0u);
+  EXPECT_EQ(a.arrivals(), nullptr);
+
+  auto clock = std::make_shared<ArrivalClock>();
+  Matcher<std::string, std::string> shm(2, 1000, clock);
+  Matcher<std::string, std::string> tcp(2, 1000, clock);
+  EXPECT_EQ(shm.arrivals(), tcp.arrivals());
+  tcp.push_unexpected(1, 5, "first");
+  shm.push_unexpected(1, 5, "second");
+  tcp.push_unexpected(0, 5, "third");
+  const auto first = tcp.arrival(*tcp.find_unexpected(1, 5));
+  const auto second = shm.arrival(*shm.find_unexpected(1, 5));
+  const auto third = tcp.arrival(*tcp.find_unexpected(0, 5));
+  EXPECT_LT(first, second);
+  EXPECT_LT(second, third);
+}
+
 TEST_F(MatcherTest, CancelledReceivesLeaveAndTakeNothing) {
   post(1, 5, "r1");
   post(kAnySource, 5, "any");
-  EXPECT_TRUE(m_.receive_posted(1, 5));
-  EXPECT_TRUE(m_.receive_posted(3, 5));  // the any-source one
-  EXPECT_FALSE(m_.receive_posted(3, 6));
+  EXPECT_EQ(m_.receives(), 2u);
   EXPECT_TRUE(m_.cancel(kAnySource, "any"));
   EXPECT_FALSE(m_.cancel(kAnySource, "any"));
-  EXPECT_FALSE(m_.receive_posted(3, 5));
+  EXPECT_FALSE(m_.any_source_posted());
+  EXPECT_EQ(m_.receives(), 1u);
   EXPECT_TRUE(m_.cancel(1, "r1"));
   EXPECT_EQ(m_.receives(), 0u);
   EXPECT_EQ(arrive(1, 5, "m"), "");
   EXPECT_TRUE(m_.erase_unexpected(1, "m"));
   EXPECT_FALSE(m_.erase_unexpected(1, "m"));
-  EXPECT_FALSE(m_.has_unexpected(1, 5));
+  EXPECT_FALSE(m_.find_unexpected(1, 5).has_value());
 }
 
 TEST_F(MatcherTest, FailingTakesThePeersReceivesOrTheAnySourceOnesOrAll) {
@@ -202,24 +227,25 @@ TEST_F(MatcherTest, FailingTakesThePeersReceivesOrTheAnySourceOnesOrAll) {
 }
 
 TEST_F(MatcherTest, HoldCountsPerPeerAndRefusesPastTheLimitCountingNothing) {
-  EXPECT_EQ(m_.max_unexpected(), 1000u);
-  EXPECT_TRUE(m_.hold(1, 600));
-  EXPECT_TRUE(m_.hold(1, 400));  // exactly the limit
-  EXPECT_FALSE(m_.hold(1, 1));
+  EXPECT_EQ(m_.hold(1, 600, "rank 0"), nullptr);
+  EXPECT_EQ(m_.hold(1, 400, "rank 0"), nullptr);  // exactly the limit
+  EXPECT_NE(m_.hold(1, 1, "rank 0"), nullptr);
   EXPECT_EQ(m_.held(1), 1000u);
-  EXPECT_TRUE(m_.hold(2, 1000));  // each peer has its own
+  EXPECT_EQ(m_.hold(2, 1000, "rank 0"), nullptr);  // each peer has its own
   m_.release(1, 600);
   EXPECT_EQ(m_.held(1), 400u);
-  EXPECT_FALSE(m_.hold(1, 601));
+  EXPECT_NE(m_.hold(1, 601, "rank 0"), nullptr);
   EXPECT_EQ(m_.held(1), 400u);
-  EXPECT_TRUE(m_.hold(1, 600));
+  EXPECT_EQ(m_.hold(1, 600, "rank 0"), nullptr);
   EXPECT_THROW(m_.release(3, 1), Error);  // more than it holds: a bug, named
-  // The transport's error names the peer, what it held and the limit.
+  // The error the transport fails with names it, the peer, what it held and the limit.
+  const std::exception_ptr refused = m_.hold(1, 1, "rank 0");
+  ASSERT_NE(refused, nullptr);
   try {
-    std::rethrow_exception(
-        unexpected_limit_error("rank 0", 1, m_.held(1) + 1, m_.max_unexpected()));
+    std::rethrow_exception(refused);
   } catch (const NetworkError& e) {
     const std::string what = e.what();
+    EXPECT_NE(what.find("rank 0: peer rank 1"), std::string::npos) << what;
     EXPECT_NE(what.find("peer rank 1"), std::string::npos) << what;
     EXPECT_NE(what.find("1001 bytes"), std::string::npos) << what;
     EXPECT_NE(what.find("limit of 1000"), std::string::npos) << what;
@@ -229,6 +255,39 @@ TEST_F(MatcherTest, HoldCountsPerPeerAndRefusesPastTheLimitCountingNothing) {
 TEST_F(MatcherTest, APeerOutsideTheMatcherIsABugNamedAtOnce) {
   EXPECT_THROW(m_.match(kPeers, 5), Error);
   EXPECT_THROW(post(-2, 5, "r"), Error);
+}
+
+// A receive that is a part of an any-source receive takes a message only with its claim; a part
+// whose claim another part took leaves, and the next receive takes the message.
+TEST(MatcherClaimTest, APartThatLostItsClaimLeavesAndTheNextReceiveTakesTheMessage) {
+  struct Part {
+    std::shared_ptr<SourceClaim> claim;
+  };
+  auto claim = std::make_shared<SourceClaim>();
+  const auto other = std::make_shared<Part>(Part{claim});  // the part on another transport
+  const auto lost = std::make_shared<Part>(Part{claim});
+  const auto plain = std::make_shared<Part>();
+  Matcher<std::shared_ptr<Part>, std::string> m(2, 1000);
+  m.post(kAnySource, 5, lost);
+  m.post(1, 5, plain);
+  ASSERT_TRUE(claim->take(other.get()));
+  std::vector<std::shared_ptr<Part>> left;
+  const auto leave = [&](const std::shared_ptr<Part>& p) { left.push_back(p); };
+  auto taken = m.match_claiming(1, 5, leave);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(*taken, plain);
+  EXPECT_EQ(left, std::vector<std::shared_ptr<Part>>{lost});
+  EXPECT_EQ(m.receives(), 0u);
+
+  auto free_claim = std::make_shared<SourceClaim>();
+  const auto part = std::make_shared<Part>(Part{free_claim});
+  m.post(kAnySource, 6, part);
+  taken = m.match_claiming(0, 6, leave);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(*taken, part);
+  EXPECT_TRUE(free_claim->taken_by_other(other.get()));  // the part took it
+  EXPECT_EQ(left.size(), 1u);
+  EXPECT_FALSE(m.match_claiming(0, 6, leave).has_value());
 }
 
 TEST(SourceClaimTest, TheFirstPartTakesItAndKeepsItTheOthersNever) {

@@ -824,7 +824,7 @@ class TransportProcessGroup final : public ProcessGroup,
             done = pending == nullptr;
             if (!done && Clock::now() >= it->deadline) {
               error = p2p_timeout(*it, *pending);
-              done = error != nullptr;
+              done = true;
             }
           } catch (...) {
             error = std::current_exception();
@@ -866,16 +866,8 @@ class TransportProcessGroup final : public ProcessGroup,
 
   // Under mu_ (the completer's loop). The error of send/recv `p`, past its deadline with
   // `pending` not done: a PeerTimeout naming the peer, the tag and what this rank last heard from
-  // the peer (the transport's own PeerTimeout says, asked with a deadline of now). Null when
-  // `pending` completed meanwhile.
-  std::exception_ptr p2p_timeout(const PostedP2P& p, transport::Request& pending) {
-    transport::PeerActivity heard;
-    try {
-      pending.wait(Clock::now());
-      return nullptr;
-    } catch (const transport::PeerTimeout& t) {
-      heard = t.heard();
-    }
+  // the peer (pending.heard(), which only reads: asking moves no bytes and fails nothing).
+  std::exception_ptr p2p_timeout(const PostedP2P& p, const transport::Request& pending) {
     if (p.peer == transport::kAnySource) {
       return std::make_exception_ptr(transport::PeerTimeout(
           core::with_location(
@@ -888,6 +880,7 @@ class TransportProcessGroup final : public ProcessGroup,
           transport::kAnySource));
     }
     const bool is_send = p.work->op_name() == "send";
+    const transport::PeerActivity heard = pending.heard();
     return std::make_exception_ptr(transport::PeerTimeout(
         core::with_location(
             __FILE__, __LINE__,

@@ -34,10 +34,14 @@ std::shared_ptr<ProcessGroup> set_up(std::shared_ptr<Store> store, int rank, int
   transport_options.setup_watch = watch;
   std::shared_ptr<gloo_like::ShmTransport> shm;
   if (options.shared_memory && gloo_like::shm_enabled_from_env() && world_size > 1) {
+    // Under the routed transport both channels stamp arrivals from one clock.
+    auto arrivals = std::make_shared<transport::ArrivalClock>();
     shm = std::make_shared<gloo_like::ShmTransport>(
         store, rank, world_size,
-        gloo_like::ShmTransportOptions{
-            .group_name = options.group_name, .timeout = options.timeout, .setup_watch = watch});
+        gloo_like::ShmTransportOptions{.group_name = options.group_name,
+                                       .timeout = options.timeout,
+                                       .setup_watch = watch,
+                                       .arrivals = arrivals});
     C10D_LOG_DEBUG("rank {} of group {}: {} same-host peers through shared memory", rank,
                    options.group_name, shm->same_host_peers());
     if (shm->same_host_peers() == 0) {
@@ -46,6 +50,7 @@ std::shared_ptr<ProcessGroup> set_up(std::shared_ptr<Store> store, int rank, int
       transport_options.on_abort = [weak = std::weak_ptr(shm)](std::exception_ptr e) {
         if (auto s = weak.lock()) s->abort(std::move(e));
       };
+      transport_options.arrivals = std::move(arrivals);
     }
   }
   auto tcp = std::make_shared<gloo_like::TCPTransport>(std::move(store), rank, world_size,

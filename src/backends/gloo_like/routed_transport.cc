@@ -31,6 +31,8 @@ class PollingRequest final : public transport::Request {
     }
     tcp_->wait(deadline);
   }
+  int source() const override { return tcp_->source(); }
+  transport::PeerActivity heard() const override { return tcp_->heard(); }
 
  private:
   std::unique_ptr<transport::Request> tcp_;
@@ -41,22 +43,25 @@ class PollingRequest final : public transport::Request {
 class AnySourceRequest final : public transport::Request {
  public:
   AnySourceRequest(std::shared_ptr<transport::SourceClaim> claim, std::shared_ptr<ShmTransport> shm,
-                   std::unique_ptr<transport::Request> first,
-                   std::unique_ptr<transport::Request> second, std::string what)
+                   std::shared_ptr<TCPTransport> tcp, std::unique_ptr<transport::Request> first,
+                   std::unique_ptr<transport::Request> second, transport::Tag tag, std::string what)
       : claim_(std::move(claim)),
         shm_(std::move(shm)),
+        tcp_(std::move(tcp)),
         parts_{std::move(first), std::move(second)},
+        tag_(tag),
         what_(std::move(what)) {}
 
   bool test() override {
     if (source_ >= 0) return true;
+    if (error_) std::rethrow_exception(error_);
     shm_->progress();
     if (completed()) return true;
     if (auto why = claim_->given_up(); why && !claim_->taken()) {
       // The TCP channel has no peer left (see last_look): after a grace for the rings, fail.
       const auto now = transport::Clock::now();
       if (gave_up_seen_ == transport::Clock::time_point{}) gave_up_seen_ = now;
-      if (now - gave_up_seen_ >= kLastLook && claim_->take(this)) std::rethrow_exception(why);
+      if (now - gave_up_seen_ >= kLastLook && claim_->take(this)) fail(why);
     }
     return completed();
   }
@@ -66,10 +71,11 @@ class AnySourceRequest final : public transport::Request {
       if (test()) return;
       // A part took a message: wait for it to land (or for its error) as that channel waits.
       if (claim_->taken()) {
-        for (auto& part : parts_) {
-          if (part->source() < 0) continue;
-          part->wait(deadline);
-          source_ = part->source();
+        for (std::size_t i = 0; i < parts_.size(); ++i) {
+          if (!parts_[i] || parts_[i]->source() < 0) continue;
+          drop_all_but(i);
+          parts_[i]->wait(deadline);
+          source_ = parts_[i]->source();
           return;
         }
       }
@@ -79,24 +85,20 @@ class AnySourceRequest final : public transport::Request {
         last_look(why, deadline);
         continue;
       }
-      // Until a part takes the claim: the TCP part's completion rings the doorbell too.
-      shm_->poll_until([&] { return claim_->taken() || claim_->given_up(); },
-                       std::min<transport::Clock::time_point>(deadline, now + kTcpLook));
+      // Until a part takes the claim, or the TCP part gives up: this thread moves shared memory's
+      // bytes and sleeps on its doorbell (poll_until also looks after the same-host peers'
+      // processes), while the io thread moves the TCP sockets' bytes for it; the TCP part's
+      // completion rings the doorbell (claim->on_complete).
+      const TCPTransport::AnySourceSleep sleep(*tcp_);
+      shm_->poll_until([&] { return claim_->taken() || claim_->given_up() != nullptr; }, deadline);
     }
     if (test()) return;
-    throw transport::PeerTimeout(
-        core::with_location(__FILE__, __LINE__,
-                            fmt::format("{} timed out: no rank sent a message with it before the "
-                                        "deadline",
-                                        what_)),
-        transport::kAnySource);
+    throw transport::any_source_timeout(what_, tag_, posted_at_);
   }
 
   int source() const override { return source_; }
 
  private:
-  // How often a waiter looks at the TCP part itself (see the header).
-  static constexpr std::chrono::milliseconds kTcpLook{1};
   // How long the shared-memory part may still take a message once the TCP part gave up.
   static constexpr std::chrono::milliseconds kLastLook{10};
 
@@ -108,26 +110,58 @@ class AnySourceRequest final : public transport::Request {
     shm_->poll_until(
         [&] { return claim_->taken(); },
         std::min<transport::Clock::time_point>(deadline, transport::Clock::now() + kLastLook));
-    if (claim_->take(this)) std::rethrow_exception(why);
+    if (claim_->take(this)) fail(why);
   }
 
   // Whether the part that took the claim completed; rethrows its error. A part that completes
   // without the claim does so without a message and without an error (source() -1).
   bool completed() {
-    for (auto& part : parts_) {
-      if (part->test() && part->source() >= 0) {
-        source_ = part->source();
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+      if (!parts_[i]) continue;
+      bool done = false;
+      try {
+        done = parts_[i]->test();
+      } catch (...) {
+        drop_all_but(i);
+        throw;
+      }
+      if (done && parts_[i]->source() >= 0) {
+        source_ = parts_[i]->source();
+        drop_all_but(i);
         return true;
       }
     }
     return false;
   }
 
+  // The request itself fails the receive with `why` (given_up), for good.
+  [[noreturn]] void fail(std::exception_ptr why) {
+    drop_all_but(parts_.size());
+    error_ = why;
+    std::rethrow_exception(std::move(why));
+  }
+
+  // Part `keep` (none: parts_.size()) has the receive's outcome, so the others can take nothing
+  // more: they leave their channels now (a request's destructor cancels its receive) instead of
+  // waiting in their matchers' any-source queues until a message with the tag comes or this
+  // request goes. Meanwhile every message of that channel would be tested against them, and a
+  // shared-memory part keeps ShmTransport::has_pending() true, so that every TCP wait of this
+  // rank polls shared memory.
+  void drop_all_but(std::size_t keep) {
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+      if (i != keep) parts_[i].reset();
+    }
+  }
+
   std::shared_ptr<transport::SourceClaim> claim_;
   std::shared_ptr<ShmTransport> shm_;
+  std::shared_ptr<TCPTransport> tcp_;
   std::array<std::unique_ptr<transport::Request>, 2> parts_;
+  transport::Tag tag_;
   std::string what_;  // "rank 0 irecv from any rank (group 0 user tag 3, 8 bytes, ...)"
-  int source_ = -1;   // set once completed
+  const transport::Clock::time_point posted_at_ = transport::Clock::now();
+  int source_ = -1;           // set once completed
+  std::exception_ptr error_;  // set once the request itself failed the receive (fail)
   transport::Clock::time_point gave_up_seen_{};  // test(): when it first saw the TCP part give up
 };
 
@@ -140,6 +174,11 @@ RoutedTransport::RoutedTransport(std::shared_ptr<ShmTransport> shm,
   C10D_CHECK(shm_->rank() == tcp_->rank() && shm_->size() == tcp_->size(),
              "RoutedTransport: shared memory has rank {} of {}, TCP rank {} of {}", shm_->rank(),
              shm_->size(), tcp_->rank(), tcp_->size());
+  C10D_CHECK(shm_->arrivals() != nullptr && shm_->arrivals() == tcp_->arrivals(),
+             "RoutedTransport rank {}: the shared-memory and TCP transports must share one "
+             "transport::ArrivalClock (ShmTransportOptions::arrivals, "
+             "TCPTransportOptions::arrivals): an any-source receive compares their arrival stamps",
+             tcp_->rank());
 }
 
 std::unique_ptr<transport::Request> RoutedTransport::over_tcp(
@@ -182,9 +221,8 @@ std::unique_ptr<transport::Request> RoutedTransport::irecv_any(transport::Tag ta
     second = shm_->irecv_any(tag, data, claim);
   }
   return std::make_unique<AnySourceRequest>(
-      std::move(claim), shm_, std::move(first), std::move(second),
-      fmt::format("rank {} irecv from any rank ({}, {} bytes, shared memory and TCP)", rank(),
-                  transport::tag_string(tag), data.size()));
+      std::move(claim), shm_, tcp_, std::move(first), std::move(second), tag,
+      transport::any_source_description(rank(), tag, data.size(), "shared memory and TCP"));
 }
 
 void RoutedTransport::abort(std::exception_ptr reason) {

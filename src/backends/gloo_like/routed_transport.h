@@ -1,29 +1,32 @@
 // RoutedTransport: the TCP backend's transport when some peers share this host. Each peer goes
 // through one channel for the transport's whole life: the same-host ones through shared memory
-// (shm_transport.h), the others over TCP (tcp_transport.h). Matching is per (peer, tag), so
-// splitting by peer keeps transport.h's semantics. abort() aborts both, and a failure the TCP
-// side sees (a peer that died, on any host) reaches the shared-memory side through
+// (shm_transport.h), the others over TCP (tcp_transport.h). A receive from a peer matches only
+// that peer's messages, so splitting by peer keeps transport.h's semantics for it; an any-source
+// receive spans both channels (below). abort() aborts both, and a failure the TCP side sees (a
+// peer that died, on any host) reaches the shared-memory side through
 // TCPTransportOptions::on_abort.
 //
 // Any-source receives span both channels: irecv_any posts one receive on each, sharing a
 // transport::SourceClaim (transport/matcher.h), so that exactly one of them takes a message (or
-// fails the receive) and the other completes without one. Matching stays transport.h's: each
-// channel orders the any-source part among its own receives by posting order, and a specific
-// receive of a peer lives in that peer's channel only. When messages for it already wait in
-// both channels, the one that arrived first is taken: the part of that channel is posted first
-// (arrival stamps are process-wide), and the second part, finding the claim taken, completes at
-// once. It fails when a part fails (an abort fails both), or when the TCP part gives up because
-// every peer's connection is gone: a same-host peer wrote what it sent into its ring before it
-// closed its connection, so the shared-memory part gets a last look of 10 ms at the rings, then
-// the receive fails with the TCP part's error.
+// fails the receive) and the other completes without one; once one has, the request cancels the
+// other, which would otherwise wait in its channel's matcher for a message with the tag. Matching
+// stays transport.h's: each channel orders the any-source part among its own receives by posting
+// order, and a specific receive of a peer lives in that peer's channel only. When messages for it
+// already wait in both channels, the one that arrived first is taken: the part of that channel is
+// posted first (the two channels stamp arrivals from one transport::ArrivalClock, given to both
+// in their options; the constructor checks), and the second part, finding the claim taken,
+// completes at once. It fails when a part fails (an abort fails both), or when the TCP part
+// gives up because every peer's connection is gone: a same-host peer wrote what it sent into its
+// ring before it closed its connection, so the shared-memory part gets a last look of 10 ms at
+// the rings, then the receive fails with the TCP part's error.
 //
 // Progress: the shared-memory channel moves bytes only when a thread of this rank polls it, so
 // a thread that waits on a TCP request while shared-memory requests are pending polls both (a
 // pair must not stall behind a full ring while this rank waits for another host); with nothing
 // pending in shared memory it simply waits on TCP. A thread waiting for an any-source receive
-// polls shared memory and sleeps on its doorbell, which the TCP part also rings when it
-// completes; it looks at the TCP sockets itself at least every millisecond, in case the io
-// thread is not watching them at the moment (tcp_transport.cc: rewatch_later).
+// polls shared memory and sleeps on its doorbell until its deadline, which the TCP part also
+// rings when it completes; meanwhile it counts as a sleeper on every TCP connection
+// (TCPTransport::AnySourceSleep), so the io thread watches those sockets and moves their bytes.
 #pragma once
 
 #include <memory>

@@ -96,10 +96,7 @@ struct Op {
 
   bool any_source() const { return peer == transport::kAnySource; }
   std::string describe() const {
-    if (any_source()) {
-      return fmt::format("rank {} irecv from any rank ({}, {} bytes, shared memory)", self,
-                         transport::tag_string(tag), bytes);
-    }
+    if (any_source()) return transport::any_source_description(self, tag, bytes, "shared memory");
     return fmt::format("rank {} {} rank {} ({}, {} bytes, shared memory)", self,
                        is_send ? "isend to" : "irecv from", peer, transport::tag_string(tag),
                        bytes);
@@ -204,6 +201,7 @@ bool shm_enabled_from_env() { return core::env_flag("C10D_SHM").value_or(true); 
 
 struct ShmTransport::Impl {
   int rank = 0;
+  std::string who;  // "rank 3 (shared memory)": what this rank's errors open with
   int world = 0;
   std::uint64_t ring_bytes = 0;
   std::uint64_t max_unexpected = transport::kDefaultMaxUnexpectedBytes;
@@ -220,6 +218,15 @@ struct ShmTransport::Impl {
 
   Peer& peer(int r) {
     return peers[static_cast<std::size_t>(peer_index[static_cast<std::size_t>(r)])];
+  }
+
+  // What this rank last heard from same-host peer `r` (transport.h: PeerActivity). Only reads.
+  transport::PeerActivity heard_from(int r) const {
+    std::lock_guard lock(mu);
+    const Peer& p = peers[static_cast<std::size_t>(peer_index[static_cast<std::size_t>(r)])];
+    transport::PeerActivity heard = p.heard;
+    if (heard.known) heard.ago = Clock::now() - p.heard_at;
+    return heard;
   }
 
   // ---- Writing ----
@@ -279,11 +286,8 @@ struct ShmTransport::Impl {
     p.reading = true;
     p.reading_bytes = h.bytes;
     p.reading_pos = 0;
-    std::optional<std::shared_ptr<Op>> recv;
-    while ((recv = matcher.match(p.rank, h.tag)) && (*recv)->claim &&
-           !(*recv)->claim->take(recv->get())) {
-      (*recv)->complete();  // a part whose other part completed the receive
-    }
+    std::optional<std::shared_ptr<Op>> recv = matcher.match_claiming(
+        p.rank, h.tag, [](const std::shared_ptr<Op>& lost) { lost->complete(); });
     if (!recv) {
       if (!hold_locked(p, transport::kUnexpectedOverheadBytes)) return false;
       auto u = std::make_shared<Unexpected>(p.rank, h.bytes);
@@ -304,10 +308,8 @@ struct ShmTransport::Impl {
   // Under mu: `bytes` more held for `p`'s unexpected messages; past the limit the transport
   // fails, naming the peer (false).
   bool hold_locked(Peer& p, std::uint64_t bytes) {
-    if (!matcher.hold(p.rank, bytes)) {
-      abort_locked(transport::unexpected_limit_error(fmt::format("rank {} (shared memory)", rank),
-                                                     p.rank, matcher.held(p.rank) + bytes,
-                                                     matcher.max_unexpected()));
+    if (auto refused = matcher.hold(p.rank, bytes, who)) {
+      abort_locked(std::move(refused));
       return false;
     }
     return true;
@@ -552,7 +554,8 @@ struct ShmTransport::Impl {
 
   // Sleeps on this rank's doorbell until a peer rings it or `until`, unless progress is possible
   // right now or `done` holds.
-  void sleep(const std::function<bool()>& done, Clock::time_point until) {
+  template <typename Done>
+  void sleep(Done& done, Clock::time_point until) {
     const std::uint32_t bell = own_header->doorbell.load(std::memory_order_seq_cst);
     own_header->sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (!progress() && !done()) {
@@ -567,21 +570,8 @@ struct ShmTransport::Impl {
       const auto now = Clock::now();
       const auto ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(now - op.posted_at).count();
-      if (op.any_source()) {
-        throw transport::PeerTimeout(
-            core::with_location(__FILE__, __LINE__,
-                                fmt::format("{} timed out: no rank sent a message with {} in the "
-                                            "{} ms after posting",
-                                            op.describe(), transport::tag_string(op.tag), ms)),
-            transport::kAnySource);
-      }
-      transport::PeerActivity heard;
-      {
-        std::lock_guard lock(mu);
-        const Peer& p = peer(op.peer);
-        heard = p.heard;
-        heard.ago = now - p.heard_at;
-      }
+      if (op.any_source()) throw transport::any_source_timeout(op.describe(), op.tag, op.posted_at);
+      const transport::PeerActivity heard = heard_from(op.peer);
       throw transport::PeerTimeout(
           core::with_location(__FILE__, __LINE__,
                               fmt::format("{} timed out: not done {} ms after posting; {}",
@@ -592,8 +582,10 @@ struct ShmTransport::Impl {
   }
 
   // Moves bytes, polling and then sleeping on the doorbell, until `done` holds (true) or the
-  // deadline passes (false).
-  bool poll_until(const std::function<bool()>& done, Clock::time_point deadline) {
+  // deadline passes (false). A template, so that a wait's done() (an atomic load) is inlined into
+  // every poll turn; ShmTransport::poll_until passes its std::function.
+  template <typename Done>
+  bool poll_until(Done&& done, Clock::time_point deadline) {
     // Where processes share cores a waiter yields between polls at once (as core::hot_spin).
     const bool hot = core::has_own_core();
     const auto hot_window =
@@ -657,7 +649,7 @@ struct ShmTransport::Impl {
       }
     }
     peer_index.assign(static_cast<std::size_t>(world), -1);
-    matcher = decltype(matcher)(world, max_unexpected);
+    matcher = decltype(matcher)(world, max_unexpected, options.arrivals);
     if (local.size() <= 1) return;
 
     const auto rings = static_cast<std::uint32_t>(local.size() - 1);
@@ -752,6 +744,9 @@ class ShmRequest final : public transport::Request {
   }
   void wait(Clock::time_point deadline) override { impl_->wait(*op_, deadline); }
   int source() const override { return op_->source.load(std::memory_order_acquire); }
+  transport::PeerActivity heard() const override {
+    return op_->any_source() ? transport::PeerActivity{} : impl_->heard_from(op_->peer);
+  }
 
  private:
   std::shared_ptr<ShmTransport::Impl> impl_;
@@ -768,6 +763,7 @@ ShmTransport::ShmTransport(std::shared_ptr<Store> store, int rank, int world_siz
              "ShmTransport: rank {} is outside a world of size {}", rank, world_size);
   core::check_timeout(options.timeout, fmt::format("ShmTransport rank {}", rank));
   impl_->rank = rank;
+  impl_->who = fmt::format("rank {} (shared memory)", rank);
   impl_->world = world_size;
   auto watch = options.setup_watch;
   if (!watch) watch = std::make_shared<backends::SetupWatch>(store, options.group_name, rank);
@@ -807,13 +803,9 @@ bool ShmTransport::progress() { return impl_->progress(); }
 
 bool ShmTransport::poll_until(const std::function<bool()>& done,
                               transport::Clock::time_point deadline) {
-  if (impl_->own_header == nullptr) {  // no same-host peer: nothing to move or sleep on
-    while (!done()) {
-      if (transport::Clock::now() >= deadline) return false;
-      sched_yield();
-    }
-    return true;
-  }
+  C10D_CHECK(impl_->own_header != nullptr,
+             "ShmTransport rank {}: poll_until needs a same-host peer (a doorbell to sleep on)",
+             rank_);
   return impl_->poll_until(done, deadline);
 }
 
@@ -847,6 +839,11 @@ std::unique_ptr<transport::Request> ShmTransport::irecv_any(
     transport::Tag tag, std::span<std::byte> data, std::shared_ptr<transport::SourceClaim> claim) {
   return std::make_unique<ShmRequest>(
       impl_, impl_->post_recv(transport::kAnySource, tag, data, std::move(claim)));
+}
+
+std::shared_ptr<transport::ArrivalClock> ShmTransport::arrivals() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->matcher.arrivals();
 }
 
 void ShmTransport::abort(std::exception_ptr reason) {

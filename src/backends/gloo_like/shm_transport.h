@@ -100,6 +100,9 @@ struct ShmTransportOptions {
   // This rank's host key, compared with the other ranks' to find same-host peers. Empty:
   // shm_host_key() (tests give threads of one process keys of their own, as separate hosts).
   std::string host_key;
+  // The arrival stamps (transport/matcher.h) this transport shares with the TCP transport of the
+  // same rank under a RoutedTransport (routed_transport.h compares them); null: its own.
+  std::shared_ptr<transport::ArrivalClock> arrivals;
 };
 
 // This host's identity for finding same-host peers: C10D_SHM_HOST when set (tests use it to make
@@ -131,7 +134,8 @@ class ShmTransport final : public transport::Transport {
   // Moves whatever bytes can move now; true when some did.
   bool progress();
   // Moves bytes as a waiter does, polling and then sleeping on this rank's doorbell, until
-  // done() holds (true) or `deadline` (false). done() is called often, from this thread.
+  // done() holds (true) or `deadline` (false). done() is called often, from this thread. Only
+  // with same-host peers (same_host_peers() > 0): without, there is no doorbell to sleep on.
   bool poll_until(const std::function<bool()>& done, transport::Clock::time_point deadline);
   // Rings this rank's doorbell: a thread in poll_until looks at done() again (for a done() that
   // another transport's thread makes true). Lock-free; may be called under any lock.
@@ -151,6 +155,8 @@ class ShmTransport final : public transport::Transport {
   // The arrival stamp (transport/matcher.h) of the message an any-source receive with `tag`
   // would take now; nullopt when none waits.
   std::optional<std::uint64_t> earliest_unexpected(transport::Tag tag) const;
+  // ShmTransportOptions::arrivals.
+  std::shared_ptr<transport::ArrivalClock> arrivals() const;
   void abort(std::exception_ptr reason) override;
 
   struct Impl;

@@ -188,10 +188,7 @@ struct Op {
   bool any_source() const { return peer == transport::kAnySource; }
   std::size_t bytes() const { return is_send ? send_data.size() : recv_data.size(); }
   std::string describe() const {
-    if (any_source()) {
-      return fmt::format("rank {} irecv from any rank ({}, {} bytes)", self,
-                         transport::tag_string(tag), bytes());
-    }
+    if (any_source()) return transport::any_source_description(self, tag, bytes());
     return fmt::format("rank {} {} rank {} ({}, {} bytes)", self,
                        is_send ? "isend to" : "irecv from", peer, transport::tag_string(tag),
                        bytes());
@@ -262,7 +259,8 @@ struct Connection {
   // be in the receive buffer), so the op fails when the connection is killed.
   std::shared_ptr<Op> failed_write;
   // The read side parks a large message whose irecv is not posted yet (see Impl::drain).
-  bool parked = false;
+  // Written under mu_; an any-source poller reads `parked` without it (poll_drain_any).
+  std::atomic<bool> parked{false};
   Tag parked_tag = 0;
   // The unexpected entry from this peer that a receive took while it was arriving (its waiter):
   // out of the matcher's queue, and still being read (the read side's `entry`).
@@ -318,6 +316,7 @@ struct Connection {
 
 struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   int rank = 0;
+  std::string who;  // "rank 3": what this rank's errors open with
   bool fail_all_on_peer_loss = false;
   // The most a peer's unexpected messages may hold (TCPTransportOptions::max_unexpected_bytes).
   std::uint64_t max_unexpected = transport::kDefaultMaxUnexpectedBytes;
@@ -353,7 +352,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     if (aborted) return aborted;
     if (op.any_source()) return nullptr;
     const Connection& c = *conns[static_cast<std::size_t>(op.peer)];
-    if (!op.is_send && matcher.has_unexpected(op.peer, op.tag)) return nullptr;
+    if (!c.dead) return nullptr;
+    if (!op.is_send && matcher.find_unexpected(op.peer, op.tag)) return nullptr;
     return c.dead;
   }
 
@@ -431,11 +431,9 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // Requires mu_. `bytes` more held for `peer`'s unexpected messages; past the limit the
   // transport aborts, naming the peer, and this returns false.
   bool hold_locked(Connection& c, int peer, std::uint64_t bytes) {
-    if (!matcher.hold(peer, bytes)) {
+    if (auto refused = matcher.hold(peer, bytes, who)) {
       c.read_closed.store(true);
-      abort_locked(transport::unexpected_limit_error(fmt::format("rank {}", rank), peer,
-                                                     matcher.held(peer) + bytes,
-                                                     matcher.max_unexpected()));
+      abort_locked(std::move(refused));
       return false;
     }
     return true;
@@ -842,6 +840,30 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     try_drain(peer);
   }
 
+  // A polling waiter of an any-source receive: one poll(2) over the sockets that may still
+  // bring it a message, then a drain of the readable ones only, instead of a system call per
+  // peer per turn. Left out: a socket whose stream ended (read_closed), and one whose message in
+  // front is parked: that message is for another receive (the any-source one would have taken
+  // it), and it comes in when that receive is posted (submit_receive_locked) or its grace ends
+  // (a timer of the io thread), so polling it would only find it ready at every turn and its
+  // drain take mu_ for nothing. `fds` and `peers`: the caller's, reused across turns.
+  void poll_drain_any(std::vector<pollfd>& fds, std::vector<int>& peers) {
+    fds.clear();
+    peers.clear();
+    for (std::size_t p = 0; p < conns.size(); ++p) {
+      const Connection* c = conns[p].get();
+      if (c == nullptr || c->read_closed.load() || c->parked.load(std::memory_order_relaxed)) {
+        continue;
+      }
+      fds.push_back({c->fd, POLLIN, 0});
+      peers.push_back(static_cast<int>(p));
+    }
+    if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return;
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) try_drain(peers[i]);
+    }
+  }
+
   // Io thread: wait for the socket to become readable, drain, and wait again; unless a thread
   // is polling the socket or polled it since the last look (polled_since_look), in which case
   // look again later (rewatch_later).
@@ -893,6 +915,28 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     c.polls_seen = c.polls.load();
     c.rewatch_interval = kRewatchInterval;
     watch_and_drain(peer);
+  }
+
+  // A thread sleeps outside this transport until an any-source receive completes
+  // (TCPTransport::AnySourceSleep): it counts as a sleeper on every connection, as TCPRequest::wait
+  // counts a receive, and the io thread watches every socket that no waiter polls now (a poller
+  // that leaves sees the sleeper and has it watched then).
+  void enter_sleep_any() {
+    for (std::size_t p = 0; p < conns.size(); ++p) {
+      Connection* c = conns[p].get();
+      if (c == nullptr) continue;
+      c->sleepers.fetch_add(1);
+      if (c->pollers.load() == 0 && !c->read_closed.load()) {
+        asio::post(io, [self = shared_from_this(), peer = static_cast<int>(p)] {
+          self->watch_for_sleeper(peer);
+        });
+      }
+    }
+  }
+  void leave_sleep_any() {
+    for (const auto& c : conns) {
+      if (c) c->sleepers.fetch_sub(1);
+    }
   }
 
   // Io thread, looking at `c`: whether a waiter polls it, or did since the last look; records
@@ -1095,11 +1139,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
     c.got = 0;
     c.into_at = 0;
     c.into = {};  // a dropped payload, or an entry's first chunk: next_window
-    std::optional<std::shared_ptr<Op>> recv;
-    while ((recv = matcher.match(peer, c.tag)) && (*recv)->claim &&
-           !(*recv)->claim->take(recv->get())) {
-      (*recv)->complete_locked(nullptr);  // a part whose other part completed the receive
-    }
+    std::optional<std::shared_ptr<Op>> recv = matcher.match_claiming(
+        peer, c.tag, [](const std::shared_ptr<Op>& lost) { lost->complete_locked(nullptr); });
     if (recv) {
       c.target = std::move(*recv);
       c.target->source.store(peer, std::memory_order_relaxed);
@@ -1473,13 +1514,20 @@ class TCPRequest final : public transport::Request {
   ~TCPRequest() override { impl_->cancel(op_); }
   bool test() override {
     if (!op_->done.load(std::memory_order_acquire)) {
-      impl_->for_each_source(*op_, [&](int peer) { impl_->try_drain(peer); });
+      if (op_->any_source()) {
+        impl_->poll_drain_any(fds_, fd_peers_);
+      } else if (!op_->is_send) {
+        impl_->try_drain(op_->peer);
+      }
     }
     if (!op_->done.load(std::memory_order_acquire)) return false;
     if (op_->error) std::rethrow_exception(op_->error);
     return true;
   }
   int source() const override { return op_->source.load(std::memory_order_acquire); }
+  transport::PeerActivity heard() const override {
+    return op_->any_source() ? transport::PeerActivity{} : impl_->heard_from(op_->peer);
+  }
   void wait(Clock::time_point deadline) override {
     // Poll first: write queued sends and read the sockets of the peers it waits for ourselves
     // (see drain and progress_sends). Before sleeping, make sure the io thread watches them
@@ -1495,7 +1543,11 @@ class TCPRequest final : public transport::Request {
         [&] {
           if (op_->done.load(std::memory_order_acquire)) return true;
           state.progress_sends();
-          state.for_each_source(*op_, [&](int peer) { state.poll_drain(peer); });
+          if (op_->any_source()) {
+            state.poll_drain_any(fds_, fd_peers_);
+          } else if (!op_->is_send) {
+            state.poll_drain(op_->peer);
+          }
           return op_->done.load(std::memory_order_acquire);
         },
         deadline,
@@ -1525,12 +1577,7 @@ class TCPRequest final : public transport::Request {
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - op_->posted_at)
               .count();
       if (op_->any_source()) {
-        throw transport::PeerTimeout(
-            core::with_location(__FILE__, __LINE__,
-                                fmt::format("{} timed out: no rank sent a message with {} in the "
-                                            "{} ms after posting",
-                                            op_->describe(), transport::tag_string(op_->tag), ms)),
-            transport::kAnySource);
+        throw transport::any_source_timeout(op_->describe(), op_->tag, op_->posted_at);
       }
       const transport::PeerActivity heard = state.heard_from(op_->peer);
       throw transport::PeerTimeout(
@@ -1546,6 +1593,9 @@ class TCPRequest final : public transport::Request {
  private:
   std::shared_ptr<TCPTransport::Impl> impl_;
   std::shared_ptr<Op> op_;
+  // An any-source receive's poll(2) set (Impl::poll_drain_any), kept across turns.
+  std::vector<pollfd> fds_;
+  std::vector<int> fd_peers_;
 };
 
 }  // namespace
@@ -1557,6 +1607,7 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   C10D_CHECK(world_size >= 1 && rank >= 0 && rank < world_size,
              "TCPTransport: rank {} is outside a world of size {}", rank, world_size);
   impl_->rank = rank;
+  impl_->who = fmt::format("rank {}", rank);
   impl_->fail_all_on_peer_loss = options.fail_all_on_peer_loss;
   impl_->on_abort = std::move(options.on_abort);
   impl_->max_unexpected = transport::max_unexpected_bytes(options.max_unexpected_bytes);
@@ -1587,7 +1638,7 @@ void TCPTransport::set_up(Store* store, const std::string& group_name,
   ensure_descriptors(rank, world_size);
   // After the check above, which bounds the world size by the descriptors it needs.
   impl_->conns.resize(static_cast<std::size_t>(world_size));
-  impl_->matcher = decltype(impl_->matcher)(world_size, impl_->max_unexpected);
+  impl_->matcher = decltype(impl_->matcher)(world_size, impl_->max_unexpected, options.arrivals);
   C10D_CHECK(group_name.size() <= kMaxGroupBytes,
              "TCPTransport rank {}: group name of {} bytes exceeds the limit of {}", rank,
              group_name.size(), kMaxGroupBytes);
@@ -1709,11 +1760,22 @@ std::unique_ptr<transport::Request> TCPTransport::irecv_any(
   return std::make_unique<TCPRequest>(impl_, std::move(op));
 }
 
+TCPTransport::AnySourceSleep::AnySourceSleep(TCPTransport& tcp) : impl_(tcp.impl_) {
+  impl_->enter_sleep_any();
+}
+
+TCPTransport::AnySourceSleep::~AnySourceSleep() { impl_->leave_sleep_any(); }
+
 std::optional<std::uint64_t> TCPTransport::earliest_unexpected(Tag tag) const {
   std::lock_guard lock(impl_->mu_);
   const auto found = impl_->matcher.find_unexpected(transport::kAnySource, tag);
   if (!found) return std::nullopt;
   return impl_->matcher.arrival(*found);
+}
+
+std::shared_ptr<transport::ArrivalClock> TCPTransport::arrivals() const {
+  std::lock_guard lock(impl_->mu_);
+  return impl_->matcher.arrivals();
 }
 
 transport::StallReport TCPTransport::find_stalled(int peer, std::string_view doing,

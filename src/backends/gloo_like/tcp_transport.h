@@ -103,6 +103,10 @@ struct TCPTransportOptions {
   // Where the setup's waits look for another rank's set-up failure, and where this rank records
   // its own (setup_watch.h). Null: the transport makes its own.
   std::shared_ptr<backends::SetupWatch> setup_watch;
+  // The arrival stamps (transport/matcher.h) this transport shares with the shared-memory
+  // transport of the same rank under a RoutedTransport (routed_transport.h compares them); null:
+  // its own.
+  std::shared_ptr<transport::ArrivalClock> arrivals;
 };
 
 // The local address of the interface this host would use to reach `host` (a name or an
@@ -135,12 +139,29 @@ class TCPTransport final : public transport::Transport {
   // The arrival stamp (transport/matcher.h) of the message an any-source receive with `tag`
   // would take now; nullopt when none waits.
   std::optional<std::uint64_t> earliest_unexpected(transport::Tag tag) const;
+  // TCPTransportOptions::arrivals.
+  std::shared_ptr<transport::ArrivalClock> arrivals() const;
   void abort(std::exception_ptr reason) override;
   // Through the store: see Impl::find_stalled. Ranks as this transport numbers them.
   transport::StallReport find_stalled(int peer, std::string_view doing,
                                       std::chrono::milliseconds window) override;
 
   struct Impl;
+
+  // While it lives, a thread of this rank sleeps outside this transport (routed_transport.h: on
+  // the shared-memory doorbell) until an any-source receive of this transport completes: it
+  // counts as a sleeper on every connection, as a receive asleep in its own wait does, so that
+  // the io thread watches the sockets and moves their bytes meanwhile.
+  class AnySourceSleep {
+   public:
+    explicit AnySourceSleep(TCPTransport& tcp);
+    ~AnySourceSleep();
+    AnySourceSleep(const AnySourceSleep&) = delete;
+    AnySourceSleep& operator=(const AnySourceSleep&) = delete;
+
+   private:
+    std::shared_ptr<Impl> impl_;
+  };
 
  private:
   // The constructor's work past its argument checks; its errors go through `watch`.

@@ -87,11 +87,8 @@ void IciTransport::Chip::bind_locked(const std::shared_ptr<Incoming>& msg,
 }
 
 bool IciTransport::Chip::hold_locked(int src, std::uint64_t bytes) {
-  if (!matcher.hold(src, bytes)) {
-    abort_locked(
-        transport::unexpected_limit_error(fmt::format("ICI rank {}", rank), src,
-                                          matcher.held(src) + bytes, matcher.max_unexpected()),
-        rank);
+  if (auto refused = matcher.hold(src, bytes, who)) {
+    abort_locked(std::move(refused), rank);
     return false;
   }
   return true;
@@ -107,7 +104,6 @@ void IciTransport::Chip::release_locked(Incoming& msg) {
 void IciTransport::Chip::deliver_locked(
     const PacketHeader& h, const std::function<void(std::size_t, std::span<std::byte>)>& copy) {
   if (aborted) return;  // nobody can receive it any more
-  heard[static_cast<std::size_t>(h.src)] = {transport::Clock::now(), h.tag};
   const MessageKey mkey{h.src, h.seq};
   std::shared_ptr<Incoming> msg;
   if (h.offset == 0) {
@@ -116,6 +112,9 @@ void IciTransport::Chip::deliver_locked(
           fmt::format("rank {} sent the first packet of its message {} twice", h.src, h.seq));
       return;
     }
+    // Once per message, as TCP and shared memory note a message header: a clock read per packet
+    // under mu would slow every packet for a report that a message's start dates well enough.
+    heard[static_cast<std::size_t>(h.src)] = {transport::Clock::now(), h.tag};
     msg = std::make_shared<Incoming>();
     msg->src = h.src;
     msg->tag = h.tag;

@@ -88,10 +88,7 @@ struct Op {
   bool any_source() const { return peer == transport::kAnySource; }
   std::size_t bytes() const { return is_send ? send.size() : recv.size(); }
   std::string describe() const {
-    if (any_source()) {
-      return fmt::format("rank {} irecv from any rank ({}, {} bytes)", self,
-                         transport::tag_string(tag), bytes());
-    }
+    if (any_source()) return transport::any_source_description(self, tag, bytes());
     return fmt::format("rank {} {} rank {} ({}, {} bytes)", self,
                        is_send ? "isend to" : "irecv from", peer, transport::tag_string(tag),
                        bytes());
@@ -132,10 +129,15 @@ struct IciTransport::Chip {
   using MessageKey = fabric::MessageKey;
 
   Chip(std::shared_ptr<Store> s, int r, Torus t, FabricOptions o)
-      : rank(r), torus(std::move(t)), options(std::move(o)), store(std::move(s)) {}
+      : rank(r),
+        who(fmt::format("ICI rank {}", r)),
+        torus(std::move(t)),
+        options(std::move(o)),
+        store(std::move(s)) {}
 
   // ---- Immutable after set-up ----
   const int rank;
+  const std::string who;  // "ICI rank 3": what this chip's errors open with
   const Torus torus;
   const FabricOptions options;
   std::shared_ptr<Store> store;
@@ -161,8 +163,9 @@ struct IciTransport::Chip {
   std::vector<std::deque<OutItem>> queues;                   // GUARDED_BY(mu); per hop
   std::vector<std::uint64_t> transit_bytes;  // GUARDED_BY(mu); per hop: transit packets queued
   std::vector<std::uint64_t> next_seq;       // GUARDED_BY(mu); per peer
-  // GUARDED_BY(mu); per source: when a packet from it was last delivered here, and its tag
-  // (time_point{}: none yet). What a request that times out waiting for it reports.
+  // GUARDED_BY(mu); per source: when the first packet of a message from it was last delivered
+  // here, and its tag (time_point{}: none yet). What a request that times out waiting for it
+  // reports.
   std::vector<std::pair<transport::Clock::time_point, transport::Tag>> heard;
   std::exception_ptr aborted;  // GUARDED_BY(mu)
   std::atomic<bool> stop{false};

@@ -42,6 +42,11 @@ class IciRequest final : public transport::Request {
     return true;
   }
   int source() const override { return op_->source.load(std::memory_order_acquire); }
+  transport::PeerActivity heard() const override {
+    if (op_->any_source()) return {};
+    std::lock_guard lock(chip_->mu);
+    return heard_locked(Clock::now());
+  }
 
   void wait(Clock::time_point deadline) override {
     if (!core::spin_until([&] { return op_->done.load(std::memory_order_acquire); }, deadline)) {
@@ -51,21 +56,12 @@ class IciRequest final : public transport::Request {
         const auto ms =
             std::chrono::duration_cast<std::chrono::milliseconds>(now - op_->posted).count();
         if (op_->any_source()) {
-          throw transport::PeerTimeout(
-              core::with_location(
-                  __FILE__, __LINE__,
-                  fmt::format("{} timed out on the ICI fabric: no rank sent a "
-                              "message with {} in the {} ms after posting",
-                              op_->describe(), transport::tag_string(op_->tag), ms)),
-              transport::kAnySource);
+          throw transport::any_source_timeout(op_->describe(), op_->tag, op_->posted,
+                                              " on the ICI fabric");
         }
         // What this chip last got from the peer: the group names the rank it waited for, and
         // the rank the waits lead to, from it (transport.h: PeerTimeout).
-        transport::PeerActivity heard;
-        if (const auto& [at, tag] = chip_->heard[static_cast<std::size_t>(op_->peer)];
-            at != Clock::time_point{}) {
-          heard = {true, now - at, tag};
-        }
+        const transport::PeerActivity heard = heard_locked(now);
         throw transport::PeerTimeout(
             core::with_location(__FILE__, __LINE__,
                                 fmt::format("{} timed out on the ICI fabric: not done {} ms after "
@@ -78,6 +74,13 @@ class IciRequest final : public transport::Request {
   }
 
  private:
+  // Under chip_->mu: what the chip last got from the peer, as of `now`.
+  transport::PeerActivity heard_locked(Clock::time_point now) const {
+    const auto& [at, tag] = chip_->heard[static_cast<std::size_t>(op_->peer)];
+    if (at == Clock::time_point{}) return {};
+    return {true, now - at, tag};
+  }
+
   void finish() {
     {
       std::lock_guard lock(chip_->mu);
