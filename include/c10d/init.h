@@ -19,7 +19,17 @@
 // check (every rank compares op, dtype, count, root and sequence before each collective).
 //
 // Errors: InvalidArgument naming the field or variable that is missing or wrong, Unsupported
-// for a backend not built in, TimeoutError / NetworkError / StoreError from set-up.
+// for a backend not built in, TimeoutError / NetworkError / StoreError from set-up. A rank
+// whose set-up fails records why in the store, and the others' set-up fails within moments
+// naming it, instead of waiting out the timeout.
+//
+// Blocking: init_process_group() and make_process_group_*() are collective: they return once
+// every rank of the group has joined (rendezvous, connections and their handshakes, shared
+// memory), at most `timeout` after the call. Thread-safety: they may be called from several
+// threads at once, each call making a group of its own (threads as ranks, as the tests do);
+// they read the environment, which no thread may change during the call. The group returned
+// may be shared by threads (process_group.h). Lifetime: the group keeps its store alive;
+// destroying the group fails its pending ops and joins its threads.
 #pragma once
 
 #include <memory>

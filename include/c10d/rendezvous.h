@@ -25,6 +25,16 @@
 //
 // Errors: InvalidArgument naming the missing or malformed piece (the variable, the URL);
 // TimeoutError / StoreError from the store itself.
+//
+// Blocking: rendezvous() does not wait for the other ranks; it returns once this rank reaches
+// the store: rank 0 once its server listens (or, external, once it connected), the others once
+// they connected to it (retrying a refused connection), file:// once rank 0 of the job started
+// the file's generation. Every wait is bounded by `timeout` (TimeoutError naming the address or
+// path). Waiting for the others is the caller's, through the store's wait() and get().
+// Thread-safety: it may be called from several threads at once (each call makes its own store);
+// it reads the environment, which no thread may change during the call. Lifetime: the store
+// returned is the caller's; for rank 0 of tcp:// and env:// it owns the server, which stops
+// when the last reference to the store goes.
 #pragma once
 
 #include <memory>
