@@ -10,7 +10,9 @@ op, e.g.
       --worlds 2 --shm 1,0 --runs 7
 
 prints one line per row and can write the rows as JSON (--json). Every run of c10d-bench checks
-its results; a wrong value fails this script.
+its results; a wrong value fails this script. --cpus 0 runs every rank on CPU 0 (taskset): how
+the waiters behave when ranks must share a core they each believe is theirs, as when another
+process (a compiler, a data loader) takes the other cores.
 """
 
 import argparse
@@ -43,11 +45,12 @@ def parse_rows(text):
     return rows
 
 
-def run_once(build, op, size, world, shm, iters, timeout):
+def run_once(build, op, size, world, shm, iters, timeout, cpus=None):
     """One c10d-bench run; returns its in-place time in microseconds."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         env = dict(os.environ, C10D_SHM=str(shm))
-        cmd = [os.path.join(build, "tools", "c10drun"), "--nproc-per-node", str(world),
+        pin = ["taskset", "-c", cpus] if cpus else []
+        cmd = pin + [os.path.join(build, "tools", "c10drun"), "--nproc-per-node", str(world),
                os.path.join(build, "bench", "c10d-bench"), op, "-b", str(size), "-e", str(size),
                "-n", str(iters), "-w", str(max(2, iters // 10)), "--json", out.name]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -71,13 +74,15 @@ def main():
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--iters", type=int, default=0, help="per run; 0: by size")
     p.add_argument("--timeout", type=int, default=300)
+    p.add_argument("--cpus", help="taskset CPU list every rank runs on (e.g. 0)")
     p.add_argument("--json")
     args = p.parse_args()
     if args.runs < 1:
         p.error("--runs must be at least 1")
 
     results = []
-    print(f"# A = {args.a}, B = {args.b}; median of {args.runs} alternating runs each")
+    print(f"# A = {args.a}, B = {args.b}; median of {args.runs} alternating runs each"
+          + (f"; every rank on CPUs {args.cpus}" if args.cpus else ""))
     print(f"# {'collective':>12} {'size':>10} {'ranks':>5} {'path':>5} {'A (us)':>10} "
           f"{'B (us)':>10} {'A/B':>6}")
     for world in [int(w) for w in args.worlds.split(",")]:
@@ -86,8 +91,10 @@ def main():
                 iters = args.iters or (2000 if size <= 65536 else 200 if size <= 1 << 20 else 20)
                 a, b = [], []
                 for _ in range(args.runs):
-                    a.append(run_once(args.a, op, size, world, shm, iters, args.timeout))
-                    b.append(run_once(args.b, op, size, world, shm, iters, args.timeout))
+                    a.append(run_once(args.a, op, size, world, shm, iters, args.timeout,
+                                      args.cpus))
+                    b.append(run_once(args.b, op, size, world, shm, iters, args.timeout,
+                                      args.cpus))
                 ma, mb = statistics.median(a), statistics.median(b)
                 path = "shm" if shm else "tcp"
                 print(f"  {op:>12} {size:>10} {world:>5} {path:>5} {ma:>10.2f} {mb:>10.2f} "

@@ -27,7 +27,10 @@ Also measured:
     (model._get_ddp_logging_data(), every step recorded via
     _set_ddp_runtime_logging_sample_rate(1)): "comm" is backward_comm_time, from the first
     bucket's all_reduce launch to the last bucket's completion; "exposed comm" is that minus
-    backward_compute_comm_overlap_time, the part backward did not hide.
+    backward_compute_comm_overlap_time, the part backward did not hide. Where ranks share
+    cores, "comm" is mostly the wait for the slowest rank's backward; "bucket comm" is the
+    backend's own part: after the timed steps, DDP's buckets (their sizes from its logging
+    data) all_reduced as DDP launches them, after a barrier that lines the ranks up.
   - floor: what one torch.distributed call costs with no communication at all, in world-size-1
     jobs: dist.all_reduce of 8 B on c10d and on gloo, the same through the ProcessGroup's
     method (no Python wrapper), and dist.all_reduce on a backend written in Python whose ops
@@ -331,9 +334,38 @@ def worker_ddp(args, torch, dist, rank, world):
     step_s = slowest(torch, dist, elapsed) / steps
     comm_s = slowest(torch, dist, comm_ns * 1e-9)
     exposed_s = slowest(torch, dist, max(0.0, comm_ns - overlap_ns) * 1e-9)
+    bucket_s = replay_buckets(torch, dist, model, steps)
     return {"steps": steps, "batch_per_rank": batch, "params": params,
             "step_us": step_s * 1e6, "comm_us": comm_s * 1e6, "exposed_comm_us": exposed_s * 1e6,
-            "comm_share": comm_s / step_s if step_s > 0 else 0.0}
+            "comm_share": comm_s / step_s if step_s > 0 else 0.0,
+            "bucket_comm_us": bucket_s * 1e6}
+
+
+def replay_buckets(torch, dist, model, steps):
+    """The communication of one step without the wait for other ranks' compute: DDP's own
+    buckets (their sizes from its logging data), all_reduced as DDP launches them (async, then
+    all waited for), after a barrier that lines the ranks up; seconds per step, the slowest
+    rank's mean. DDP's comm time runs from the first bucket's launch to the last one's end on
+    each rank, so where ranks share cores it mostly measures how far behind the slowest
+    rank's backward is; this measures what the backend itself takes for the same buckets."""
+    data = model._get_ddp_logging_data()
+    sizes = [int(b) for b in str(data.get("rebuilt_bucket_sizes")
+                                 or data["bucket_sizes"]).replace(",", " ").split()]
+    buckets = [torch.ones(n // 4) for n in sizes]  # float32 gradients: bytes / 4 elements
+    world = dist.get_world_size()
+    total = 0.0
+    for _ in range(steps):
+        for b in buckets:
+            b.fill_(1.0)
+        dist.barrier()
+        start = time.perf_counter()
+        works = [dist.all_reduce(b, async_op=True) for b in buckets]
+        for w in works:
+            w.wait()
+        total += time.perf_counter() - start
+    for b in buckets:
+        check(torch, b, torch.full_like(b, float(world)), "DDP bucket all_reduce")
+    return slowest(torch, dist, total / steps)
 
 
 def timed(fn, n):
@@ -487,7 +519,7 @@ def summarize(args, runs):
             continue
         row = {"ranks": world}
         for b in BACKENDS:
-            for k in ("step_us", "comm_us", "exposed_comm_us", "comm_share"):
+            for k in ("step_us", "comm_us", "exposed_comm_us", "comm_share", "bucket_comm_us"):
                 row[f"{b}_{k}"] = median_or_none([d[k] for d in per[b]])
         if per["c10d"]:
             row["params"] = per["c10d"][0]["params"]
@@ -525,7 +557,8 @@ def print_table(args, rows, ddp, floor):
 
     for d in ddp:
         for label, key in (("ddp_fmnist step", "step_us"), ("ddp_fmnist comm", "comm_us"),
-                           ("ddp_fmnist exposed comm", "exposed_comm_us")):
+                           ("ddp_fmnist exposed comm", "exposed_comm_us"),
+                           ("ddp_fmnist bucket comm", "bucket_comm_us")):
             size = d.get("params", 0) * ELEMENT if key != "step_us" else 0
             count = d.get("params", 0) if key != "step_us" else 0
             print(f"  {d['ranks']:>5d} {label:>23s}{size:>10d} {count:>9d}   "
@@ -536,8 +569,10 @@ def print_table(args, rows, ddp, floor):
         print("# ddp_fmnist: examples/torch_ddp_fmnist.py's CNN, batch 64 per rank, per step: "
               "step = forward + backward + SGD step; comm = DDP's backward_comm_time (first "
               "bucket's all_reduce launched to the last one done); exposed comm = comm minus "
-              "its overlap with backward compute (backward_compute_comm_overlap_time); size = "
-              "the gradients")
+              "its overlap with backward compute (backward_compute_comm_overlap_time); bucket "
+              "comm = DDP's buckets all_reduced as DDP launches them, after a barrier (the "
+              "backend's own time, without waiting for other ranks' backward); size = the "
+              "gradients")
     if floor:
         print("# floor (world size 1, 8 B, nothing to communicate; median us per call):")
         for name, value in floor.items():

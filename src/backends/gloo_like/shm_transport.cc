@@ -47,7 +47,8 @@ constexpr std::string_view kSegmentKind = "c10d-shm";
 // Bytes copied between publications of a ring position: the other side starts on a chunk as
 // soon as it is in, so a large message's two copies overlap.
 constexpr std::uint64_t kChunk = std::uint64_t{128} << 10;
-// A waiter keeps polling this long after bytes last moved when it has a core of its own.
+// A waiter keeps polling this long after bytes last moved when it has a core of its own
+// (yielding the core between polls after core::kHotSpin: see poll_until).
 constexpr auto kHotWindow = std::chrono::milliseconds(1);
 // The longest a waiter sleeps on its doorbell before looking at its peers' processes.
 constexpr auto kSleepSlice = std::chrono::milliseconds(100);
@@ -602,8 +603,12 @@ struct ShmTransport::Impl {
       moved = false;
       if (now >= deadline) return false;
       const auto idle = now - last_moved;
-      if (idle < hot_window) continue;
-      if (!hot && idle < core::spin_window()) {
+      // Past the hot spin a poller yields between polls: the peer may be waiting to run on this
+      // very core (another process took the other one, or the affinity says so), and a poller
+      // that never yields holds it for a whole time slice. Two ranks pinned to one core took
+      // 1.1 ms per 8-byte all_reduce that way.
+      if (idle < core::hot_spin()) continue;
+      if (idle < std::max<Clock::duration>(hot_window, core::spin_window())) {
         sched_yield();
         continue;
       }
