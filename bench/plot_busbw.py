@@ -30,9 +30,9 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from torch_backends import parse_bytes  # noqa: E402 (a sibling script; imports no torch)
 # series name -> (label, matplotlib style); the order is the legend's.
 SERIES = {
     "c10d-shm": ("c10d, shared memory", dict(color="tab:blue", marker="o")),
@@ -48,20 +48,6 @@ TORCH_OP = {"all_reduce": "all_reduce", "broadcast": "broadcast",
 # nccl-tests' in-place column for the collectives c10d's API runs in place.
 IN_PLACE = {"all_reduce": True, "broadcast": True, "all_gather": False,
             "reduce_scatter": False, "all_to_all": False}
-
-
-def parse_bytes(text):
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    try:
-        if text[-1:].upper() in units:
-            value = int(text[:-1]) * units[text[-1].upper()]
-        else:
-            value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8, 64K, 64M)")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
-    return value
 
 
 def int_list(text):

@@ -14,9 +14,9 @@ machine.
 
 import os
 import re
-import subprocess
 import sys
-import tempfile
+
+import planted
 
 LINK = re.compile(r"(?<!\!)\[[^\]]*\]\(([^)\s]+)\)|\!\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -97,28 +97,14 @@ def check(repo):
 
 
 def self_test():
-    with tempfile.TemporaryDirectory() as root:
-        os.makedirs(os.path.join(root, "docs"))
-        with open(os.path.join(root, "docs", "a.md"), "w") as f:
-            f.write("# A page\n\n## The `x` part, and more\n\n## Twice\n\n## Twice\n\n"
-                    "[ok](#the-x-part-and-more) [ok](#twice-1) [ok](../README.md#top)\n"
-                    "[bad](#nowhere)\n[bad](missing.md)\n[bad](../README.md#gone)\n"
-                    "Measured in session 4.\n```\n[not a link](nowhere.md)\n```\n")
-        with open(os.path.join(root, "README.md"), "w") as f:
-            f.write("# Top\n\n[ok](docs/a.md#a-page) ![ok](docs/a.md)\n")
-        run = subprocess.run([sys.executable, os.path.abspath(__file__), root],
-                             capture_output=True, text=True)
-    expect = ["docs/a.md:10:", "docs/a.md:11:", "docs/a.md:12:", "docs/a.md:13:"]
-    found = run.stdout.splitlines()
-    missing = [e for e in expect if not any(line.startswith(e) for line in found)]
-    extra = [line for line in found if not any(line.startswith(e) for e in expect)]
-    if run.returncode != 1 or missing or extra:
-        print(f"docs_links_test --self-test: exit {run.returncode}, missed {missing}, "
-              f"reported too {extra}")
-        return 1
-    print(f"docs_links_test --self-test: all {len(expect)} planted faults reported")
-    return 0
-
+    page = ("# A page\n\n## The `x` part, and more\n\n## Twice\n\n## Twice\n\n"
+            "[ok](#the-x-part-and-more) [ok](#twice-1) [ok](../README.md#top)\n"
+            "[bad](#nowhere)\n[bad](missing.md)\n[bad](../README.md#gone)\n"
+            "Measured in session 4.\n```\n[not a link](nowhere.md)\n```\n")
+    readme = "# Top\n\n[ok](docs/a.md#a-page) ![ok](docs/a.md)\n"
+    return planted.check_finds(__file__, {"docs/a.md": page, "README.md": readme},
+                               ["docs/a.md:10:", "docs/a.md:11:", "docs/a.md:12:",
+                                "docs/a.md:13:"])
 
 def main():
     if sys.argv[1:] == ["--self-test"]:
