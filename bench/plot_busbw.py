@@ -32,7 +32,7 @@ import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from torch_backends import parse_bytes  # noqa: E402 (a sibling script; imports no torch)
+from torch_backends import parse_bytes, rank_list  # noqa: E402 (a sibling script; imports no torch)
 # series name -> (label, matplotlib style); the order is the legend's.
 SERIES = {
     "c10d-shm": ("c10d, shared memory", dict(color="tab:blue", marker="o")),
@@ -48,16 +48,6 @@ TORCH_OP = {"all_reduce": "all_reduce", "broadcast": "broadcast",
 # nccl-tests' in-place column for the collectives c10d's API runs in place.
 IN_PLACE = {"all_reduce": True, "broadcast": True, "all_gather": False,
             "reduce_scatter": False, "all_to_all": False}
-
-
-def int_list(text):
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}")
-    if not values or min(values) < 2:
-        raise argparse.ArgumentTypeError(f"world sizes must be at least 2: {text!r}")
-    return values
 
 
 def collective_list(text):
@@ -225,7 +215,7 @@ def main():
     p.add_argument("--data", required=True, help="directory of the JSON series")
     p.add_argument("--run", action="store_true", help="measure first (minutes)")
     p.add_argument("--build", default=os.path.join(REPO, "build"))
-    p.add_argument("--worlds", type=int_list, default=[2, 4])
+    p.add_argument("--worlds", type=rank_list, default=[2, 4])
     p.add_argument("--collectives", type=collective_list, default=["all_reduce"])
     p.add_argument("--min-bytes", type=parse_bytes, default=8)
     p.add_argument("--max-bytes", type=parse_bytes, default=64 << 20)

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 
-import planted
+import tree_check
 
 LINK = re.compile(r"(?<!\!)\[[^\]]*\]\(([^)\s]+)\)|\!\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -102,7 +102,7 @@ def self_test():
             "[bad](#nowhere)\n[bad](missing.md)\n[bad](../README.md#gone)\n"
             "Measured in session 4.\n```\n[not a link](nowhere.md)\n```\n")
     readme = "# Top\n\n[ok](docs/a.md#a-page) ![ok](docs/a.md)\n"
-    return planted.check_finds(__file__, {"docs/a.md": page, "README.md": readme},
+    return tree_check.check_finds(__file__, {"docs/a.md": page, "README.md": readme},
                                ["docs/a.md:10:", "docs/a.md:11:", "docs/a.md:12:",
                                 "docs/a.md:13:"])
 
@@ -111,14 +111,8 @@ def main():
         return self_test()
     repo = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    problems = check(repo)
-    for p in problems:
-        print(p)
-    if problems:
-        print(f"docs_links_test: {len(problems)} fault(s)", file=sys.stderr)
-        return 1
-    print(f"docs_links_test: {len(pages(repo))} pages, every relative link leads somewhere")
-    return 0
+    return tree_check.report("docs_links_test", check(repo), "fault(s)",
+                             f"{len(pages(repo))} pages, every relative link leads somewhere")
 
 
 if __name__ == "__main__":

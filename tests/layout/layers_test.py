@@ -24,7 +24,7 @@ import os
 import re
 import sys
 
-import planted
+import tree_check
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCES = (".h", ".cc")
@@ -144,13 +144,8 @@ def main():
                 problems.append(f"{path}:{line}: the c10d side of the bridge includes {name}; "
                                 "torch headers belong to torch_process_group.cc only")
 
-    for p in problems:
-        print(p)
-    if problems:
-        print(f"layers_test: {len(problems)} include(s) across the layers", file=sys.stderr)
-        return 1
-    print(f"layers_test: {len(library_of)} layers, every include keeps to them")
-    return 0
+    return tree_check.report("layers_test", problems, "include(s) across the layers",
+                             f"{len(library_of)} layers, every include keeps to them")
 
 
 def self_test():
@@ -168,7 +163,7 @@ def self_test():
     expect = ["src/algorithms/bad.cc:1:", "include/c10d/bad.h:2:", "tools/bad.cc:1:",
               "examples/bad.cc:2:", "python/bridge/torch_process_group.cc:2:",
               "python/bridge/bridge_core.cc:1:"]
-    return planted.check_finds(__file__, files, expect, copies=["src/CMakeLists.txt"])
+    return tree_check.check_finds(__file__, files, expect, copies=["src/CMakeLists.txt"])
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--self-test"]:

@@ -1,5 +1,6 @@
-"""The self-test both tree checks run: plant faults in a scratch tree, run the check on it, and
-require that it fails (exit 1) reporting exactly the planted faults, each by its file:line."""
+"""What the tree checks share: how they report, and their self-test, which plants faults in a
+scratch tree, runs the check on it, and requires that it fails (exit 1) reporting exactly the
+planted faults, each by its file:line."""
 
 import os
 import shutil
@@ -31,4 +32,15 @@ def check_finds(script, files, expect, copies=()):
         print(f"{name} --self-test: exit {run.returncode}, missed {missing}, reported too {extra}")
         return 1
     print(f"{name} --self-test: all {len(expect)} planted faults reported")
+    return 0
+
+
+def report(name, problems, what, all_good):
+    """Prints each problem and a summary; the exit code: 1 when there is a problem."""
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"{name}: {len(problems)} {what}", file=sys.stderr)
+        return 1
+    print(f"{name}: {all_good}")
     return 0
