@@ -40,7 +40,7 @@
 //   +----------+-------------+-----------------+
 // The reader checks each header before it uses it (decode_frame_header): a length over
 // kMaxMessageBytes, or a reserved tag with a length its frame never has, is a fault that ends the
-// connection; nothing is allocated for the length a header claims (see tcp_transport.cc).
+// connection; nothing is allocated for the length a header claims (see tcp_reader.cc).
 // Goodbye: a message frame with tag kGoodbyeTag and length 0, the last frame of an orderly close.
 // Abort notice: the last frame of a transport that aborted, tag kAbortTag, whose payload is
 //   +---------------+------------------------------------------+
@@ -69,8 +69,11 @@ inline constexpr std::uint64_t kGoodbyeTag = ~std::uint64_t{0};
 inline constexpr std::uint64_t kAbortTag = ~std::uint64_t{0} - 1;
 inline constexpr std::size_t kMaxAbortMessageBytes = 4096;
 
+// AbortNotice::lost_rank when the abort blames no rank.
+inline constexpr std::int32_t kNoLostRank = -1;
+
 struct AbortNotice {
-  std::int32_t lost_rank = -1;
+  std::int32_t lost_rank = kNoLostRank;
   std::string message;
   bool stalled = false;  // lost_rank did not die: it made no progress
 };
