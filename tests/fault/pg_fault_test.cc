@@ -203,11 +203,19 @@ TEST(ProcessGroupFaultTest, LauncherReportsTheStoppedRankAsTheCause) {
   ASSERT_TRUE(std::regex_search(err, m, cause)) << err << out;
   EXPECT_NE(err.find("timed out waiting for it"), std::string::npos) << err;
   EXPECT_NE(err.find("after rank 2 made no progress"), std::string::npos) << err;
+  // Every rank that says why it failed names rank 2. The launcher stops the others as soon as
+  // one fails, so on a loaded machine a rank may be stopped before it prints: at least the first
+  // must have.
+  int named = 0;
   for (int r : {0, 1, 3}) {
-    const std::regex named("\\[rank " + std::to_string(r) +
-                           "\\]: FAILED [^\\n]*rank 2 made no progress");
-    EXPECT_TRUE(std::regex_search(out, named)) << "rank " << r << ": " << out;
+    const std::regex failed("\\[rank " + std::to_string(r) + "\\]: FAILED ([^\\n]*)");
+    std::smatch line;
+    if (!std::regex_search(out, line, failed)) continue;
+    EXPECT_NE(line[1].str().find("rank 2 made no progress"), std::string::npos)
+        << "rank " << r << ": " << out;
+    ++named;
   }
+  EXPECT_GE(named, 1) << out;
   // The launcher reaped its children before it exited: the stopped rank is gone.
   const pid_t stopped = static_cast<pid_t>(std::stol(m[1].str()));
   EXPECT_EQ(::kill(stopped, 0), -1);
