@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/shape.h"
 
 namespace c10d::inline v1::nn {
 namespace format {
@@ -188,23 +190,23 @@ Decoded decode_from(Source& in) {
       return fail(fmt::format("'{}': {} dims exceeds the limit of {}", name, ndim, kMaxDims));
     }
     std::vector<std::int64_t> shape(ndim);
-    std::uint64_t numel = 1;
     for (auto& d : shape) {
       if (!get(in, d)) return fail(fmt::format("truncated in the shape of '{}'", name));
       if (d < 0) return fail(fmt::format("'{}': negative dimension {}", name, d));
-      const auto ud = static_cast<std::uint64_t>(d);
-      // Bounded by the file size below, so an overflow here can only mean a lie.
-      if (ud != 0 && numel > (std::uint64_t{1} << 62) / ud) {
-        return fail(fmt::format("'{}': shape overflows", name));
-      }
-      numel *= ud;
+    }
+    const auto dt = static_cast<DType>(dtype);
+    // Bounded by the file size below, so a shape too large to count can only mean a lie.
+    const auto bytes = core::shape_bytes(shape, element_size(dt));
+    if (!bytes) {
+      return fail(fmt::format("'{}': shape [{}] of {} is too large to count its bytes", name,
+                              fmt::join(shape, ", "), dtype_name(dt)));
     }
     std::uint64_t nbytes = 0;
     if (!get(in, nbytes)) return fail(fmt::format("truncated before the data of '{}'", name));
-    const auto dt = static_cast<DType>(dtype);
-    if (numel > (std::uint64_t{1} << 62) / element_size(dt) || nbytes != numel * element_size(dt)) {
+    if (nbytes != static_cast<std::uint64_t>(*bytes)) {
       return fail(fmt::format("'{}': {} data bytes do not match {} elements of {}", name, nbytes,
-                              numel, dtype_name(dt)));
+                              *bytes / static_cast<std::int64_t>(element_size(dt)),
+                              dtype_name(dt)));
     }
     if (in.remaining() < nbytes) {
       return fail(fmt::format("truncated in the data of '{}': {} bytes needed, {} left", name,
