@@ -229,7 +229,18 @@ struct TCPStore::Impl {
     limits.max_value_bytes = std::min<std::uint64_t>(limits.max_value_bytes, value_bytes);
     limits.max_keys_per_op = std::min<std::uint64_t>(limits.max_keys_per_op, keys_per_op);
     limits.max_frame_bytes = std::min<std::uint64_t>(limits.max_frame_bytes, frame_bytes);
-    if (!auth_required) return local;
+    if (!auth_required) {
+      if (options.token.empty()) return local;
+      // A client with a token reaches only a server that asks for it: a server without one is
+      // not its job's (a stale port taken by another process, another job's store), and what
+      // it would hand out (a transport secret, peers' addresses) must not be believed.
+      drop();
+      C10D_THROW(StoreError,
+                 "server at {} asks for no token but this client has one (C10D_STORE_TOKEN or "
+                 "TCPStoreOptions::token): it is not the store of this client's job, or it was "
+                 "started without the job's token",
+                 address);
+    }
     if (options.token.empty()) {
       drop();
       C10D_THROW(StoreError,

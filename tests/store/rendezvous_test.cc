@@ -3,6 +3,7 @@
 // threads that meet through each init method.
 #include "c10d/rendezvous.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -393,6 +394,38 @@ TEST_F(RendezvousTest, EnvUnderMpirunRefusesAPortFileRankZeroDidNotWrite) {
   std::filesystem::create_directory(file);  // a directory where the file should be
   what = refusal();
   EXPECT_NE(what.find("is not the private file rank 0 writes"), std::string::npos) << what;
+  std::filesystem::remove_all(dir);
+}
+
+// A port file whose port an open server holds (a file an earlier job left, its port since taken
+// by a store that asks for no token): the rank holds the file's token, so it refuses that server
+// rather than take the transport secret and addresses it would hand out.
+TEST_F(RendezvousTest, EnvUnderMpirunRefusesAServerThatAsksForNoToken) {
+  const std::string dir = temp_path("mpirun_stale");
+  set_mpirun_job(dir, 2, 2);
+  const std::filesystem::path file =
+      std::filesystem::path(dir) / ("c10d-store-job" + std::to_string(::getpid()));
+  store::ServerOptions options;
+  options.host = "127.0.0.1";
+  TCPStoreServer open(options);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directory(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+  {
+    std::ofstream out(file);
+    out << open.port() << "\n" << std::string(64, 'a') << "\n";
+  }
+  std::filesystem::permissions(
+      file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  try {
+    rendezvous("env://", 1, -1, Milliseconds(2000));
+    ADD_FAILURE() << "rank 1 took a server that asks for no token";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format(
+                  "server at 127.0.0.1:{} asks for no token but this client has one", open.port())),
+              std::string::npos)
+        << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 
