@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/fd.h"
 #include "core/shape.h"
 
 namespace c10d::inline v1::nn {
@@ -271,20 +272,7 @@ std::string_view file_kind(mode_t mode) {
   return "not a regular file";
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
+using core::Fd;
 
 void write_all(int fd, const std::uint8_t* data, std::size_t n, const std::string& path) {
   while (n > 0) {

@@ -14,8 +14,10 @@
 
 #include "core/auth.h"
 #include "core/check.h"
+#include "core/fd.h"
 #include "core/logging.h"
 #include "core/parse.h"
+#include "store/store_util.h"
 
 namespace c10d::inline v1::store {
 namespace {
@@ -39,14 +41,6 @@ int env_count(const char* name) {
   return static_cast<int>(core::env_int(name, 1, std::numeric_limits<int>::max()).value_or(-1));
 }
 
-// Closes an fd on every path.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 // The directory holds the port file, and the token when rank 0 made one up: whoever may
 // write there could replace the file with one that sends the ranks to a store of theirs. It
 // must be this user's, a real directory, and writable by no one else.
@@ -66,31 +60,6 @@ void check_private_directory(const std::filesystem::path& dir) {
   }
 }
 
-// Rank 0: writes `text` to `path` by way of a file only this user may read (0600), then a
-// rename, so that a reader never sees half of it.
-void write_private_file(const std::filesystem::path& path, const std::string& text) {
-  const std::string tmp = path.string() + ".tmp";
-  ::unlink(tmp.c_str());  // left by a rank 0 of this job that died here: never followed
-  Fd out{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)};
-  if (out.fd < 0) {
-    C10D_THROW(StoreError, "env:// under mpirun: cannot create {}: {}", tmp, std::strerror(errno));
-  }
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(out.fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      C10D_THROW(StoreError, "env:// under mpirun: cannot write the store's port to {}: {}", tmp,
-                 std::strerror(errno));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  C10D_CHECK(!ec, "env:// under mpirun: cannot rename {} to {}: {}", tmp, path.string(),
-             ec.message());
-}
-
 // What rank 0 left in the port file.
 struct Published {
   std::uint16_t port = 0;
@@ -101,8 +70,8 @@ struct Published {
 // be read, is not this user's private regular file, or does not hold "port\n[token\n]" is a
 // StoreError naming it: it was not written by this job's rank 0, or this rank cannot see it.
 std::optional<Published> read_port_file(const std::filesystem::path& path, int rank) {
-  Fd in{::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)};
-  if (in.fd < 0) {
+  core::Fd in(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+  if (!in.valid()) {
     if (errno == ENOENT) return std::nullopt;
     C10D_THROW(StoreError,
                "env:// under mpirun: rank {} cannot read the store's port and token from {}: {}; "
@@ -110,7 +79,7 @@ std::optional<Published> read_port_file(const std::filesystem::path& path, int r
                rank, path.string(), std::strerror(errno), kInstead);
   }
   struct stat st {};
-  if (::fstat(in.fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+  if (::fstat(in.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
       (st.st_mode & 077) != 0 || st.st_size > static_cast<off_t>(kMaxPortFileBytes)) {
     C10D_THROW(StoreError,
                "env:// under mpirun: rank {}: {} is not the private file rank 0 writes (a "
@@ -120,7 +89,7 @@ std::optional<Published> read_port_file(const std::filesystem::path& path, int r
   std::string text(kMaxPortFileBytes + 1, '\0');
   std::size_t got = 0;
   for (;;) {
-    const ssize_t n = ::read(in.fd, text.data() + got, text.size() - got);
+    const ssize_t n = ::read(in.get(), text.data() + got, text.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     got += static_cast<std::size_t>(n);
@@ -199,8 +168,10 @@ std::shared_ptr<Store> open_mpirun_store(const MpirunJob& job, int rank, Millise
     options.is_server = true;
     options.port = 0;
     auto store = std::make_shared<TCPStore>(options);
-    write_private_file(job.port_file,
-                       fmt::format("{}\n{}", store->port(), own_token ? options.token + "\n" : ""));
+    // Mode 0600: the file may hold the token.
+    write_file_atomically(
+        job.port_file, fmt::format("{}\n{}", store->port(), own_token ? options.token + "\n" : ""),
+        0600, "env:// under mpirun");
     C10D_LOG_INFO("rendezvous: rank 0 hosts the store at 127.0.0.1:{} (port{} in {})",
                   store->port(), own_token ? " and token" : "", job.port_file.string());
     return store;

@@ -29,6 +29,7 @@
 #include "c10d/store.h"
 #include "core/auth.h"
 #include "core/check.h"
+#include "core/fd.h"
 #include "core/logging.h"
 #include "store/store_util.h"
 #include "store/tcp_store_server.h"
@@ -65,27 +66,7 @@ std::string keys_text(std::span<const std::string> keys) {
   return fmt::format("[{}, ... {} keys in all]", fmt::join(keys.first(kShown), ", "), keys.size());
 }
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    reset();
-    fd_ = std::exchange(o.fd_, -1);
-    return *this;
-  }
-  ~Fd() { reset(); }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
+using core::Fd;
 
 Milliseconds plus_grace(Milliseconds t) {
   return t >= Milliseconds::max() - kServerGrace ? Milliseconds::max() : t + kServerGrace;

@@ -36,6 +36,7 @@
 #include "core/auth.h"
 #include "core/logging.h"
 #include "core/parse.h"
+#include "store/store_util.h"
 #include "store/tcp_store_server.h"
 
 namespace {
@@ -299,24 +300,6 @@ std::string host_port(const std::string& host, std::uint16_t port) {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-// Writes F.tmp and renames it over F, so a reader sees either no file or the whole port.
-void write_port_file(const std::filesystem::path& path, std::uint16_t port) {
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << '\n';
-    out.close();
-    if (!out) throw c10d::Error("cannot write port file " + tmp.string());
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    throw c10d::Error("cannot rename " + tmp.string() + " to " + path.string() + ": " +
-                      ec.message());
-  }
-}
-
 int serve(const Args& args) {
   const std::string* port_text = args.flag("port");
   if (port_text == nullptr) throw UsageError("serve needs --port P (0 picks a free port)");
@@ -355,7 +338,11 @@ int serve(const Args& args) {
 
   c10d::store::raise_open_file_limit();  // one descriptor per rank
   c10d::TCPStoreServer server(options);
-  if (port_file != nullptr) write_port_file(*port_file, server.port());
+  if (port_file != nullptr) {
+    // A reader sees either no file or the whole port.
+    c10d::store::write_file_atomically(*port_file, std::to_string(server.port()) + "\n", 0644,
+                                       "c10d-store serve --port-file");
+  }
   std::cout << "c10d-store: serving on " << host_port(server.host(), server.port()) << std::endl;
   if (options.token.empty()) {
     // One line, on stderr, where an operator looks: an open store is the job's keys and its TCP
