@@ -79,10 +79,11 @@ TEST(LaunchOptionsTest, BadCommandLinesNameTheFlag) {
   EXPECT_EQ(usage_error({"--nproc-per-node", "0", "p"}),
             "--nproc-per-node 0 is out of range [1, 4096]");
   EXPECT_EQ(usage_error({"--nproc-per-node", "2x", "p"}),
-            "--nproc-per-node '2x' is not an integer");
-  EXPECT_EQ(usage_error({"--nproc-per-node", "", "p"}), "--nproc-per-node '' is not an integer");
+            "--nproc-per-node '2x' is not an integer in [1, 4096]");
+  EXPECT_EQ(usage_error({"--nproc-per-node", "", "p"}),
+            "--nproc-per-node is empty, not a number in [1, 4096]");
   EXPECT_EQ(usage_error({"--nnodes", "99999999999999999999", "p"}),
-            "--nnodes 99999999999999999999 is out of range [1, 100000]");
+            "--nnodes '99999999999999999999' is out of range [1, 100000]");
   EXPECT_EQ(usage_error({"--nnodes", "2", "--node-rank", "2", "--master-port", "1", "p"}),
             "--node-rank 2 is out of range [0, 1] for --nnodes 2");
   EXPECT_EQ(usage_error({"--node-rank", "1", "p"}),

@@ -13,7 +13,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -194,17 +193,9 @@ Args parse_args(int argc, char** argv) {
 // An integer in [lo, hi]; `what` names the flag or argument in the error.
 long long parse_integer(const std::string& text, long long lo, long long hi,
                         const std::string& what) {
-  long long value = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) {
-    throw UsageError(what + " '" + text + "' is not an integer");
-  }
-  if (value < lo || value > hi) {
-    throw UsageError(what + " " + text + " is out of range [" + std::to_string(lo) + ", " +
-                     std::to_string(hi) + "]");
-  }
-  return value;
+  const auto parsed = c10d::core::parse_int(text, lo, hi);
+  if (!parsed.value) throw UsageError(what + " " + parsed.error);
+  return *parsed.value;
 }
 
 std::size_t parse_size(const Args& args, const std::string& flag, std::size_t fallback) {
@@ -289,10 +280,11 @@ std::string token_of(const Args& args) {
     if (token->empty()) throw UsageError(c10d::core::empty_token_message("--token"));
     return *token;
   }
-  const char* env = std::getenv("C10D_STORE_TOKEN");
-  if (env == nullptr) return {};
-  if (*env == '\0') throw UsageError(c10d::core::empty_token_message("C10D_STORE_TOKEN"));
-  return env;
+  try {
+    return c10d::core::token_from_env().value_or(std::string());
+  } catch (const c10d::InvalidArgument& e) {  // set but empty: the user's to fix
+    throw UsageError(e.what());
+  }
 }
 
 std::string host_port(const std::string& host, std::uint16_t port) {
