@@ -24,6 +24,7 @@
 #include "core/check.h"
 #include "core/fd.h"
 #include "core/logging.h"
+#include "core/parse.h"
 
 namespace c10d::inline v1::transport {
 namespace {
@@ -225,14 +226,11 @@ SharedSegment SharedSegment::open(const std::string& name) {
   });
   if (name.size() < 2 || name.size() > NAME_MAX + 1 || name[0] != '/' ||
       name.find('/', 1) != std::string::npos || !printable) {
-    std::string shown = name.substr(0, kShownNameBytes);
-    for (char& c : shown) {
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-    }
     C10D_THROW(NetworkError,
                "cannot open shared memory '{}'{}: not a segment name ('/' and 1 to {} printable "
                "bytes, no other '/'), {} bytes",
-               shown, name.size() > kShownNameBytes ? "..." : "", NAME_MAX, name.size());
+               core::printable(name, kShownNameBytes), name.size() > kShownNameBytes ? "..." : "",
+               NAME_MAX, name.size());
   }
   Fd fd(::shm_open(name.c_str(), O_RDWR, 0600));
   if (fd.get() < 0) {

@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "core/parse.h"
+
 namespace c10d::inline v1::transport {
 namespace {
 
@@ -19,11 +21,7 @@ bool take_int(std::string_view& text, int& out) {
 
 std::string stall_doing(std::string_view text) {
   // Whoever can write the store can write it, and it is printed: bounded, printable.
-  std::string doing(text.substr(0, kMaxStallDoingBytes));
-  for (char& c : doing) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
-  return doing;
+  return core::printable(text, kMaxStallDoingBytes);
 }
 
 std::string encode_stall_record(const StallRecord& record) {
