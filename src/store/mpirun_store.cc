@@ -15,6 +15,7 @@
 #include "core/auth.h"
 #include "core/check.h"
 #include "core/fd.h"
+#include "core/host.h"
 #include "core/logging.h"
 #include "core/parse.h"
 #include "store/store_util.h"
@@ -131,7 +132,7 @@ std::optional<MpirunJob> mpirun_job() {
   if (!job_id || !env("OMPI_COMM_WORLD_SIZE")) return std::nullopt;
   MpirunJob job;
   job.size = env_count("OMPI_COMM_WORLD_SIZE");
-  job.local_size = env_count("OMPI_COMM_WORLD_LOCAL_SIZE");
+  job.local_size = core::env_local_processes("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(-1);
   std::filesystem::path dir;
   if (auto session = env("OMPI_MCA_orte_jobfam_session_dir")) {
     dir = *session;

@@ -435,6 +435,14 @@ TEST_F(RendezvousTest, EnvUnderMpirunAcrossHostsAsksForMasterAddr) {
                      {"span several hosts", "MASTER_ADDR", "MASTER_PORT", "C10D_STORE_TOKEN"}, 1);
 }
 
+// mpirun's count of ranks on this host is held to the bound every reader of it uses
+// (core::env_local_processes), not taken here and refused by another reader later.
+TEST_F(RendezvousTest, EnvUnderMpirunRefusesALocalSizePastTheBound) {
+  set_mpirun_job(temp_path("mpirun_local"), 2, 2);
+  ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1048577", 1);
+  expect_error_names("env://", {"OMPI_COMM_WORLD_LOCAL_SIZE=1048577", "[1, 1048576]"}, 1);
+}
+
 TEST_F(RendezvousTest, EnvUnderMpirunTimesOutNamingThePortFile) {
   const std::string dir = temp_path("mpirun_lonely");
   set_mpirun_job(dir, 2, 2);

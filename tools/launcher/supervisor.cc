@@ -203,12 +203,12 @@ Cause Supervisor::find_cause_of(const Child& failed) {
   std::vector<transport::StallRecord> records;
   if (stall_records_) {
     try {
-      records = transport::decode_stall_records(stall_records_());
+      records = transport::decode_stall_records(stall_records_(), options_.world_size());
     } catch (const std::exception& e) {
       C10D_LOG_INFO("c10drun: cannot read the ranks' stall records: {}", e.what());
     }
   }
-  return find_cause(processes, failed.rank, records, options_.world_size());
+  return find_cause(processes, failed.rank, records);
 }
 
 void Supervisor::on_stop_signal(int signal) {
