@@ -31,11 +31,7 @@ constexpr std::size_t kMaxTokenBytes = 1024;
 constexpr std::string_view kInstead =
     "set C10D_STORE_TOKEN to the same secret for every rank, or MASTER_ADDR and MASTER_PORT";
 
-std::optional<std::string> env(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
-}
+using core::env_text;
 
 // mpirun's counts: a malformed one is an InvalidArgument naming it (never a partial parse).
 int env_count(const char* name) {
@@ -127,17 +123,17 @@ std::optional<Published> read_port_file(const std::filesystem::path& path, int r
 }  // namespace
 
 std::optional<MpirunJob> mpirun_job() {
-  const auto job_id =
-      env("PMIX_NAMESPACE") ? env("PMIX_NAMESPACE") : env("OMPI_MCA_ess_base_jobid");
-  if (!job_id || !env("OMPI_COMM_WORLD_SIZE")) return std::nullopt;
+  auto job_id = env_text("PMIX_NAMESPACE");
+  if (!job_id) job_id = env_text("OMPI_MCA_ess_base_jobid");
+  if (!job_id || !env_text("OMPI_COMM_WORLD_SIZE")) return std::nullopt;
   MpirunJob job;
   job.size = env_count("OMPI_COMM_WORLD_SIZE");
   job.local_size = core::env_local_processes("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(-1);
   std::filesystem::path dir;
-  if (auto session = env("OMPI_MCA_orte_jobfam_session_dir")) {
+  if (auto session = env_text("OMPI_MCA_orte_jobfam_session_dir")) {
     dir = *session;
   } else {
-    dir = std::filesystem::path(env("TMPDIR").value_or("/tmp")) / ("c10d-" + *job_id);
+    dir = std::filesystem::path(env_text("TMPDIR").value_or("/tmp")) / ("c10d-" + *job_id);
   }
   // The job id is part of a file name: nothing in it may lead out of the directory.
   C10D_CHECK(job_id->find('/') == std::string::npos && *job_id != "." && *job_id != "..",

@@ -152,9 +152,9 @@ TEST_F(RendezvousTest, RankAndWorldSizeAreValidated) {
 }
 
 TEST_F(RendezvousTest, EnvErrorsNameTheVariable) {
-  expect_error_names("env://", {"env:// needs MASTER_ADDR (not set)"});
+  expect_error_names("env://", {"env:// needs MASTER_ADDR (unset or empty)"});
   set_env("MASTER_ADDR", "127.0.0.1");
-  expect_error_names("env://", {"env:// needs MASTER_PORT (not set)"});
+  expect_error_names("env://", {"env:// needs MASTER_PORT (unset or empty)"});
   set_env("MASTER_PORT", "port");
   expect_error_names("env://", {"MASTER_PORT", "'port'"});
   set_env("MASTER_PORT", "65536");
@@ -175,7 +175,9 @@ TEST_F(RendezvousTest, EnvErrorsNameTheVariable) {
   expect_error_names("env://", {"C10D_STORE_EXTERNAL", "'perhaps'"});
   expect_error_names("env://127.0.0.1:1", {"env:// takes no address"});
   set_env("MASTER_ADDR", "");
-  expect_error_names("env://", {"MASTER_ADDR", "empty"});
+  expect_error_names("env://", {"env:// needs MASTER_ADDR (unset or empty)"});
+  set_env("MASTER_ADDR", "[]");
+  expect_error_names("env://", {"env:// needs MASTER_ADDR ('[]' names no host)"});
 }
 
 TEST_F(RendezvousTest, FileErrorsNameThePath) {
@@ -271,6 +273,26 @@ void set_mpirun_job(const std::string& session_dir, int size, int local) {
   ::setenv("OMPI_COMM_WORLD_SIZE", std::to_string(size).c_str(), 1);
   ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(local).c_str(), 1);
   ::setenv("OMPI_MCA_orte_jobfam_session_dir", session_dir.c_str(), 1);
+}
+
+// A variable set but empty is unset, as everywhere in c10d: an empty RANK defers to mpirun's,
+// and empty MASTER_ADDR and MASTER_PORT under mpirun leave the store to rank 0 (here, on ranks
+// that span hosts, that is refused naming them).
+TEST_F(RendezvousTest, EmptyVariablesCountAsUnset) {
+  TCPStoreServer server(store::ServerOptions{});
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(server.port());
+  set_env("C10D_STORE_EXTERNAL", "1");
+  set_env("OMPI_COMM_WORLD_RANK", "1");
+  set_env("OMPI_COMM_WORLD_SIZE", "2");
+  set_env("RANK", "");
+  set_env("WORLD_SIZE", "");
+  RendezvousResult rv = rendezvous(url, -1, -1, kTimeout);
+  EXPECT_EQ(rv.rank, 1);
+  EXPECT_EQ(rv.world_size, 2);
+  set_mpirun_job(temp_path("mpirun_empty"), 4, 2);
+  set_env("MASTER_ADDR", "");
+  set_env("MASTER_PORT", "");
+  expect_error_names("env://", {"span several hosts"}, 1);
 }
 
 TEST_F(RendezvousTest, EnvUnderMpirunWithoutAddressMeetsAtTheStoreRankZeroHosts) {
