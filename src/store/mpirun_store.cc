@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <thread>
@@ -120,6 +121,23 @@ std::optional<Published> read_port_file(const std::filesystem::path& path, int r
   return p;
 }
 
+// What rank 0 published goes with its store: a port file left behind would send a later job with
+// the same id to a port that someone else may hold by then, and the fallback directories would
+// pile up in $TMPDIR. The file goes only while it still holds what this store wrote (a later
+// store of this process may have replaced it); the directory only when this store made it, and
+// only when empty. Never throws: it runs in a deleter.
+void unpublish(const std::filesystem::path& port_file, const std::string& text, bool made_dir) {
+  std::error_code ec;
+  {
+    std::ifstream in(port_file, std::ios::binary);
+    std::string held(kMaxPortFileBytes + 1, '\0');
+    in.read(held.data(), static_cast<std::streamsize>(held.size()));
+    held.resize(static_cast<std::size_t>(in.gcount()));
+    if (held == text) std::filesystem::remove(port_file, ec);
+  }
+  if (made_dir) std::filesystem::remove(port_file.parent_path(), ec);  // fails when not empty
+}
+
 }  // namespace
 
 std::optional<MpirunJob> mpirun_job() {
@@ -160,18 +178,29 @@ std::shared_ptr<Store> open_mpirun_store(const MpirunJob& job, int rank, Millise
     // made up here closes it, and reaches the other ranks through a file only this user reads.
     const bool own_token = !core::token_from_env();
     if (own_token) options.token = core::random_hex(32);
-    ::mkdir(dir.c_str(), 0700);  // mpirun's session directory exists; the fallback may not
-    check_private_directory(dir);
-    options.is_server = true;
-    options.port = 0;
-    auto store = std::make_shared<TCPStore>(options);
-    // Mode 0600: the file may hold the token.
-    write_file_atomically(
-        job.port_file, fmt::format("{}\n{}", store->port(), own_token ? options.token + "\n" : ""),
-        0600, "env:// under mpirun");
-    C10D_LOG_INFO("rendezvous: rank 0 hosts the store at 127.0.0.1:{} (port{} in {})",
-                  store->port(), own_token ? " and token" : "", job.port_file.string());
-    return store;
+    // mpirun's session directory exists; the fallback may not.
+    const bool made_dir = ::mkdir(dir.c_str(), 0700) == 0;
+    try {
+      check_private_directory(dir);
+      options.is_server = true;
+      options.port = 0;
+      auto store = std::make_unique<TCPStore>(options);
+      const std::uint16_t port = store->port();
+      const std::string text = fmt::format("{}\n{}", port, own_token ? options.token + "\n" : "");
+      write_file_atomically(job.port_file, text, 0600,
+                            "env:// under mpirun");  // may hold the token
+      C10D_LOG_INFO("rendezvous: rank 0 hosts the store at 127.0.0.1:{} (port{} in {})", port,
+                    own_token ? " and token" : "", job.port_file.string());
+      return std::shared_ptr<Store>(store.release(),
+                                    [port_file = job.port_file, text, made_dir](Store* s) {
+                                      delete s;
+                                      unpublish(port_file, text, made_dir);
+                                    });
+    } catch (...) {
+      std::error_code ec;
+      if (made_dir) std::filesystem::remove(dir, ec);
+      throw;
+    }
   }
   const auto start = std::chrono::steady_clock::now();
   for (;;) {

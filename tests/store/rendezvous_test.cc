@@ -41,7 +41,8 @@ const char* const kRendezvousVars[] = {"MASTER_ADDR",
                                        "PMIX_NAMESPACE",
                                        "OMPI_MCA_ess_base_jobid",
                                        "OMPI_COMM_WORLD_LOCAL_SIZE",
-                                       "OMPI_MCA_orte_jobfam_session_dir"};
+                                       "OMPI_MCA_orte_jobfam_session_dir",
+                                       "TMPDIR"};
 
 class RendezvousTest : public ::testing::Test {
  protected:
@@ -463,6 +464,42 @@ TEST_F(RendezvousTest, EnvUnderMpirunRefusesALocalSizePastTheBound) {
   set_mpirun_job(temp_path("mpirun_local"), 2, 2);
   ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1048577", 1);
   expect_error_names("env://", {"OMPI_COMM_WORLD_LOCAL_SIZE=1048577", "[1, 1048576]"}, 1);
+}
+
+// Without mpirun's session directory rank 0 makes $TMPDIR/c10d-<job>; the port file and that
+// directory go with its store, so that neither a stale port nor the directories outlive the job.
+// In mpirun's session directory only the file goes.
+TEST_F(RendezvousTest, EnvUnderMpirunRemovesWhatRankZeroPublishedWithItsStore) {
+  const std::filesystem::path tmp = temp_path("mpirun_tmpdir");
+  std::filesystem::create_directory(tmp);
+  set_mpirun_job("unused", 2, 2);
+  ::unsetenv("OMPI_MCA_orte_jobfam_session_dir");
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  const std::string job = "job" + std::to_string(::getpid());
+  const std::filesystem::path dir = tmp / ("c10d-" + job);
+  const std::filesystem::path file = dir / ("c10d-store-" + job);
+  {
+    auto rank1 =
+        std::async(std::launch::async, [] { return rendezvous("env://", 1, -1, kTimeout); });
+    RendezvousResult rank0 = rendezvous("env://", 0, -1, kTimeout);
+    RendezvousResult other = rank1.get();
+    other.store->set("k", std::string_view("v"));
+    EXPECT_EQ(rank0.store->get_string("k"), "v");
+    EXPECT_TRUE(std::filesystem::exists(file)) << file;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir)) << dir << " outlived the store";
+  // mpirun's directory stays; only the file goes.
+  const std::filesystem::path session = tmp / "session";
+  std::filesystem::create_directory(session);
+  std::filesystem::permissions(session, std::filesystem::perms::owner_all);
+  ::setenv("OMPI_MCA_orte_jobfam_session_dir", session.c_str(), 1);
+  {
+    RendezvousResult rank0 = rendezvous("env://", 0, -1, kTimeout);
+    EXPECT_TRUE(std::filesystem::exists(session / ("c10d-store-" + job)));
+  }
+  EXPECT_TRUE(std::filesystem::is_directory(session));
+  EXPECT_FALSE(std::filesystem::exists(session / ("c10d-store-" + job)));
+  std::filesystem::remove_all(tmp);
 }
 
 TEST_F(RendezvousTest, EnvUnderMpirunTimesOutNamingThePortFile) {
