@@ -3,18 +3,28 @@
 // takes it from the rank it waits for).
 #pragma once
 
+#include <optional>
 #include <thread>
 
 #include "core/parse.h"
 
 namespace c10d::inline v1::core {
 
+// The most processes of a job on one host that a launcher's count may name.
+inline constexpr int kMaxLocalProcesses = 1 << 20;
+
+// A launcher's count of the job's processes on this host from the variable `name`, in
+// [1, kMaxLocalProcesses]; nullopt when unset or empty, else an InvalidArgument naming it.
+inline std::optional<int> env_local_processes(const char* name) {
+  const auto n = env_int(name, 1, kMaxLocalProcesses);
+  return n ? std::optional<int>(static_cast<int>(*n)) : std::nullopt;
+}
+
 // The job's processes on this host: LOCAL_WORLD_SIZE (c10drun, torchrun) or mpirun's
-// OMPI_COMM_WORLD_LOCAL_SIZE, each in [1, 2^20] (else an InvalidArgument naming it); 1 when
-// neither is set.
+// OMPI_COMM_WORLD_LOCAL_SIZE (env_local_processes); 1 when neither is set.
 inline int local_processes() {
   for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
-    if (const auto n = env_int(name, 1, std::int64_t{1} << 20)) return static_cast<int>(*n);
+    if (const auto n = env_local_processes(name)) return *n;
   }
   return 1;
 }

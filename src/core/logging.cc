@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -21,9 +20,10 @@ LogLevel level_from_env() {
   try {
     return parse_log_level(env);
   } catch (const Error& e) {
-    // The logger cannot throw where it is first used (any thread, any call): say so once and
-    // keep the default.
-    std::fprintf(stderr, "c10d: C10D_LOG_LEVEL ignored, warn used instead: %s\n", e.what());
+    // The logger cannot throw where it is first used (any thread, any call): say so once, as a
+    // warning line of its own (log_line, which reads no level), and keep the default.
+    log_line(LogLevel::kWarn,
+             fmt::format("C10D_LOG_LEVEL ignored, warn used instead: {}", e.what()));
     return LogLevel::kWarn;
   }
 }

@@ -114,6 +114,14 @@ void check_timeout(Milliseconds timeout, std::string_view what) {
              kMaxTimeout.count());
 }
 
+std::string printable(std::string_view text, std::size_t max_bytes) {
+  std::string out(text.substr(0, max_bytes));
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return out;
+}
+
 std::optional<std::size_t> checked_mul_add(std::size_t a, std::size_t b, std::size_t c) {
   std::size_t product = 0;
   std::size_t sum = 0;

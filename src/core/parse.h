@@ -58,6 +58,10 @@ inline constexpr Milliseconds kMaxTimeout{2147483647};
 // 0 < timeout <= kMaxTimeout.
 void check_timeout(Milliseconds timeout, std::string_view what);
 
+// `text` cut to `max_bytes`, each control character (below 0x20, and 0x7f) made '?': for bytes
+// from outside (a store's value, a peer's message) that go into an error message or a log.
+std::string printable(std::string_view text, std::size_t max_bytes = std::string_view::npos);
+
 // a * b + c, or nullopt when it does not fit a size_t.
 std::optional<std::size_t> checked_mul_add(std::size_t a, std::size_t b, std::size_t c = 0);
 

@@ -5,31 +5,12 @@
 #include <new>
 
 #include "core/check.h"
+#include "core/shape.h"
 
 namespace c10d::inline v1 {
 namespace {
 
 constexpr std::size_t kAlignment = 64;
-
-std::int64_t checked_numel(const std::vector<std::int64_t>& shape) {
-  std::int64_t n = 1;
-  for (std::int64_t d : shape) {
-    C10D_CHECK(d >= 0, "negative dimension {} in shape", d);
-    C10D_CHECK(d == 0 || n <= INT64_MAX / d, "shape overflows int64 elements");
-    n *= d;
-  }
-  return n;
-}
-
-// The elements of `shape`, whose bytes as `dtype` must fit an int64 too: a size that wrapped
-// would pass every later check against a small allocation.
-std::int64_t checked_numel(const std::vector<std::int64_t>& shape, DType dtype) {
-  const std::int64_t n = checked_numel(shape);
-  C10D_CHECK(n <= INT64_MAX / static_cast<std::int64_t>(element_size(dtype)),
-             "a tensor {}[{}] would take more than 2^63 bytes", dtype_name(dtype),
-             fmt::join(shape, ", "));
-  return n;
-}
 
 // offset + bytes, checked against what `storage` holds without wrapping.
 bool fits(std::size_t offset, std::size_t bytes, std::size_t nbytes) {
@@ -71,7 +52,7 @@ TensorImpl::TensorImpl(DType dtype, std::vector<std::int64_t> shape,
                        std::shared_ptr<Storage> storage, std::size_t offset_bytes)
     : dtype_(dtype),
       shape_(std::move(shape)),
-      numel_(checked_numel(shape_, dtype_)),
+      numel_(core::checked_numel("tensor", shape_, dtype_)),
       storage_(std::move(storage)),
       offset_bytes_(offset_bytes) {
   C10D_CHECK(storage_ != nullptr, "tensor storage is null");
@@ -85,7 +66,7 @@ TensorImpl::TensorImpl(DType dtype, std::vector<std::int64_t> shape,
                        std::shared_ptr<PendingValue> pending)
     : dtype_(dtype),
       shape_(std::move(shape)),
-      numel_(checked_numel(shape_, dtype_)),
+      numel_(core::checked_numel("tensor", shape_, dtype_)),
       pending_(std::move(pending)) {
   C10D_CHECK(pending_ != nullptr, "pending value is null");
 }
@@ -121,14 +102,14 @@ void TensorImpl::set_pending(std::shared_ptr<PendingValue> pending) {
 }
 
 Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype) {
-  const std::int64_t n = checked_numel(shape, dtype);
+  const std::int64_t n = core::checked_numel("empty", shape, dtype);
   auto storage = std::make_shared<Storage>(static_cast<std::size_t>(n) * element_size(dtype));
   return Tensor(std::make_shared<TensorImpl>(dtype, std::move(shape), std::move(storage)));
 }
 
 Tensor Tensor::from_blob(void* data, std::vector<std::int64_t> shape, DType dtype,
                          std::function<void(void*)> deleter) {
-  const std::int64_t n = checked_numel(shape, dtype);
+  const std::int64_t n = core::checked_numel("from_blob", shape, dtype);
   C10D_CHECK(data != nullptr || n == 0, "from_blob: null data for {} elements", n);
   auto storage = std::make_shared<Storage>(data, static_cast<std::size_t>(n) * element_size(dtype),
                                            std::move(deleter));
@@ -147,8 +128,8 @@ Tensor Tensor::clone() const {
 }
 
 Tensor Tensor::view(std::vector<std::int64_t> new_shape) const {
-  C10D_CHECK(checked_numel(new_shape) == numel(), "view {} of tensor {}: element counts differ",
-             shape_string(new_shape), to_string());
+  C10D_CHECK(core::checked_numel("view", new_shape, dtype()) == numel(),
+             "view {} of tensor {}: element counts differ", shape_string(new_shape), to_string());
   impl_->materialize();
   return Tensor(std::make_shared<TensorImpl>(dtype(), std::move(new_shape), impl_->storage(),
                                              impl_->offset_bytes()));

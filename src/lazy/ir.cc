@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/shape.h"
 
 namespace c10d::inline v1::lazy {
 
@@ -106,11 +107,7 @@ bool has_payload(OpKind op) {
          op == OpKind::kAllReduce;
 }
 
-std::int64_t ValueType::numel() const {
-  std::int64_t n = 1;
-  for (std::int64_t d : shape) n *= d;
-  return n;
-}
+std::int64_t ValueType::numel() const { return core::checked_numel("lazy value", shape, dtype); }
 
 const ValueType& Value::type() const { return node->outputs[static_cast<std::size_t>(index)]; }
 
@@ -147,16 +144,7 @@ std::shared_ptr<Node> make_node(OpKind op, std::vector<Value> operands,
   // Shapes come from user values (zeros({n}), one_hot's classes, broadcast_to, arange's
   // count...): every buffer planned from them must be countable in bytes, or its size wraps
   // and a kernel writes past a small allocation.
-  for (const ValueType& t : outputs) {
-    std::int64_t bytes = static_cast<std::int64_t>(element_size(t.dtype));
-    for (const std::int64_t d : t.shape) {
-      C10D_CHECK(d >= 0 && (d == 0 || bytes <= std::numeric_limits<std::int64_t>::max() / d),
-                 "{}: a result of shape [{}] ({}) {}", op_name(op), fmt::join(t.shape, ", "),
-                 dtype_name(t.dtype),
-                 d < 0 ? "has a negative dimension" : "would take more than 2^63 bytes");
-      bytes *= d;
-    }
-  }
+  for (const ValueType& t : outputs) core::checked_numel(op_name(op), t.shape, t.dtype);
   auto node = std::make_shared<Node>();
   node->op = op;
   node->operands = std::move(operands);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/shape.h"
 #include "lazy/ops_common.h"
 
 namespace c10d::inline v1::lazy {
@@ -94,7 +95,7 @@ Tensor transpose(const Tensor& a, std::int64_t dim0, std::int64_t dim1) {
 Tensor reshape(const Tensor& a, Shape shape) {
   const ValueType ta = type_of(a);
   int infer = -1;
-  std::int64_t known = 1;
+  Shape given;  // the dimensions other than the -1
   for (std::size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == -1) {
       C10D_CHECK(infer < 0, "reshape: more than one -1 in [{}] for {}", fmt::join(shape, ", "),
@@ -103,9 +104,13 @@ Tensor reshape(const Tensor& a, Shape shape) {
     } else {
       C10D_CHECK(shape[d] >= 0, "reshape: bad dimension {} in [{}] for {}", shape[d],
                  fmt::join(shape, ", "), type_str(ta));
-      known *= shape[d];
+      given.push_back(shape[d]);
     }
   }
+  const auto given_numel = core::shape_bytes(given, 1);
+  C10D_CHECK(given_numel, "reshape: cannot view {} as [{}]: too many elements", type_str(ta),
+             fmt::join(shape, ", "));
+  std::int64_t known = *given_numel;
   const std::int64_t n = ta.numel();
   if (infer >= 0) {
     C10D_CHECK(known > 0 && n % known == 0, "reshape: cannot view {} as [{}]", type_str(ta),

@@ -3,22 +3,14 @@
 
 #include "c10d/process_group.h"
 #include "core/check.h"
+#include "core/shape.h"
 #include "lazy/ops_common.h"
 
 namespace c10d::inline v1::lazy {
 namespace {
 
-std::int64_t checked_numel(std::string_view op, const Shape& shape) {
-  std::int64_t n = 1;
-  for (std::int64_t d : shape) {
-    C10D_CHECK(d >= 0, "{}: negative dimension in [{}]", op, fmt::join(shape, ", "));
-    n *= d;
-  }
-  return n;
-}
-
 Tensor constant(std::string_view op, const Shape& shape, double value, DType dtype) {
-  checked_numel(op, shape);
+  core::checked_numel(op, shape, dtype);  // names "zeros", not make_node's "constant"
   return make_result({make_node(OpKind::kConstant, {}, {{dtype, shape}}, {}, {value}), 0});
 }
 
@@ -26,7 +18,7 @@ Tensor random(OpKind op, const Shape& shape, Generator& gen, double a, double b,
   const std::string_view name = op_name(op);
   C10D_CHECK(is_floating_point(dtype) && is_arith(dtype), "{}: dtype {} must be float32 or float64",
              name, dtype_name(dtype));
-  const auto n = static_cast<std::uint64_t>(checked_numel(name, shape));
+  const auto n = static_cast<std::uint64_t>(core::checked_numel(name, shape, dtype));
   auto node = make_node(op, {}, {{dtype, shape}}, {}, {a, b});
   node->seed = gen.seed();
   // Normal draws numbers in pairs (Box-Muller).

@@ -9,11 +9,14 @@
 //     other steps, a value it computes itself); a sum/mean/max closes the group of its operand
 //     as its reduction. Constants become immediates of the groups that read them.
 //  4. Schedule: groups and the remaining node steps in a topological order.
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <map>
 #include <queue>
 
 #include "core/check.h"
+#include "core/shape.h"
 #include "lazy/kernels_f32.h"
 #include "lazy/program.h"
 
@@ -326,8 +329,10 @@ void broadcast_layout(const Shape& space, const Shape& in, TileInput& t) {
 
 FusedKernel Planner::build_kernel(const Group& grp, int gid) {
   FusedKernel k;
-  std::int64_t numel = 1;
-  for (std::int64_t d : grp.shape) numel *= d;
+  const auto count = core::shape_bytes(grp.shape, 1);  // of nodes make_node checked
+  C10D_CHECK(count, "fused kernel {}: shape [{}] has no element count", gid,
+             fmt::join(grp.shape, ", "));
+  const std::int64_t numel = *count;
   k.numel = numel;
   std::map<std::pair<int, int>, int> reg_of;  // (entry, index) -> register
   std::map<std::pair<int, int>, int> input_of;

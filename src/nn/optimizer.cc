@@ -100,19 +100,19 @@ void Optimizer::load_state_dict(const nn::NamedTensors& state) {
       continue;
     }
     const auto dot = name.find('.');
-    C10D_CHECK(dot != std::string::npos, "optimizer load_state_dict: unexpected entry '{}'", name);
+    C10D_CHECK(dot != std::string::npos && !params_.empty(),
+               "optimizer load_state_dict: unexpected entry '{}'", name);
     // "<parameter index>.<buffer>", from a file: the index is the whole text before the dot
-    // (std::stoul took " 3", "+3" and "3x", and wrapped "-1").
-    const auto parsed = core::parse_uint(std::string_view(name).substr(0, dot), 0,
-                                         params_.empty() ? 0 : params_.size() - 1);
+    // (std::stoul took " 3", "+3" and "3x", and wrapped "-1"), and names a parameter.
+    const auto parsed =
+        core::parse_uint(std::string_view(name).substr(0, dot), 0, params_.size() - 1);
     C10D_CHECK(parsed.value,
                "optimizer load_state_dict: unexpected entry '{}' (parameter index {})", name,
                parsed.error);
     const auto index = static_cast<std::size_t>(*parsed.value);
     std::size_t b = 0;
     while (b < names.size() && names[b] != name.substr(dot + 1)) ++b;
-    C10D_CHECK(index < params_.size() && b < names.size(),
-               "optimizer load_state_dict: unexpected entry '{}'", name);
+    C10D_CHECK(b < names.size(), "optimizer load_state_dict: unexpected entry '{}'", name);
     const Tensor& p = params_[index];
     C10D_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype(),
                "optimizer load_state_dict: entry '{}' is {} but parameter {} is {}", name,

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,8 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/fd.h"
+#include "core/shape.h"
 
 namespace c10d::inline v1::nn {
 namespace format {
@@ -188,23 +191,23 @@ Decoded decode_from(Source& in) {
       return fail(fmt::format("'{}': {} dims exceeds the limit of {}", name, ndim, kMaxDims));
     }
     std::vector<std::int64_t> shape(ndim);
-    std::uint64_t numel = 1;
     for (auto& d : shape) {
       if (!get(in, d)) return fail(fmt::format("truncated in the shape of '{}'", name));
       if (d < 0) return fail(fmt::format("'{}': negative dimension {}", name, d));
-      const auto ud = static_cast<std::uint64_t>(d);
-      // Bounded by the file size below, so an overflow here can only mean a lie.
-      if (ud != 0 && numel > (std::uint64_t{1} << 62) / ud) {
-        return fail(fmt::format("'{}': shape overflows", name));
-      }
-      numel *= ud;
+    }
+    const auto dt = static_cast<DType>(dtype);
+    // Bounded by the file size below, so a shape too large to count can only mean a lie.
+    const auto bytes = core::shape_bytes(shape, element_size(dt));
+    if (!bytes) {
+      return fail(fmt::format("'{}': shape [{}] of {} is too large to count its bytes", name,
+                              fmt::join(shape, ", "), dtype_name(dt)));
     }
     std::uint64_t nbytes = 0;
     if (!get(in, nbytes)) return fail(fmt::format("truncated before the data of '{}'", name));
-    const auto dt = static_cast<DType>(dtype);
-    if (numel > (std::uint64_t{1} << 62) / element_size(dt) || nbytes != numel * element_size(dt)) {
+    if (nbytes != static_cast<std::uint64_t>(*bytes)) {
       return fail(fmt::format("'{}': {} data bytes do not match {} elements of {}", name, nbytes,
-                              numel, dtype_name(dt)));
+                              *bytes / static_cast<std::int64_t>(element_size(dt)),
+                              dtype_name(dt)));
     }
     if (in.remaining() < nbytes) {
       return fail(fmt::format("truncated in the data of '{}': {} bytes needed, {} left", name,
@@ -269,20 +272,7 @@ std::string_view file_kind(mode_t mode) {
   return "not a regular file";
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
+using core::Fd;
 
 void write_all(int fd, const std::uint8_t* data, std::size_t n, const std::string& path) {
   while (n > 0) {

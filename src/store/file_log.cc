@@ -118,19 +118,6 @@ std::optional<Generation> Generation::decode(std::string id, std::string_view te
   return g;
 }
 
-Fd& Fd::operator=(Fd&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = other.fd_;
-    other.fd_ = -1;
-  }
-  return *this;
-}
-
-Fd::~Fd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 bool try_lock(int fd, short type, off_t byte, const std::string& path) {
   for (;;) {
     struct flock request = byte_lock(type, byte);

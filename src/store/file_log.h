@@ -33,6 +33,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/fd.h"
+
 namespace c10d::inline v1::store::file {
 
 #ifndef F_OFD_SETLK
@@ -75,21 +77,7 @@ struct Generation {
   static std::optional<Generation> decode(std::string id, std::string_view text);
 };
 
-// Owns a file descriptor.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
-  Fd& operator=(Fd&& other) noexcept;
-  ~Fd();
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
+using core::Fd;
 
 // Whether this open file could take a lock of `type` (F_RDLCK, F_WRLCK) on `byte` now: false
 // when another open file holds one that conflicts. Throws StoreError naming `path` on errors.

@@ -8,14 +8,18 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <thread>
 
 #include "core/auth.h"
 #include "core/check.h"
+#include "core/fd.h"
+#include "core/host.h"
 #include "core/logging.h"
 #include "core/parse.h"
+#include "store/store_util.h"
 
 namespace c10d::inline v1::store {
 namespace {
@@ -28,24 +32,12 @@ constexpr std::size_t kMaxTokenBytes = 1024;
 constexpr std::string_view kInstead =
     "set C10D_STORE_TOKEN to the same secret for every rank, or MASTER_ADDR and MASTER_PORT";
 
-std::optional<std::string> env(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
-}
+using core::env_text;
 
 // mpirun's counts: a malformed one is an InvalidArgument naming it (never a partial parse).
 int env_count(const char* name) {
   return static_cast<int>(core::env_int(name, 1, std::numeric_limits<int>::max()).value_or(-1));
 }
-
-// Closes an fd on every path.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // The directory holds the port file, and the token when rank 0 made one up: whoever may
 // write there could replace the file with one that sends the ranks to a store of theirs. It
@@ -66,31 +58,6 @@ void check_private_directory(const std::filesystem::path& dir) {
   }
 }
 
-// Rank 0: writes `text` to `path` by way of a file only this user may read (0600), then a
-// rename, so that a reader never sees half of it.
-void write_private_file(const std::filesystem::path& path, const std::string& text) {
-  const std::string tmp = path.string() + ".tmp";
-  ::unlink(tmp.c_str());  // left by a rank 0 of this job that died here: never followed
-  Fd out{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)};
-  if (out.fd < 0) {
-    C10D_THROW(StoreError, "env:// under mpirun: cannot create {}: {}", tmp, std::strerror(errno));
-  }
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(out.fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      C10D_THROW(StoreError, "env:// under mpirun: cannot write the store's port to {}: {}", tmp,
-                 std::strerror(errno));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  C10D_CHECK(!ec, "env:// under mpirun: cannot rename {} to {}: {}", tmp, path.string(),
-             ec.message());
-}
-
 // What rank 0 left in the port file.
 struct Published {
   std::uint16_t port = 0;
@@ -101,8 +68,8 @@ struct Published {
 // be read, is not this user's private regular file, or does not hold "port\n[token\n]" is a
 // StoreError naming it: it was not written by this job's rank 0, or this rank cannot see it.
 std::optional<Published> read_port_file(const std::filesystem::path& path, int rank) {
-  Fd in{::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)};
-  if (in.fd < 0) {
+  core::Fd in(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+  if (!in.valid()) {
     if (errno == ENOENT) return std::nullopt;
     C10D_THROW(StoreError,
                "env:// under mpirun: rank {} cannot read the store's port and token from {}: {}; "
@@ -110,7 +77,7 @@ std::optional<Published> read_port_file(const std::filesystem::path& path, int r
                rank, path.string(), std::strerror(errno), kInstead);
   }
   struct stat st {};
-  if (::fstat(in.fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+  if (::fstat(in.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
       (st.st_mode & 077) != 0 || st.st_size > static_cast<off_t>(kMaxPortFileBytes)) {
     C10D_THROW(StoreError,
                "env:// under mpirun: rank {}: {} is not the private file rank 0 writes (a "
@@ -120,7 +87,7 @@ std::optional<Published> read_port_file(const std::filesystem::path& path, int r
   std::string text(kMaxPortFileBytes + 1, '\0');
   std::size_t got = 0;
   for (;;) {
-    const ssize_t n = ::read(in.fd, text.data() + got, text.size() - got);
+    const ssize_t n = ::read(in.get(), text.data() + got, text.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     got += static_cast<std::size_t>(n);
@@ -154,20 +121,37 @@ std::optional<Published> read_port_file(const std::filesystem::path& path, int r
   return p;
 }
 
+// What rank 0 published goes with its store: a port file left behind would send a later job with
+// the same id to a port that someone else may hold by then, and the fallback directories would
+// pile up in $TMPDIR. The file goes only while it still holds what this store wrote (a later
+// store of this process may have replaced it); the directory only when this store made it, and
+// only when empty. Never throws: it runs in a deleter.
+void unpublish(const std::filesystem::path& port_file, const std::string& text, bool made_dir) {
+  std::error_code ec;
+  {
+    std::ifstream in(port_file, std::ios::binary);
+    std::string held(kMaxPortFileBytes + 1, '\0');
+    in.read(held.data(), static_cast<std::streamsize>(held.size()));
+    held.resize(static_cast<std::size_t>(in.gcount()));
+    if (held == text) std::filesystem::remove(port_file, ec);
+  }
+  if (made_dir) std::filesystem::remove(port_file.parent_path(), ec);  // fails when not empty
+}
+
 }  // namespace
 
 std::optional<MpirunJob> mpirun_job() {
-  const auto job_id =
-      env("PMIX_NAMESPACE") ? env("PMIX_NAMESPACE") : env("OMPI_MCA_ess_base_jobid");
-  if (!job_id || !env("OMPI_COMM_WORLD_SIZE")) return std::nullopt;
+  auto job_id = env_text("PMIX_NAMESPACE");
+  if (!job_id) job_id = env_text("OMPI_MCA_ess_base_jobid");
+  if (!job_id || !env_text("OMPI_COMM_WORLD_SIZE")) return std::nullopt;
   MpirunJob job;
   job.size = env_count("OMPI_COMM_WORLD_SIZE");
-  job.local_size = env_count("OMPI_COMM_WORLD_LOCAL_SIZE");
+  job.local_size = core::env_local_processes("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(-1);
   std::filesystem::path dir;
-  if (auto session = env("OMPI_MCA_orte_jobfam_session_dir")) {
+  if (auto session = env_text("OMPI_MCA_orte_jobfam_session_dir")) {
     dir = *session;
   } else {
-    dir = std::filesystem::path(env("TMPDIR").value_or("/tmp")) / ("c10d-" + *job_id);
+    dir = std::filesystem::path(env_text("TMPDIR").value_or("/tmp")) / ("c10d-" + *job_id);
   }
   // The job id is part of a file name: nothing in it may lead out of the directory.
   C10D_CHECK(job_id->find('/') == std::string::npos && *job_id != "." && *job_id != "..",
@@ -194,16 +178,29 @@ std::shared_ptr<Store> open_mpirun_store(const MpirunJob& job, int rank, Millise
     // made up here closes it, and reaches the other ranks through a file only this user reads.
     const bool own_token = !core::token_from_env();
     if (own_token) options.token = core::random_hex(32);
-    ::mkdir(dir.c_str(), 0700);  // mpirun's session directory exists; the fallback may not
-    check_private_directory(dir);
-    options.is_server = true;
-    options.port = 0;
-    auto store = std::make_shared<TCPStore>(options);
-    write_private_file(job.port_file,
-                       fmt::format("{}\n{}", store->port(), own_token ? options.token + "\n" : ""));
-    C10D_LOG_INFO("rendezvous: rank 0 hosts the store at 127.0.0.1:{} (port{} in {})",
-                  store->port(), own_token ? " and token" : "", job.port_file.string());
-    return store;
+    // mpirun's session directory exists; the fallback may not.
+    const bool made_dir = ::mkdir(dir.c_str(), 0700) == 0;
+    try {
+      check_private_directory(dir);
+      options.is_server = true;
+      options.port = 0;
+      auto store = std::make_unique<TCPStore>(options);
+      const std::uint16_t port = store->port();
+      const std::string text = fmt::format("{}\n{}", port, own_token ? options.token + "\n" : "");
+      write_file_atomically(job.port_file, text, 0600,
+                            "env:// under mpirun");  // may hold the token
+      C10D_LOG_INFO("rendezvous: rank 0 hosts the store at 127.0.0.1:{} (port{} in {})", port,
+                    own_token ? " and token" : "", job.port_file.string());
+      return std::shared_ptr<Store>(store.release(),
+                                    [port_file = job.port_file, text, made_dir](Store* s) {
+                                      delete s;
+                                      unpublish(port_file, text, made_dir);
+                                    });
+    } catch (...) {
+      std::error_code ec;
+      if (made_dir) std::filesystem::remove(dir, ec);
+      throw;
+    }
   }
   const auto start = std::chrono::steady_clock::now();
   for (;;) {

@@ -5,7 +5,8 @@
 // port and writes "port\n" to a file in the job's session directory (mpirun makes one per job,
 // OMPI_MCA_orte_jobfam_session_dir, and removes it when the job ends; else $TMPDIR/c10d-<job>,
 // made mode 0700), by write and rename so that a reader never sees half of it. The other ranks
-// wait for the file, up to the timeout, and connect.
+// wait for the file, up to the timeout, and connect. Rank 0's store takes the file with it when
+// it goes, and the fallback directory when rank 0 made it.
 //
 // The store is closed by default: without C10D_STORE_TOKEN, rank 0 makes up a random token,
 // hosts the store with it and writes it as the file's second line ("port\ntoken\n"). The file

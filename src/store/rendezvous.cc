@@ -26,12 +26,9 @@ namespace {
 using core::parse_flag;
 using core::parse_int;
 
-// The variable's value, or nullopt when it is not set.
-std::optional<std::string> env_var(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return std::nullopt;
-  return std::string(value);
-}
+// A variable set but empty counts as unset, as everywhere in c10d (core/parse.h): an empty
+// MASTER_ADDR under mpirun leaves the store to rank 0, an empty RANK defers to mpirun's.
+using core::env_text;
 
 // The pieces of an init method URL: scheme "://" body ["?" query].
 struct InitUrl {
@@ -133,20 +130,20 @@ int resolve_count(std::string_view what, int argument, std::optional<int> from_q
   if (argument >= 0) return argument;
   if (from_query) return *from_query;
   for (const char* name : {primary_env, mpi_env}) {
-    auto value = env_var(name);
+    auto value = env_text(name);
     if (!value) continue;
     auto parsed = parse_int(*value, 0, kMaxWorldSize);
     C10D_CHECK(parsed.value, "{} for init method '{}': {} {}", what, url, name, parsed.error);
     return static_cast<int>(*parsed.value);
   }
   C10D_THROW(InvalidArgument,
-             "init method '{}' needs {}: pass it, add ?{}=, or set {} (or {}) (not set)", url, what,
-             what, primary_env, mpi_env);
+             "init method '{}' needs {}: pass it, add ?{}=, or set {} (or {}) (unset or empty)",
+             url, what, what, primary_env, mpi_env);
 }
 
 bool resolve_external(const InitUrl& url) {
   if (url.external) return *url.external;
-  auto value = env_var("C10D_STORE_EXTERNAL");
+  auto value = env_text("C10D_STORE_EXTERNAL");
   if (!value) return false;
   auto parsed = parse_flag(*value);
   C10D_CHECK(parsed.value, "C10D_STORE_EXTERNAL {}", parsed.error);
@@ -156,12 +153,12 @@ bool resolve_external(const InitUrl& url) {
 // What tells this job from another started on the same file:// path at the same time: C10D_RUN_ID,
 // else Slurm's job and step ids, else mpirun's job id; empty when none is set.
 std::string run_id() {
-  if (auto id = env_var("C10D_RUN_ID"); id && !id->empty()) return *id;
-  const auto slurm_job = env_var("SLURM_JOB_ID");
-  const auto slurm_step = env_var("SLURM_STEP_ID");
+  if (auto id = env_text("C10D_RUN_ID")) return *id;
+  const auto slurm_job = env_text("SLURM_JOB_ID");
+  const auto slurm_step = env_text("SLURM_STEP_ID");
   if (slurm_job && slurm_step) return "slurm:" + *slurm_job + "." + *slurm_step;
   for (const char* name : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
-    if (auto id = env_var(name); id && !id->empty()) return "mpirun:" + *id;
+    if (auto id = env_text(name)) return "mpirun:" + *id;
   }
   return "";
 }
@@ -204,8 +201,8 @@ RendezvousResult rendezvous(std::string_view init_method, int rank, int world_si
   std::string host;
   std::uint16_t port = 0;
   std::optional<store::MpirunJob> mpirun;  // env:// under mpirun, with no address given
-  if (url.scheme == "env" && url.body.empty() && !env_var("MASTER_ADDR") &&
-      !env_var("MASTER_PORT")) {
+  if (url.scheme == "env" && url.body.empty() && !env_text("MASTER_ADDR") &&
+      !env_text("MASTER_PORT")) {
     mpirun = store::mpirun_job();
   }
   if (mpirun) {
@@ -216,15 +213,15 @@ RendezvousResult rendezvous(std::string_view init_method, int rank, int world_si
     C10D_CHECK(url.body.empty(),
                "init method '{}': env:// takes no address ('{}'); set MASTER_ADDR and MASTER_PORT",
                init_method, url.body);
-    auto addr = env_var("MASTER_ADDR");
-    C10D_CHECK(addr, "env:// needs MASTER_ADDR (not set)");
+    auto addr = env_text("MASTER_ADDR");
+    C10D_CHECK(addr, "env:// needs MASTER_ADDR (unset or empty)");
     host = *addr;
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
       host = host.substr(1, host.size() - 2);
     }
-    C10D_CHECK(!host.empty(), "env:// needs MASTER_ADDR (set but empty)");
-    auto port_text = env_var("MASTER_PORT");
-    C10D_CHECK(port_text, "env:// needs MASTER_PORT (not set)");
+    C10D_CHECK(!host.empty(), "env:// needs MASTER_ADDR ('{}' names no host)", *addr);
+    auto port_text = env_text("MASTER_PORT");
+    C10D_CHECK(port_text, "env:// needs MASTER_PORT (unset or empty)");
     auto parsed = parse_int(*port_text, 0, 65535);
     C10D_CHECK(parsed.value, "env:// MASTER_PORT {}", parsed.error);
     port = static_cast<std::uint16_t>(*parsed.value);

@@ -1,8 +1,14 @@
 #include "store/store_util.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 
 #include "core/check.h"
+#include "core/fd.h"
 
 namespace c10d::inline v1::store {
 
@@ -58,6 +64,38 @@ std::optional<std::int64_t> parse_int64(std::span<const std::uint8_t> text) {
   const auto [end, ec] = std::from_chars(first, last, value);
   if (text.empty() || ec != std::errc() || end != last) return std::nullopt;
   return value;
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view text, mode_t mode,
+                           std::string_view who) {
+  const std::string tmp = path.string() + ".tmp";
+  ::unlink(tmp.c_str());
+  core::Fd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!out.valid()) {
+    C10D_THROW(StoreError, "{}: cannot create {}: {}", who, tmp, std::strerror(errno));
+  }
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(out.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::unlink(tmp.c_str());
+      C10D_THROW(StoreError, "{}: cannot write {}: {}", who, tmp, std::strerror(err));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(out.release()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    C10D_THROW(StoreError, "{}: cannot write {}: {}", who, tmp, std::strerror(err));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    ::unlink(tmp.c_str());
+    C10D_THROW(StoreError, "{}: cannot rename {} to {}: {}", who, tmp, path.string(), ec.message());
+  }
 }
 
 }  // namespace c10d::inline v1::store

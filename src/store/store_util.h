@@ -1,10 +1,13 @@
 // Small pieces every store implementation shares: deadlines that cannot overflow, the checks of
 // a request against StoreLimits (with messages in one format), key lists for messages, and the
-// decimal int64 that ADD keeps in a value.
+// decimal int64 that ADD keeps in a value, and the atomic write of a port file.
 #pragma once
+
+#include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <span>
 #include <string>
@@ -32,6 +35,12 @@ std::string describe_keys(std::span<const std::string> keys);
 
 // The whole of `text` as a decimal int64, or nothing.
 std::optional<std::int64_t> parse_int64(std::span<const std::uint8_t> text);
+
+// Writes `text` to `path` by way of `path`.tmp, made anew with `mode` (one left by a process that
+// died there is removed, never followed through a link), and a rename over `path`, so that a
+// reader sees no file or all of it (port files). A StoreError opened by `who` on failure.
+void write_file_atomically(const std::filesystem::path& path, std::string_view text, mode_t mode,
+                           std::string_view who);
 
 inline Bytes to_bytes(std::span<const std::uint8_t> bytes) {
   return Bytes(bytes.begin(), bytes.end());

@@ -29,6 +29,7 @@
 #include "c10d/store.h"
 #include "core/auth.h"
 #include "core/check.h"
+#include "core/fd.h"
 #include "core/logging.h"
 #include "store/store_util.h"
 #include "store/tcp_store_server.h"
@@ -65,27 +66,7 @@ std::string keys_text(std::span<const std::string> keys) {
   return fmt::format("[{}, ... {} keys in all]", fmt::join(keys.first(kShown), ", "), keys.size());
 }
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    reset();
-    fd_ = std::exchange(o.fd_, -1);
-    return *this;
-  }
-  ~Fd() { reset(); }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
+using core::Fd;
 
 Milliseconds plus_grace(Milliseconds t) {
   return t >= Milliseconds::max() - kServerGrace ? Milliseconds::max() : t + kServerGrace;
@@ -229,7 +210,18 @@ struct TCPStore::Impl {
     limits.max_value_bytes = std::min<std::uint64_t>(limits.max_value_bytes, value_bytes);
     limits.max_keys_per_op = std::min<std::uint64_t>(limits.max_keys_per_op, keys_per_op);
     limits.max_frame_bytes = std::min<std::uint64_t>(limits.max_frame_bytes, frame_bytes);
-    if (!auth_required) return local;
+    if (!auth_required) {
+      if (options.token.empty()) return local;
+      // A client with a token reaches only a server that asks for it: a server without one is
+      // not its job's (a stale port taken by another process, another job's store), and what
+      // it would hand out (a transport secret, peers' addresses) must not be believed.
+      drop();
+      C10D_THROW(StoreError,
+                 "server at {} asks for no token but this client has one (C10D_STORE_TOKEN or "
+                 "TCPStoreOptions::token): it is not the store of this client's job, or it was "
+                 "started without the job's token",
+                 address);
+    }
     if (options.token.empty()) {
       drop();
       C10D_THROW(StoreError,

@@ -22,7 +22,9 @@
 
 #include "c10d/errors.h"
 #include "core/check.h"
+#include "core/fd.h"
 #include "core/logging.h"
+#include "core/parse.h"
 
 namespace c10d::inline v1::transport {
 namespace {
@@ -30,13 +32,7 @@ namespace {
 // The most of a name that is not a segment's that goes into an error.
 constexpr std::size_t kShownNameBytes = 80;
 
-// Closes an fd on every path.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
+using core::Fd;
 
 template <typename T>
 std::optional<T> number(std::string_view text) {
@@ -194,25 +190,25 @@ SharedSegment SharedSegment::create(const std::string& name, std::size_t bytes) 
   C10D_CHECK(bytes > 0 && bytes <= static_cast<std::size_t>(std::numeric_limits<off_t>::max()),
              "shared memory {}: a size of {} bytes is out of range [1, {}]", name, bytes,
              std::numeric_limits<off_t>::max());
-  Fd fd{::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600)};
-  if (fd.fd < 0) {
+  Fd fd(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
+  if (fd.get() < 0) {
     C10D_THROW(NetworkError, "cannot create shared memory {}: {}", name, std::strerror(errno));
   }
   SharedSegment s;
   s.name_ = name;
   s.owns_name_ = true;  // from here on the destructor unlinks it on failure
   // The umask may have taken bits off, never added any; make it exactly owner-only.
-  if (::fchmod(fd.fd, 0600) != 0) {
+  if (::fchmod(fd.get(), 0600) != 0) {
     C10D_THROW(NetworkError, "cannot set the mode of shared memory {}: {}", name,
                std::strerror(errno));
   }
-  if (const int rc = ::posix_fallocate(fd.fd, 0, static_cast<off_t>(bytes)); rc != 0) {
+  if (const int rc = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes)); rc != 0) {
     C10D_THROW(NetworkError,
                "cannot reserve {} bytes of shared memory for {}: {} (is /dev/shm full or too "
                "small?)",
                bytes, name, std::strerror(rc));
   }
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) {
     C10D_THROW(NetworkError, "cannot map shared memory {}: {}", name, std::strerror(errno));
   }
@@ -230,25 +226,22 @@ SharedSegment SharedSegment::open(const std::string& name) {
   });
   if (name.size() < 2 || name.size() > NAME_MAX + 1 || name[0] != '/' ||
       name.find('/', 1) != std::string::npos || !printable) {
-    std::string shown = name.substr(0, kShownNameBytes);
-    for (char& c : shown) {
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-    }
     C10D_THROW(NetworkError,
                "cannot open shared memory '{}'{}: not a segment name ('/' and 1 to {} printable "
                "bytes, no other '/'), {} bytes",
-               shown, name.size() > kShownNameBytes ? "..." : "", NAME_MAX, name.size());
+               core::printable(name, kShownNameBytes), name.size() > kShownNameBytes ? "..." : "",
+               NAME_MAX, name.size());
   }
-  Fd fd{::shm_open(name.c_str(), O_RDWR, 0600)};
-  if (fd.fd < 0) {
+  Fd fd(::shm_open(name.c_str(), O_RDWR, 0600));
+  if (fd.get() < 0) {
     C10D_THROW(NetworkError, "cannot open shared memory {}: {}", name, std::strerror(errno));
   }
   struct stat st {};
-  if (::fstat(fd.fd, &st) != 0 || st.st_size <= 0) {
+  if (::fstat(fd.get(), &st) != 0 || st.st_size <= 0) {
     C10D_THROW(NetworkError, "shared memory {} has no size", name);
   }
   void* p = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ | PROT_WRITE,
-                   MAP_SHARED, fd.fd, 0);
+                   MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) {
     C10D_THROW(NetworkError, "cannot map shared memory {}: {}", name, std::strerror(errno));
   }

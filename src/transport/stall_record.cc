@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "core/parse.h"
+
 namespace c10d::inline v1::transport {
 namespace {
 
@@ -19,11 +21,7 @@ bool take_int(std::string_view& text, int& out) {
 
 std::string stall_doing(std::string_view text) {
   // Whoever can write the store can write it, and it is printed: bounded, printable.
-  std::string doing(text.substr(0, kMaxStallDoingBytes));
-  for (char& c : doing) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
-  return doing;
+  return core::printable(text, kMaxStallDoingBytes);
 }
 
 std::string encode_stall_record(const StallRecord& record) {
@@ -34,7 +32,7 @@ std::string encode_stall_record(const StallRecord& record) {
   return fmt::format("{} {} {} {}\n", record.rank, record.awaited, record.suspect, doing);
 }
 
-std::vector<StallRecord> decode_stall_records(std::string_view text) {
+std::vector<StallRecord> decode_stall_records(std::string_view text, int world_size) {
   std::vector<StallRecord> records;
   while (!text.empty()) {
     const auto nl = text.find('\n');
@@ -42,7 +40,8 @@ std::vector<StallRecord> decode_stall_records(std::string_view text) {
     text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
     StallRecord r;
     if (take_int(line, r.rank) && take_int(line, r.awaited) && take_int(line, r.suspect) &&
-        r.rank >= 0) {
+        r.rank >= 0 && r.rank < world_size && r.awaited >= 0 && r.awaited < world_size &&
+        r.suspect >= -1 && r.suspect < world_size) {
       r.doing = stall_doing(line);
       records.push_back(std::move(r));
     }

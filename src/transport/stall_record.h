@@ -29,8 +29,10 @@ std::string encode_stall_record(const StallRecord& record);
 // What a rank says it was doing, as read back from the store (here and in the records the TCP
 // transport follows, <group>/stall/...): at most kMaxStallDoingBytes, control characters '?'.
 std::string stall_doing(std::string_view text);
-// Every well-formed line of `text` (three decimal ints, each followed by a space; a rank of at
-// least 0); others are skipped.
-std::vector<StallRecord> decode_stall_records(std::string_view text);
+// The well-formed lines of `text` for a job of `world_size` ranks: three decimal ints, each
+// followed by a space, rank and awaited in [0, world_size), suspect in [-1, world_size). Others
+// are skipped: anyone who can write the store can write them, and a record that names a rank
+// outside the job is not evidence.
+std::vector<StallRecord> decode_stall_records(std::string_view text, int world_size);
 
 }  // namespace c10d::inline v1::transport

@@ -88,5 +88,15 @@ TEST(ParseTest, TimeoutsAreBounded) {
   }
 }
 
+// Bytes from a store or a peer that go into a message: cut, control characters made '?', the
+// rest (UTF-8 included) kept.
+TEST(ParseTest, PrintableCutsAndMasksControlCharacters) {
+  EXPECT_EQ(printable("rank 3 died"), "rank 3 died");
+  EXPECT_EQ(printable(std::string_view("a\nb\x1b[2J\x7f\0c", 10)), "a?b?[2J??c");
+  EXPECT_EQ(printable("caf\xc3\xa9"), "caf\xc3\xa9");
+  EXPECT_EQ(printable("abcdef", 3), "abc");
+  EXPECT_EQ(printable("", 3), "");
+}
+
 }  // namespace
 }  // namespace c10d::inline v1::core

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install test: installs the build into a scratch prefix, then configures, builds and runs a
-# small user project (consumer/) against it with find_package(c10d) and c10d::c10d.
+# small user project (consumer/) against it with find_package(c10d) and c10d::c10d; then runs
+# the installed c10d-bench, which links libc10d.so, with no LD_LIBRARY_PATH: it must find the
+# library through its own RPATH.
 #
 # Usage: run_install_test.sh <c10d build dir> <consumer source dir>
 set -euo pipefail
@@ -47,5 +49,17 @@ echo "$output"
 if [[ "$output" != OK* ]]; then
   echo "install-test: the consumer did not print OK" >&2
   exit 1
+fi
+# The installed c10d-bench (when the build has the benchmarks) at world 1, on its own store,
+# with nothing but its RPATH to find libc10d.so; -c 1 makes a wrong value fail.
+if grep -q '^C10D_BUILD_BENCH:BOOL=ON$' "$build_dir/CMakeCache.txt"; then
+  bindir=$(sed -n 's/^CMAKE_INSTALL_BINDIR:PATH=//p' "$build_dir/CMakeCache.txt")
+  bench="$prefix/${bindir:-bin}/c10d-bench"
+  echo "install-test: running the installed c10d-bench"
+  if ! env -u LD_LIBRARY_PATH RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=0 \
+      C10D_INIT_METHOD=env:// C10D_BACKEND=tcp "$bench" all_reduce -b 8 -e 8 -n 1 -w 0 -c 1; then
+    echo "install-test: the installed $bench did not run (does it find libc10d.so?)" >&2
+    exit 1
+  fi
 fi
 echo "install-test: passed"

@@ -79,10 +79,11 @@ TEST(LaunchOptionsTest, BadCommandLinesNameTheFlag) {
   EXPECT_EQ(usage_error({"--nproc-per-node", "0", "p"}),
             "--nproc-per-node 0 is out of range [1, 4096]");
   EXPECT_EQ(usage_error({"--nproc-per-node", "2x", "p"}),
-            "--nproc-per-node '2x' is not an integer");
-  EXPECT_EQ(usage_error({"--nproc-per-node", "", "p"}), "--nproc-per-node '' is not an integer");
+            "--nproc-per-node '2x' is not an integer in [1, 4096]");
+  EXPECT_EQ(usage_error({"--nproc-per-node", "", "p"}),
+            "--nproc-per-node is empty, not a number in [1, 4096]");
   EXPECT_EQ(usage_error({"--nnodes", "99999999999999999999", "p"}),
-            "--nnodes 99999999999999999999 is out of range [1, 100000]");
+            "--nnodes '99999999999999999999' is out of range [1, 100000]");
   EXPECT_EQ(usage_error({"--nnodes", "2", "--node-rank", "2", "--master-port", "1", "p"}),
             "--node-rank 2 is out of range [0, 1] for --nnodes 2");
   EXPECT_EQ(usage_error({"--node-rank", "1", "p"}),
@@ -154,7 +155,7 @@ TEST(BlameTest, StallRecordsRoundTripAndBadLinesAreSkipped) {
   const std::string text = transport::encode_stall_record({1, 2, 3, "all_reduce #12\nx"}) +
                            "garbage\n7 8\n" +
                            transport::encode_stall_record({0, 1, -1, "barrier #3"});
-  const auto records = transport::decode_stall_records(text);
+  const auto records = transport::decode_stall_records(text, 4);
   ASSERT_EQ(records.size(), 2u);
   EXPECT_EQ(records[0].rank, 1);
   EXPECT_EQ(records[0].awaited, 2);
@@ -191,17 +192,23 @@ TEST(BlameTest, WithoutAStoppedProcessTheRankTheRecordsNameMostIsTheCause) {
 TEST(BlameTest, RecordsNamingRanksOutsideTheJobAreNotEvidence) {
   const std::vector<ProcessView> processes{
       {0, 100, true, 'S'}, {1, 101, false, '?'}, {2, 102, true, 'R'}};
-  const std::vector<transport::StallRecord> forged{{1, 2, 99, "x"}, {0, 1, 99, "y"}};
-  EXPECT_EQ(find_cause(processes, 1, forged).rank, 99) << "without the job's size";
-  EXPECT_EQ(find_cause(processes, 1, forged, 3).rank, -1);
-  EXPECT_EQ(find_cause(processes, 1, {{0, 7, 2, "z"}}, 3).rank, -1) << "awaits rank 7";
-  EXPECT_EQ(find_cause(processes, 1, {{1, 2, 2, "z"}}, 3).rank, 2);
+  const std::string forged = "1 2 99 x\n0 1 99 y\n";
+  EXPECT_EQ(find_cause(processes, 1, transport::decode_stall_records(forged, 100)).rank, 99)
+      << "in a job of 100 ranks";
+  EXPECT_TRUE(transport::decode_stall_records(forged, 3).empty());
+  EXPECT_TRUE(transport::decode_stall_records("0 7 2 z\n", 3).empty()) << "awaits rank 7";
+  EXPECT_TRUE(transport::decode_stall_records("3 1 2 z\n", 3).empty()) << "from rank 3";
+  EXPECT_TRUE(transport::decode_stall_records("0 1 -2 z\n1 -1 0 z\n", 3).empty())
+      << "negative ranks other than a cycle's suspect";
+  const auto kept = transport::decode_stall_records("1 2 2 z\n0 1 -1 a cycle\n", 3);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(find_cause(processes, 1, kept).rank, 2);
   const auto decoded =
-      transport::decode_stall_records("1 2 2 " + std::string(1000, 'a') + "\x1b[31m\n");
+      transport::decode_stall_records("1 2 2 " + std::string(1000, 'a') + "\x1b[31m\n", 3);
   ASSERT_EQ(decoded.size(), 1u);
   EXPECT_EQ(decoded[0].doing, std::string(transport::kMaxStallDoingBytes, 'a'));
-  EXPECT_EQ(transport::decode_stall_records("1 2 2 red\x1b[31m\n")[0].doing, "red?[31m");
-  EXPECT_TRUE(transport::decode_stall_records("1x 2 2 a\n+1 2 2 a\n1 2\n").empty());
+  EXPECT_EQ(transport::decode_stall_records("1 2 2 red\x1b[31m\n", 3)[0].doing, "red?[31m");
+  EXPECT_TRUE(transport::decode_stall_records("1x 2 2 a\n+1 2 2 a\n1 2\n", 3).empty());
 }
 
 TEST(BlameTest, NoEvidenceOrTheFailedRankItselfLeavesTheFailedRankAsTheCause) {

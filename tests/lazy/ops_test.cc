@@ -1,5 +1,7 @@
 // Every op against hand-computed values, in eager and in lazy mode (the test parameter).
 #include <cmath>
+#include <functional>
+#include <string>
 
 #include "c10d/errors.h"
 #include "lazy_testing.h"
@@ -234,6 +236,42 @@ TEST_P(OpsTest, ShapesFromUserValuesThatCannotBeAllocatedAreRefused) {
   EXPECT_THROW(arange(-1e308, 1e308, 1e-300), InvalidArgument);
   // Within bounds they still work.
   expect_near(values(broadcast_to(f32({1, 2}), {2, 2})), {1, 2, 1, 2});
+}
+
+// A shape whose element count passes an int64 is refused, naming the op, the shape and the
+// dtype, before anything multiplies its dimensions past the type (zeros counted its elements in
+// an int64 before any check: signed overflow, which UBSan stops at). A 0 after such dimensions
+// does not make the shape fit: what comes before it must.
+TEST_P(OpsTest, ShapesWhoseElementCountPassesInt64AreRefusedNamingTheShape) {
+  const std::int64_t big = std::int64_t{1} << 40;
+  const auto refused = [](const std::function<void()>& op, const std::string& part) {
+    try {
+      op();
+      ADD_FAILURE() << "no InvalidArgument; expected one saying: " << part;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  const std::string shape = "[1099511627776, 1099511627776]";
+  refused(
+      [&] {
+        zeros({big, big});
+      },
+      "zeros: shape " + shape + " of float32 would take more than 2^63 - 1 bytes");
+  refused([&] { ones({big, big}, DType::kInt64); }, "ones: shape " + shape + " of int64");
+  Generator gen(1);
+  refused([&] { normal({big, big}, gen); }, "normal: shape " + shape + " of float32");
+  refused(
+      [&] {
+        zeros({big, big, 0});
+      },
+      "zeros: shape [1099511627776, 1099511627776, 0] of float32 takes more than 2^63 - 1 "
+      "bytes in its dimensions before the 0");
+  refused([&] { reshape(zeros({0}), {big, big, 0, -1}); }, "reshape: cannot view");
+  refused([&] { Tensor::empty({big, big}, DType::kFloat32); }, "empty: shape " + shape);
+  // Empty shapes whose dimensions before the 0 fit are still made.
+  EXPECT_EQ(zeros({big, 0}).numel(), 0);
+  EXPECT_EQ(zeros({0, std::int64_t{1} << 62}).numel(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, OpsTest, ::testing::Values(false, true),

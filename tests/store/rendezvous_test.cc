@@ -3,6 +3,7 @@
 // threads that meet through each init method.
 #include "c10d/rendezvous.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -40,7 +41,8 @@ const char* const kRendezvousVars[] = {"MASTER_ADDR",
                                        "PMIX_NAMESPACE",
                                        "OMPI_MCA_ess_base_jobid",
                                        "OMPI_COMM_WORLD_LOCAL_SIZE",
-                                       "OMPI_MCA_orte_jobfam_session_dir"};
+                                       "OMPI_MCA_orte_jobfam_session_dir",
+                                       "TMPDIR"};
 
 class RendezvousTest : public ::testing::Test {
  protected:
@@ -151,9 +153,9 @@ TEST_F(RendezvousTest, RankAndWorldSizeAreValidated) {
 }
 
 TEST_F(RendezvousTest, EnvErrorsNameTheVariable) {
-  expect_error_names("env://", {"env:// needs MASTER_ADDR (not set)"});
+  expect_error_names("env://", {"env:// needs MASTER_ADDR (unset or empty)"});
   set_env("MASTER_ADDR", "127.0.0.1");
-  expect_error_names("env://", {"env:// needs MASTER_PORT (not set)"});
+  expect_error_names("env://", {"env:// needs MASTER_PORT (unset or empty)"});
   set_env("MASTER_PORT", "port");
   expect_error_names("env://", {"MASTER_PORT", "'port'"});
   set_env("MASTER_PORT", "65536");
@@ -174,7 +176,9 @@ TEST_F(RendezvousTest, EnvErrorsNameTheVariable) {
   expect_error_names("env://", {"C10D_STORE_EXTERNAL", "'perhaps'"});
   expect_error_names("env://127.0.0.1:1", {"env:// takes no address"});
   set_env("MASTER_ADDR", "");
-  expect_error_names("env://", {"MASTER_ADDR", "empty"});
+  expect_error_names("env://", {"env:// needs MASTER_ADDR (unset or empty)"});
+  set_env("MASTER_ADDR", "[]");
+  expect_error_names("env://", {"env:// needs MASTER_ADDR ('[]' names no host)"});
 }
 
 TEST_F(RendezvousTest, FileErrorsNameThePath) {
@@ -270,6 +274,26 @@ void set_mpirun_job(const std::string& session_dir, int size, int local) {
   ::setenv("OMPI_COMM_WORLD_SIZE", std::to_string(size).c_str(), 1);
   ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(local).c_str(), 1);
   ::setenv("OMPI_MCA_orte_jobfam_session_dir", session_dir.c_str(), 1);
+}
+
+// A variable set but empty is unset, as everywhere in c10d: an empty RANK defers to mpirun's,
+// and empty MASTER_ADDR and MASTER_PORT under mpirun leave the store to rank 0 (here, on ranks
+// that span hosts, that is refused naming them).
+TEST_F(RendezvousTest, EmptyVariablesCountAsUnset) {
+  TCPStoreServer server(store::ServerOptions{});
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(server.port());
+  set_env("C10D_STORE_EXTERNAL", "1");
+  set_env("OMPI_COMM_WORLD_RANK", "1");
+  set_env("OMPI_COMM_WORLD_SIZE", "2");
+  set_env("RANK", "");
+  set_env("WORLD_SIZE", "");
+  RendezvousResult rv = rendezvous(url, -1, -1, kTimeout);
+  EXPECT_EQ(rv.rank, 1);
+  EXPECT_EQ(rv.world_size, 2);
+  set_mpirun_job(temp_path("mpirun_empty"), 4, 2);
+  set_env("MASTER_ADDR", "");
+  set_env("MASTER_PORT", "");
+  expect_error_names("env://", {"span several hosts"}, 1);
 }
 
 TEST_F(RendezvousTest, EnvUnderMpirunWithoutAddressMeetsAtTheStoreRankZeroHosts) {
@@ -396,10 +420,86 @@ TEST_F(RendezvousTest, EnvUnderMpirunRefusesAPortFileRankZeroDidNotWrite) {
   std::filesystem::remove_all(dir);
 }
 
+// A port file whose port an open server holds (a file an earlier job left, its port since taken
+// by a store that asks for no token): the rank holds the file's token, so it refuses that server
+// rather than take the transport secret and addresses it would hand out.
+TEST_F(RendezvousTest, EnvUnderMpirunRefusesAServerThatAsksForNoToken) {
+  const std::string dir = temp_path("mpirun_stale");
+  set_mpirun_job(dir, 2, 2);
+  const std::filesystem::path file =
+      std::filesystem::path(dir) / ("c10d-store-job" + std::to_string(::getpid()));
+  store::ServerOptions options;
+  options.host = "127.0.0.1";
+  TCPStoreServer open(options);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directory(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+  {
+    std::ofstream out(file);
+    out << open.port() << "\n" << std::string(64, 'a') << "\n";
+  }
+  std::filesystem::permissions(
+      file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  try {
+    rendezvous("env://", 1, -1, Milliseconds(2000));
+    ADD_FAILURE() << "rank 1 took a server that asks for no token";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format(
+                  "server at 127.0.0.1:{} asks for no token but this client has one", open.port())),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(RendezvousTest, EnvUnderMpirunAcrossHostsAsksForMasterAddr) {
   set_mpirun_job(temp_path("mpirun_hosts"), 4, 2);
   expect_error_names("env://",
                      {"span several hosts", "MASTER_ADDR", "MASTER_PORT", "C10D_STORE_TOKEN"}, 1);
+}
+
+// mpirun's count of ranks on this host is held to the bound every reader of it uses
+// (core::env_local_processes), not taken here and refused by another reader later.
+TEST_F(RendezvousTest, EnvUnderMpirunRefusesALocalSizePastTheBound) {
+  set_mpirun_job(temp_path("mpirun_local"), 2, 2);
+  ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1048577", 1);
+  expect_error_names("env://", {"OMPI_COMM_WORLD_LOCAL_SIZE=1048577", "[1, 1048576]"}, 1);
+}
+
+// Without mpirun's session directory rank 0 makes $TMPDIR/c10d-<job>; the port file and that
+// directory go with its store, so that neither a stale port nor the directories outlive the job.
+// In mpirun's session directory only the file goes.
+TEST_F(RendezvousTest, EnvUnderMpirunRemovesWhatRankZeroPublishedWithItsStore) {
+  const std::filesystem::path tmp = temp_path("mpirun_tmpdir");
+  std::filesystem::create_directory(tmp);
+  set_mpirun_job("unused", 2, 2);
+  ::unsetenv("OMPI_MCA_orte_jobfam_session_dir");
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  const std::string job = "job" + std::to_string(::getpid());
+  const std::filesystem::path dir = tmp / ("c10d-" + job);
+  const std::filesystem::path file = dir / ("c10d-store-" + job);
+  {
+    auto rank1 =
+        std::async(std::launch::async, [] { return rendezvous("env://", 1, -1, kTimeout); });
+    RendezvousResult rank0 = rendezvous("env://", 0, -1, kTimeout);
+    RendezvousResult other = rank1.get();
+    other.store->set("k", std::string_view("v"));
+    EXPECT_EQ(rank0.store->get_string("k"), "v");
+    EXPECT_TRUE(std::filesystem::exists(file)) << file;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir)) << dir << " outlived the store";
+  // mpirun's directory stays; only the file goes.
+  const std::filesystem::path session = tmp / "session";
+  std::filesystem::create_directory(session);
+  std::filesystem::permissions(session, std::filesystem::perms::owner_all);
+  ::setenv("OMPI_MCA_orte_jobfam_session_dir", session.c_str(), 1);
+  {
+    RendezvousResult rank0 = rendezvous("env://", 0, -1, kTimeout);
+    EXPECT_TRUE(std::filesystem::exists(session / ("c10d-store-" + job)));
+  }
+  EXPECT_TRUE(std::filesystem::is_directory(session));
+  EXPECT_FALSE(std::filesystem::exists(session / ("c10d-store-" + job)));
+  std::filesystem::remove_all(tmp);
 }
 
 TEST_F(RendezvousTest, EnvUnderMpirunTimesOutNamingThePortFile) {

@@ -268,6 +268,26 @@ TEST_F(TCPStoreTest, TokenIsRequiredWhenTheServerHasOne) {
   ::unsetenv("C10D_STORE_TOKEN");
 }
 
+// Authentication proves the client to the server; a client that has a token must not take a
+// server that asks for none for its own (a process on a stale port, another job's open store):
+// what such a server hands out, a transport secret or peers' addresses, would be believed.
+TEST_F(TCPStoreTest, AClientWithATokenRefusesAServerThatAsksForNone) {
+  auto server = serve();
+  TCPStore open(client_options(server->port()));  // a client without a token uses it
+  open.set("c10d/transport_secret", std::string_view("not the job's"));
+  auto with_token = client_options(server->port());
+  with_token.token = "s3cret";
+  const std::string expected = fmt::format(
+      "server at 127.0.0.1:{} asks for no token but this client has one", server->port());
+  std::string msg = message_of<StoreError>([&] { TCPStore store(with_token); });
+  EXPECT_EQ(msg.rfind(expected, 0), 0u) << msg;
+  ::setenv("C10D_STORE_TOKEN", "s3cret", 1);  // from the environment alike
+  msg = message_of<StoreError>([&] { TCPStore store(client_options(server->port())); });
+  EXPECT_EQ(msg.rfind(expected, 0), 0u) << msg;
+  ::unsetenv("C10D_STORE_TOKEN");
+  EXPECT_EQ(open.get_string("c10d/transport_secret"), "not the job's");
+}
+
 TEST_F(TCPStoreTest, OtherProtocolVersionGetsAnErrorStatingBothVersions) {
   auto server = serve();
   RawClient raw(server->port());

@@ -25,13 +25,7 @@ char process_state(pid_t pid) {
 }
 
 Cause find_cause(const std::vector<ProcessView>& processes, int failed_rank,
-                 const std::vector<transport::StallRecord>& all_records, int world_size) {
-  std::vector<transport::StallRecord> records;
-  for (const auto& r : all_records) {
-    if (r.rank < world_size && r.awaited < world_size && r.suspect < world_size) {
-      records.push_back(r);
-    }
-  }
+                 const std::vector<transport::StallRecord>& records) {
   // Who the records name, and the ranks that timed out naming each.
   std::map<int, std::set<int>> named;
   for (const auto& r : records) {

@@ -12,7 +12,6 @@
 
 #include <sys/types.h>
 
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -38,10 +37,8 @@ struct Cause {
 // The state letter of process `pid` (/proc/<pid>/stat), '?' when it cannot be read.
 char process_state(pid_t pid);
 
-// Records that name a rank outside [0, world_size) are not of this job (anyone who can write the
-// store can write them) and count for nothing.
+// `records` as decode_stall_records keeps them for this job: every rank they name is one of it.
 Cause find_cause(const std::vector<ProcessView>& processes, int failed_rank,
-                 const std::vector<transport::StallRecord>& records,
-                 int world_size = std::numeric_limits<int>::max());
+                 const std::vector<transport::StallRecord>& records);
 
 }  // namespace c10d::inline v1::launcher

@@ -106,7 +106,7 @@ UniqueFd take_over_signals(sigset_t& previous) {
     throw Error(fmt::format("pthread_sigmask failed: {}", std::strerror(rc)));
   }
   UniqueFd fd(::signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC));
-  if (!fd) throw Error(fmt::format("signalfd failed: {}", std::strerror(errno)));
+  if (!fd.valid()) throw Error(fmt::format("signalfd failed: {}", std::strerror(errno)));
   // A reader of our output that goes away must not kill the launcher (and orphan the
   // children); writes then fail with EPIPE instead. Children get the default back (spawn.h).
   struct sigaction ignore {};

@@ -3,9 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <map>
 #include <set>
+
+#include "core/parse.h"
 
 namespace c10d::inline v1::launcher {
 namespace {
@@ -56,16 +57,9 @@ const std::map<std::string, Flag, std::less<>>& flag_names() {
 // A decimal integer in [lo, hi]; `flag` ("--nnodes") names it in the error.
 long long parse_integer(std::string_view flag, const std::string& text, long long lo,
                         long long hi) {
-  long long value = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec == std::errc::invalid_argument || ptr != end) {
-    throw UsageError(fmt::format("{} '{}' is not an integer", flag, text));
-  }
-  if (ec == std::errc::result_out_of_range || value < lo || value > hi) {
-    throw UsageError(fmt::format("{} {} is out of range [{}, {}]", flag, text, lo, hi));
-  }
-  return value;
+  const auto parsed = core::parse_int(text, lo, hi);
+  if (!parsed.value) throw UsageError(fmt::format("{} {}", flag, parsed.error));
+  return *parsed.value;
 }
 
 // Applies one flag's value to `options`.

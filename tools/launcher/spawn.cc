@@ -86,11 +86,6 @@ void move_to(int fd, int target) {
 
 }  // namespace
 
-void UniqueFd::reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
 std::vector<std::string> environment_with(const std::map<std::string, std::string>& overrides) {
   std::vector<std::string> env;
   for (char** entry = environ; *entry != nullptr; ++entry) {

@@ -129,7 +129,7 @@ void Supervisor::wait_for_events() {
   fds.push_back(pollfd{signal_fd_, POLLIN, 0});
   for (Child& child : children_) {
     for (Stream* stream : {&child.out, &child.err}) {
-      if (!stream->fd) continue;
+      if (!stream->fd.valid()) continue;
       fds.push_back(pollfd{stream->fd.get(), POLLIN, 0});
       streams.push_back(stream);
     }
@@ -203,12 +203,12 @@ Cause Supervisor::find_cause_of(const Child& failed) {
   std::vector<transport::StallRecord> records;
   if (stall_records_) {
     try {
-      records = transport::decode_stall_records(stall_records_());
+      records = transport::decode_stall_records(stall_records_(), options_.world_size());
     } catch (const std::exception& e) {
       C10D_LOG_INFO("c10drun: cannot read the ranks' stall records: {}", e.what());
     }
   }
-  return find_cause(processes, failed.rank, records, options_.world_size());
+  return find_cause(processes, failed.rank, records);
 }
 
 void Supervisor::on_stop_signal(int signal) {
@@ -260,7 +260,7 @@ void Supervisor::kill_survivors() {
 // Reads what the pipe holds, without blocking, and writes the lines it completes.
 void Supervisor::drain(Stream& stream) {
   std::string lines;
-  for (int reads = 0; stream.fd && reads < kMaxReadsPerDrain; ++reads) {
+  for (int reads = 0; stream.fd.valid() && reads < kMaxReadsPerDrain; ++reads) {
     const ssize_t n = ::read(stream.fd.get(), read_buffer_.data(), read_buffer_.size());
     if (n > 0) {
       stream.lines.feed(std::string_view(read_buffer_.data(), static_cast<std::size_t>(n)), lines);

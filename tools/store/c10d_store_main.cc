@@ -13,7 +13,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -36,6 +35,7 @@
 #include "core/auth.h"
 #include "core/logging.h"
 #include "core/parse.h"
+#include "store/store_util.h"
 #include "store/tcp_store_server.h"
 
 namespace {
@@ -193,17 +193,9 @@ Args parse_args(int argc, char** argv) {
 // An integer in [lo, hi]; `what` names the flag or argument in the error.
 long long parse_integer(const std::string& text, long long lo, long long hi,
                         const std::string& what) {
-  long long value = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) {
-    throw UsageError(what + " '" + text + "' is not an integer");
-  }
-  if (value < lo || value > hi) {
-    throw UsageError(what + " " + text + " is out of range [" + std::to_string(lo) + ", " +
-                     std::to_string(hi) + "]");
-  }
-  return value;
+  const auto parsed = c10d::core::parse_int(text, lo, hi);
+  if (!parsed.value) throw UsageError(what + " " + parsed.error);
+  return *parsed.value;
 }
 
 std::size_t parse_size(const Args& args, const std::string& flag, std::size_t fallback) {
@@ -288,33 +280,16 @@ std::string token_of(const Args& args) {
     if (token->empty()) throw UsageError(c10d::core::empty_token_message("--token"));
     return *token;
   }
-  const char* env = std::getenv("C10D_STORE_TOKEN");
-  if (env == nullptr) return {};
-  if (*env == '\0') throw UsageError(c10d::core::empty_token_message("C10D_STORE_TOKEN"));
-  return env;
+  try {
+    return c10d::core::token_from_env().value_or(std::string());
+  } catch (const c10d::InvalidArgument& e) {  // set but empty: the user's to fix
+    throw UsageError(e.what());
+  }
 }
 
 std::string host_port(const std::string& host, std::uint16_t port) {
   const bool v6 = host.find(':') != std::string::npos;
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
-
-// Writes F.tmp and renames it over F, so a reader sees either no file or the whole port.
-void write_port_file(const std::filesystem::path& path, std::uint16_t port) {
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << '\n';
-    out.close();
-    if (!out) throw c10d::Error("cannot write port file " + tmp.string());
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    throw c10d::Error("cannot rename " + tmp.string() + " to " + path.string() + ": " +
-                      ec.message());
-  }
 }
 
 int serve(const Args& args) {
@@ -355,7 +330,11 @@ int serve(const Args& args) {
 
   c10d::store::raise_open_file_limit();  // one descriptor per rank
   c10d::TCPStoreServer server(options);
-  if (port_file != nullptr) write_port_file(*port_file, server.port());
+  if (port_file != nullptr) {
+    // A reader sees either no file or the whole port.
+    c10d::store::write_file_atomically(*port_file, std::to_string(server.port()) + "\n", 0644,
+                                       "c10d-store serve --port-file");
+  }
   std::cout << "c10d-store: serving on " << host_port(server.host(), server.port()) << std::endl;
   if (options.token.empty()) {
     // One line, on stderr, where an operator looks: an open store is the job's keys and its TCP

@@ -61,11 +61,9 @@ std::exception_ptr SetupWatch::recorded() {
   // in every rank's error: the rank parsed strictly, the reason bounded and printable.
   const auto nl = text.find('\n');
   const auto who = core::parse_int(text.substr(0, nl), 0, std::numeric_limits<int>::max());
-  std::string why(nl == std::string_view::npos ? std::string_view("(no reason)")
-                                               : text.substr(nl + 1, kMaxReasonBytes));
-  for (char& c : why) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
+  const std::string why = nl == std::string_view::npos
+                              ? std::string("(no reason)")
+                              : core::printable(text.substr(nl + 1), kMaxReasonBytes);
   if (nl == std::string_view::npos || !who.value) {
     return C10D_ERROR(NetworkError,
                       "rank {}: the set-up of group '{}' failed: the store's record of it ('{}') "

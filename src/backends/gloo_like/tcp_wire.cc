@@ -257,36 +257,45 @@ std::string refusal_at_connector(AcceptStatus status, const Identity& connector,
   return fmt::format("unknown status {}", static_cast<int>(status));
 }
 
+namespace {
+
+// The lost rank as the notice frame and the failure record carry it: -1, a rank, or -2 - rank
+// for a rank that made no progress. Any negative value thus decodes to -1 or a rank >= 0
+// (with `stalled`); whether that rank is in the group is the reader's check.
+std::int32_t cause_of(const AbortNotice& notice) {
+  return notice.stalled && notice.lost_rank >= 0 ? -2 - notice.lost_rank : notice.lost_rank;
+}
+
+AbortNotice notice_of(std::int32_t cause, std::string_view message) {
+  AbortNotice notice;
+  notice.lost_rank = cause;
+  if (cause <= -2) {
+    notice.stalled = true;
+    notice.lost_rank = -2 - cause;
+  }
+  // It ends up in error messages and logs: no control characters from a peer.
+  notice.message = core::printable(message, kMaxAbortMessageBytes);
+  return notice;
+}
+
+}  // namespace
+
 std::vector<std::byte> encode_abort_notice(const AbortNotice& notice) {
   const std::size_t n = std::min(notice.message.size(), kMaxAbortMessageBytes);
   std::vector<std::byte> out;
   put_le(out, kAbortTag);
   put_le(out, static_cast<std::uint64_t>(4 + n));
-  const std::int32_t cause =
-      notice.stalled && notice.lost_rank >= 0 ? -2 - notice.lost_rank : notice.lost_rank;
-  put_le(out, static_cast<std::uint32_t>(cause));
+  put_le(out, static_cast<std::uint32_t>(cause_of(notice)));
   const auto* p = reinterpret_cast<const std::byte*>(notice.message.data());
   out.insert(out.end(), p, p + n);
   return out;
 }
 
 AbortNotice decode_abort_notice(std::span<const std::byte> payload) {
-  AbortNotice notice;
-  if (payload.size() < 4) return notice;
-  notice.lost_rank = static_cast<std::int32_t>(get_le<std::uint32_t>(payload.data()));
-  // -2 - rank: a rank that made no progress (encode_abort_notice). Any negative value thus
-  // decodes to -1 or a rank >= 0; whether that rank is in the group is the reader's check.
-  if (notice.lost_rank <= -2) {
-    notice.stalled = true;
-    notice.lost_rank = -2 - notice.lost_rank;
-  }
-  notice.message.assign(reinterpret_cast<const char*>(payload.data() + 4),
-                        std::min(payload.size() - 4, kMaxAbortMessageBytes));
-  // It ends up in error messages and logs: no control characters from a peer.
-  for (char& c : notice.message) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
-  return notice;
+  if (payload.size() < 4) return AbortNotice{};
+  return notice_of(
+      static_cast<std::int32_t>(get_le<std::uint32_t>(payload.data())),
+      std::string_view(reinterpret_cast<const char*>(payload.data() + 4), payload.size() - 4));
 }
 
 AbortNotice heard_abort_notice(AbortNotice notice, int self, int world_size) {
@@ -298,9 +307,7 @@ AbortNotice heard_abort_notice(AbortNotice notice, int self, int world_size) {
 }
 
 std::string encode_failure_record(const AbortNotice& notice) {
-  const std::int32_t cause =
-      notice.stalled && notice.lost_rank >= 0 ? -2 - notice.lost_rank : notice.lost_rank;
-  return fmt::format("{}\n{}", cause, notice.message);
+  return fmt::format("{}\n{}", cause_of(notice), notice.message);
 }
 
 std::optional<AbortNotice> decode_failure_record(std::string_view text) {
@@ -309,17 +316,7 @@ std::optional<AbortNotice> decode_failure_record(std::string_view text) {
   const auto cause = core::parse_int(text.substr(0, nl), std::numeric_limits<std::int32_t>::min(),
                                      std::numeric_limits<std::int32_t>::max());
   if (!cause.value) return std::nullopt;
-  AbortNotice notice;
-  notice.lost_rank = static_cast<std::int32_t>(*cause.value);
-  if (notice.lost_rank <= -2) {  // as on the wire (decode_abort_notice)
-    notice.stalled = true;
-    notice.lost_rank = -2 - notice.lost_rank;
-  }
-  notice.message = std::string(text.substr(nl + 1, kMaxAbortMessageBytes));
-  for (char& c : notice.message) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
-  return notice;
+  return notice_of(static_cast<std::int32_t>(*cause.value), text.substr(nl + 1));
 }
 
 std::array<std::byte, kFrameHeaderBytes> encode_frame_header(std::uint64_t tag,
