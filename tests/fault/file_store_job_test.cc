@@ -9,16 +9,15 @@
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <memory>
 #include <thread>
 #include <vector>
 
-#include "../store/child_process.h"
 #include "c10d/errors.h"
 #include "c10d/rendezvous.h"
 #include "c10d/store.h"
+#include "fault_ranks.h"
 
 namespace c10d::inline v1 {
 namespace {
@@ -27,17 +26,6 @@ using namespace std::chrono_literals;
 using test::ChildProcess;
 using test::EnvChanges;
 using test::TempDir;
-
-std::string child_path() { return (test::build_dir() / "tests" / "pg_fault_child").string(); }
-
-// Whether the process is stopped (state T in /proc/<pid>/stat).
-bool stopped(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  const auto paren = line.rfind(')');
-  return paren != std::string::npos && line.size() > paren + 2 && line[paren + 2] == 'T';
-}
 
 // One job of `world` pg_fault_child ranks meeting at file://`path`, started rank by rank.
 class Job {
@@ -63,7 +51,7 @@ class Job {
     EnvChanges env = env_;
     env["RANK"] = std::to_string(rank);
     for (const auto& [k, v] : more) env[k] = v;
-    std::vector<std::string> argv{child_path()};
+    std::vector<std::string> argv{test::fault_child_path()};
     argv.insert(argv.end(), args_.begin(), args_.end());
     ranks.push_back(
         std::make_unique<ChildProcess>(argv, env, dir_, name_ + "_rank" + std::to_string(rank)));
@@ -83,10 +71,7 @@ class Job {
     return true;
   }
 
-  void kill_all() {
-    for (auto& r : ranks) r->send_signal(SIGKILL);
-    for (auto& r : ranks) r->wait(test::Clock::now() + 10s);
-  }
+  void kill_all() { test::kill_all(ranks); }
 
   std::string describe() const {
     std::string out;
@@ -115,11 +100,8 @@ void leave_a_killed_job(const TempDir& dir, const std::string& path, int world, 
       job.start(
           r, r == 1 ? EnvChanges{{"C10D_TEST_FAULT_AT", "shm:after_publish:stop"}} : EnvChanges{});
     }
-    const auto deadline = test::Clock::now() + 30s;
-    while (!stopped(job.ranks[1]->pid()) && test::Clock::now() < deadline) {
-      std::this_thread::sleep_for(5ms);
-    }
-    ASSERT_TRUE(stopped(job.ranks[1]->pid())) << job.describe();
+    ASSERT_TRUE(test::wait_until_stopped(*job.ranks[1], test::Clock::now() + 30s))
+        << job.describe();
   } else {
     job.start_all();
     ASSERT_TRUE(job.all_print("READY", test::Clock::now() + 30s)) << job.describe();

@@ -16,8 +16,7 @@
 #include <regex>
 #include <vector>
 
-#include "../store/child_process.h"
-#include "store/tcp_store_server.h"
+#include "fault_ranks.h"
 
 namespace c10d::inline v1 {
 namespace {
@@ -25,52 +24,17 @@ namespace {
 using namespace std::chrono_literals;
 using test::ChildProcess;
 using test::EnvChanges;
+using test::fault_child_path;
 using test::occurrences;
+using test::Ranks;
 using test::TempDir;
 
-std::string child_path() { return (test::build_dir() / "tests" / "pg_fault_child").string(); }
 std::string launcher_path() { return (test::build_dir() / "tools" / "c10drun").string(); }
-
-struct Ranks {
-  TempDir dir;
-  std::unique_ptr<TCPStoreServer> server;
-  std::vector<std::unique_ptr<ChildProcess>> children;
-
-  Ranks(int n, const std::vector<std::string>& args, const EnvChanges& extra = {}) {
-    server = std::make_unique<TCPStoreServer>(store::ServerOptions{});
-    for (int r = 0; r < n; ++r) {
-      EnvChanges env = extra;
-      env["RANK"] = std::to_string(r);
-      env["WORLD_SIZE"] = std::to_string(n);
-      env["MASTER_ADDR"] = "127.0.0.1";
-      env["MASTER_PORT"] = std::to_string(server->port());
-      env["C10D_STORE_EXTERNAL"] = "1";
-      std::vector<std::string> argv{child_path()};
-      argv.insert(argv.end(), args.begin(), args.end());
-      children.push_back(
-          std::make_unique<ChildProcess>(argv, env, dir.path(), "rank" + std::to_string(r)));
-    }
-  }
-};
 
 TEST(ProcessGroupFaultTest, KilledRankFailsEveryOtherRankQuicklyNamingIt) {
   constexpr int kVictim = 2;
   Ranks ranks(4, {"kill", std::to_string(kVictim)});
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  const auto victim = ranks.children[kVictim]->wait(deadline);
-  ASSERT_FALSE(victim.exited) << ranks.children[kVictim]->describe();
-  EXPECT_EQ(victim.signal, SIGKILL);
-  const auto died = std::chrono::steady_clock::now();
-  for (int r = 0; r < 4; ++r) {
-    if (r == kVictim) continue;
-    auto& child = *ranks.children[static_cast<std::size_t>(r)];
-    const auto exit = child.wait(died + 5s);
-    EXPECT_FALSE(exit.timed_out) << "rank " << r << " still running 5 s after rank 2 died";
-    EXPECT_EQ(exit.code, 3) << child.describe();
-    const std::string out = child.out();
-    EXPECT_NE(out.find("FAILED"), std::string::npos) << out;
-    EXPECT_NE(out.find("rank 2"), std::string::npos) << "rank " << r << ": " << out;
-  }
+  test::expect_killed_rank_named_by_the_others(ranks, kVictim);
 }
 
 // A port free at the time of asking (bound, read, released).
@@ -100,8 +64,8 @@ TEST(ProcessGroupFaultTest, KilledStoreHostingRankZeroStillFailsEveryOtherRankQu
                    {"MASTER_PORT", port},
                    {"C10D_STORE_EXTERNAL", std::nullopt}};
     children.push_back(
-        std::make_unique<ChildProcess>(std::vector<std::string>{child_path(), "kill", "0"}, env,
-                                       dir.path(), "rank" + std::to_string(r)));
+        std::make_unique<ChildProcess>(std::vector<std::string>{fault_child_path(), "kill", "0"},
+                                       env, dir.path(), "rank" + std::to_string(r)));
   }
   const auto victim = children[0]->wait(std::chrono::steady_clock::now() + 60s);
   ASSERT_FALSE(victim.exited) << children[0]->describe();
@@ -191,7 +155,7 @@ TEST(ProcessGroupFaultTest, StoppedRankIsNamedByEveryOtherRankOverTcp) {
 TEST(ProcessGroupFaultTest, LauncherReportsTheStoppedRankAsTheCause) {
   TempDir dir;
   ChildProcess launcher({launcher_path(), "--nproc-per-node", "4", "--grace-period-ms", "2000",
-                         child_path(), "freeze", "2"},
+                         fault_child_path(), "freeze", "2"},
                         {}, dir.path(), "c10drun");
   const auto exit = launcher.wait(std::chrono::steady_clock::now() + 90s);
   EXPECT_FALSE(exit.timed_out);
@@ -240,8 +204,8 @@ TEST(ProcessGroupFaultTest, MismatchedCollectivesUnderDetailFailOnEveryRankNamin
 
 TEST(ProcessGroupFaultTest, LauncherExitsNonZeroNamingTheKilledRank) {
   TempDir dir;
-  ChildProcess launcher({launcher_path(), "--nproc-per-node", "3", child_path(), "kill", "1"}, {},
-                        dir.path(), "c10drun");
+  ChildProcess launcher({launcher_path(), "--nproc-per-node", "3", fault_child_path(), "kill", "1"},
+                        {}, dir.path(), "c10drun");
   const auto exit = launcher.wait(std::chrono::steady_clock::now() + 60s);
   EXPECT_FALSE(exit.timed_out);
   EXPECT_NE(exit.code, 0) << launcher.describe();
@@ -252,7 +216,7 @@ TEST(ProcessGroupFaultTest, LauncherExitsNonZeroNamingTheKilledRank) {
 
 TEST(ProcessGroupFaultTest, HealthyRunUnderTheLauncherExitsZero) {
   TempDir dir;
-  ChildProcess launcher({launcher_path(), "--nproc-per-node", "3", child_path(), "ok"}, {},
+  ChildProcess launcher({launcher_path(), "--nproc-per-node", "3", fault_child_path(), "ok"}, {},
                         dir.path(), "c10drun");
   const auto exit = launcher.wait(std::chrono::steady_clock::now() + 60s);
   EXPECT_EQ(exit.code, 0) << launcher.describe() << launcher.out() << launcher.err();
@@ -266,7 +230,7 @@ void expect_mismatch_named_on_every_mpi_rank(int np, const std::string& scenario
                                              const std::string& rank1_call) {
   TempDir dir;
   ChildProcess mpirun({C10D_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np",
-                       std::to_string(np), child_path(), scenario},
+                       std::to_string(np), fault_child_path(), scenario},
                       {{"C10D_DEBUG", "DETAIL"}, {"C10D_BACKEND", "mpi"}}, dir.path(), "mpirun");
   const auto exit = mpirun.wait(std::chrono::steady_clock::now() + 60s);
   EXPECT_FALSE(exit.timed_out) << mpirun.describe();
@@ -297,7 +261,7 @@ TEST(ProcessGroupFaultTest, AllToAllSplitSizesOnSomeMpiRanksFailUnderDetail) {
 TEST(ProcessGroupFaultTest, MpiOpThatFailsToStartOnTheWorkerFailsItsWork) {
   TempDir dir;
   ChildProcess mpirun({C10D_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", "1",
-                       child_path(), "start_fails"},
+                       fault_child_path(), "start_fails"},
                       // Under AddressSanitizer, Open MPI's allocations kept past MPI_Finalize would
                       // fail the exit code (the mpi label's tests turn leak checks off alike).
                       {{"C10D_BACKEND", "mpi"}, {"ASAN_OPTIONS", "detect_leaks=0"}}, dir.path(),
@@ -314,7 +278,7 @@ TEST(ProcessGroupFaultTest, MpiOpThatFailsToStartOnTheWorkerFailsItsWork) {
 TEST(ProcessGroupFaultTest, AnMpiErrorFailsTheOpWithMpisOwnWords) {
   TempDir dir;
   ChildProcess mpirun({C10D_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", "2",
-                       child_path(), "truncate"},
+                       fault_child_path(), "truncate"},
                       {{"C10D_BACKEND", "mpi"}, {"ASAN_OPTIONS", "detect_leaks=0"}}, dir.path(),
                       "mpirun");
   const auto exit = mpirun.wait(std::chrono::steady_clock::now() + 60s);
@@ -332,7 +296,7 @@ TEST(ProcessGroupFaultTest, AnMpiErrorFailsTheOpWithMpisOwnWords) {
 TEST(ProcessGroupFaultTest, BlockingMpiCollectivePastItsDeadlineAbortsTheJob) {
   TempDir dir;
   ChildProcess mpirun({C10D_TEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", "2",
-                       child_path(), "stall"},
+                       fault_child_path(), "stall"},
                       {{"C10D_BACKEND", "mpi"}}, dir.path(), "mpirun");
   const auto started = std::chrono::steady_clock::now();
   const auto exit = mpirun.wait(started + 60s);

@@ -18,19 +18,15 @@
 #include <sstream>
 #include <vector>
 
-#include "../store/child_process.h"
-#include "store/tcp_store_server.h"
+#include "fault_ranks.h"
 #include "transport/shared_memory.h"
 
 namespace c10d::inline v1 {
 namespace {
 
 using namespace std::chrono_literals;
-using test::ChildProcess;
 using test::EnvChanges;
-using test::TempDir;
-
-std::string child_path() { return (test::build_dir() / "tests" / "pg_fault_child").string(); }
+using test::Ranks;
 
 // A backend's job: how its ranks are started and what its segments are called.
 struct Backend {
@@ -62,69 +58,29 @@ std::vector<std::string> segments_of(const std::string& kind, pid_t pid) {
   return out;
 }
 
-// Whether the process is stopped (state T in /proc/<pid>/stat).
-bool stopped(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  const auto paren = line.rfind(')');
-  return paren != std::string::npos && line.size() > paren + 2 && line[paren + 2] == 'T';
+// Starts the backend's ranks running pg_fault_child `args`; `victim` (when >= 0) also gets
+// `victim_env`.
+Ranks start_job(const Backend& b, const std::vector<std::string>& args, int victim = -1,
+                const EnvChanges& victim_env = {}, const EnvChanges& extra = {}) {
+  EnvChanges env = b.env;
+  for (const auto& [k, v] : extra) env[k] = v;
+  return Ranks(b.world, args, env, victim, victim_env);
 }
 
-class Job {
- public:
-  // Starts the backend's ranks running pg_fault_child `args`; `victim` (when >= 0) also gets
-  // `victim_env`.
-  Job(const Backend& b, const std::vector<std::string>& args, int victim = -1,
-      const EnvChanges& victim_env = {}, const EnvChanges& extra = {}) {
-    server_ = std::make_unique<TCPStoreServer>(store::ServerOptions{});
-    for (int r = 0; r < b.world; ++r) {
-      EnvChanges env = b.env;
-      for (const auto& [k, v] : extra) env[k] = v;
-      env["RANK"] = std::to_string(r);
-      env["WORLD_SIZE"] = std::to_string(b.world);
-      env["MASTER_ADDR"] = "127.0.0.1";
-      env["MASTER_PORT"] = std::to_string(server_->port());
-      env["C10D_STORE_EXTERNAL"] = "1";
-      env["C10D_INIT_METHOD"] = std::nullopt;
-      env["C10D_TEST_FAULT_AT"] = std::nullopt;
-      if (r == victim) {
-        for (const auto& [k, v] : victim_env) env[k] = v;
-      }
-      std::vector<std::string> argv{child_path()};
-      argv.insert(argv.end(), args.begin(), args.end());
-      ranks.push_back(
-          std::make_unique<ChildProcess>(argv, env, dir_.path(), "rank" + std::to_string(r)));
-    }
+std::vector<pid_t> pids_of(const Ranks& job) {
+  std::vector<pid_t> out;
+  for (const auto& r : job.children) out.push_back(r->pid());
+  return out;
+}
+
+// Every rank exits 0 within the deadline.
+void expect_success(Ranks& job) {
+  const auto deadline = test::Clock::now() + 60s;
+  for (auto& r : job.children) {
+    const auto exit = r->wait(deadline);
+    EXPECT_TRUE(exit.exited && exit.code == 0) << r->describe();
   }
-
-  std::vector<pid_t> pids() const {
-    std::vector<pid_t> out;
-    for (const auto& r : ranks) out.push_back(r->pid());
-    return out;
-  }
-
-  // SIGKILLs every rank and reaps it, as a launcher tearing down a failed job.
-  void kill_all() {
-    for (auto& r : ranks) r->send_signal(SIGKILL);
-    for (auto& r : ranks) r->wait(test::Clock::now() + 10s);
-  }
-
-  // Every rank exits 0 within the deadline.
-  void expect_success() {
-    const auto deadline = test::Clock::now() + 60s;
-    for (auto& r : ranks) {
-      const auto exit = r->wait(deadline);
-      EXPECT_TRUE(exit.exited && exit.code == 0) << r->describe();
-    }
-  }
-
-  std::vector<std::unique_ptr<ChildProcess>> ranks;
-
- private:
-  TempDir dir_;
-  std::unique_ptr<TCPStoreServer> server_;
-};
+}
 
 // Stops rank 1 at `step`, checks what its segment looks like there, kills the job, and runs the
 // next one: it succeeds, and no segment of the killed job's processes is left.
@@ -132,14 +88,11 @@ void kill_at_step_then_run_next_job(const Backend& b, const std::string& step) {
   SCOPED_TRACE(b.kind + ":" + step);
   std::vector<pid_t> killed;
   {
-    Job job(b, {"ok"}, 1, {{"C10D_TEST_FAULT_AT", b.kind + ":" + step + ":stop"}});
-    const auto deadline = test::Clock::now() + 30s;
-    const pid_t victim = job.ranks[1]->pid();
-    while (!stopped(victim) && job.ranks[1]->running() && test::Clock::now() < deadline) {
-      std::this_thread::sleep_for(5ms);
-    }
-    ASSERT_TRUE(stopped(victim)) << "rank 1 never reached " << step << "\n"
-                                 << job.ranks[1]->describe();
+    Ranks job = start_job(b, {"ok"}, 1, {{"C10D_TEST_FAULT_AT", b.kind + ":" + step + ":stop"}});
+    const pid_t victim = job.rank(1).pid();
+    ASSERT_TRUE(test::wait_until_stopped(job.rank(1), test::Clock::now() + 30s))
+        << "rank 1 never reached " << step << "\n"
+        << job.rank(1).describe();
     const auto own = segments_of(b.kind, victim);
     if (step == "before_create") {
       EXPECT_TRUE(own.empty());
@@ -151,12 +104,12 @@ void kill_at_step_then_run_next_job(const Backend& b, const std::string& step) {
       EXPECT_EQ(st.st_mode & 07777, 0600u) << own[0];
       EXPECT_EQ(st.st_uid, ::geteuid()) << own[0];
     }
-    killed = job.pids();
-    job.kill_all();
+    killed = pids_of(job);
+    test::kill_all(job.children);
   }
   {
-    Job next(b, {"ok"});
-    next.expect_success();
+    Ranks next = start_job(b, {"ok"});
+    expect_success(next);
   }
   for (const pid_t pid : killed) {
     EXPECT_TRUE(segments_of(b.kind, pid).empty())
@@ -182,19 +135,19 @@ TEST(SetupLeakTest, IciChipKilledAtEveryStepLeavesNothingAfterTheNextJob) {
 TEST(SetupLeakTest, RankThatDiesAloneIsCleanedUpByTheNextJobAndTheOthersCleanUpThemselves) {
   std::vector<pid_t> pids;
   {
-    Job job(tcp_shm(), {"ok"}, 1, {{"C10D_TEST_FAULT_AT", "shm:after_publish"}},
-            {{"C10D_TIMEOUT_MS", "2000"}});
+    Ranks job = start_job(tcp_shm(), {"ok"}, 1, {{"C10D_TEST_FAULT_AT", "shm:after_publish"}},
+                          {{"C10D_TIMEOUT_MS", "2000"}});
     const auto deadline = test::Clock::now() + 30s;
     for (int r = 0; r < 3; ++r) {
-      const auto exit = job.ranks[static_cast<std::size_t>(r)]->wait(deadline);
-      EXPECT_FALSE(exit.timed_out) << job.ranks[static_cast<std::size_t>(r)]->describe();
+      const auto exit = job.rank(r).wait(deadline);
+      EXPECT_FALSE(exit.timed_out) << job.rank(r).describe();
       if (r == 1) {
-        EXPECT_EQ(exit.signal, SIGKILL) << job.ranks[1]->describe();
+        EXPECT_EQ(exit.signal, SIGKILL) << job.rank(1).describe();
       } else {
-        EXPECT_EQ(exit.code, 1) << job.ranks[static_cast<std::size_t>(r)]->describe();
+        EXPECT_EQ(exit.code, 1) << job.rank(r).describe();
       }
     }
-    pids = job.pids();
+    pids = pids_of(job);
   }
   EXPECT_TRUE(segments_of("shm", pids[0]).empty());
   EXPECT_TRUE(segments_of("shm", pids[2]).empty());
@@ -202,8 +155,8 @@ TEST(SetupLeakTest, RankThatDiesAloneIsCleanedUpByTheNextJobAndTheOthersCleanUpT
   // reclaimed it already (and then failed to open it), else it is still there.
   EXPECT_LE(segments_of("shm", pids[1]).size(), 1u);
   {
-    Job next(tcp_shm(), {"ok"});
-    next.expect_success();
+    Ranks next = start_job(tcp_shm(), {"ok"});
+    expect_success(next);
   }
   EXPECT_TRUE(segments_of("shm", pids[1]).empty());
 }
