@@ -14,12 +14,9 @@ fi
 build_dir=$1
 consumer_dir=$2
 
-tmp_dir=$(mktemp -d "${TMPDIR:-/tmp}/c10d-install-test.XXXXXX")
-trap 'rm -rf "$tmp_dir"' EXIT
-prefix="$tmp_dir/prefix"
-
-echo "install-test: installing $build_dir into $prefix"
-cmake --install "$build_dir" --prefix "$prefix" >/dev/null
+# shellcheck source=SCRIPTDIR/scratch_install.sh
+source "$(dirname "${BASH_SOURCE[0]}")/scratch_install.sh"
+scratch_install install-test "$build_dir"
 
 # A sanitized libc10d needs a sanitized executable (the runtime must load first).
 sanitize=$(sed -n 's/^C10D_SANITIZE:STRING=//p' "$build_dir/CMakeCache.txt")

@@ -14,12 +14,9 @@ fi
 build_dir=$1
 python=$2
 
-tmp_dir=$(mktemp -d "${TMPDIR:-/tmp}/c10d-torch-install-test.XXXXXX")
-trap 'rm -rf "$tmp_dir"' EXIT
-prefix="$tmp_dir/prefix"
-
-echo "torch-install-test: installing $build_dir into $prefix"
-cmake --install "$build_dir" --prefix "$prefix" >/dev/null
+# shellcheck source=SCRIPTDIR/../install/scratch_install.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../install/scratch_install.sh"
+scratch_install torch-install-test "$build_dir"
 
 init=$(find "$prefix" -path '*/c10d_torch/__init__.py' -print -quit)
 if [[ -z "$init" ]]; then
