@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <map>
 #include <optional>
@@ -67,19 +68,27 @@ class RendezvousTest : public ::testing::Test {
     ::setenv(name, value.c_str(), 1);
   }
 
+  // The message of the E that `fn` throws; fails the test, naming `what` (what `fn` does), when
+  // it throws anything else or nothing.
+  template <typename E>
+  static std::string message_of(std::string_view what, const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const E& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << what << ": threw another kind of error: " << e.what();
+      return {};
+    }
+    ADD_FAILURE() << what << ": threw nothing";
+    return {};
+  }
+
   // The message of the InvalidArgument that rendezvous throws (fails the test when none is).
   static std::string invalid_argument(std::string_view init_method, int rank = -1,
                                       int world_size = -1, Milliseconds timeout = kTimeout) {
-    try {
-      rendezvous(init_method, rank, world_size, timeout);
-    } catch (const InvalidArgument& e) {
-      return e.what();
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << init_method << ": expected InvalidArgument, got " << e.what();
-      return {};
-    }
-    ADD_FAILURE() << init_method << ": expected InvalidArgument, but it succeeded";
-    return {};
+    return message_of<InvalidArgument>(init_method,
+                                       [&] { rendezvous(init_method, rank, world_size, timeout); });
   }
 
   // Asserts that the error for `init_method` mentions every one of `pieces`.
@@ -268,6 +277,11 @@ TEST_F(RendezvousTest, EnvFallsBackToMpirunVariables) {
   expect_round_trip(*rv.store, "mpi", "ok");
 }
 
+// Where rank 0 of a job set by set_mpirun_job leaves its store's port (and token).
+std::filesystem::path port_file(const std::string& session_dir) {
+  return std::filesystem::path(session_dir) / ("c10d-store-job" + std::to_string(::getpid()));
+}
+
 // As mpirun sets them, for a job of `size` ranks, `local` of them on this host.
 void set_mpirun_job(const std::string& session_dir, int size, int local) {
   ::setenv("PMIX_NAMESPACE", ("job" + std::to_string(::getpid())).c_str(), 1);
@@ -320,8 +334,7 @@ TEST_F(RendezvousTest, EnvUnderMpirunWithoutAddressMeetsAtTheStoreRankZeroHosts)
 TEST_F(RendezvousTest, EnvUnderMpirunClosesTheStoreWithATokenInAPrivateFile) {
   const std::string dir = temp_path("mpirun_token");
   set_mpirun_job(dir, 2, 2);
-  const std::filesystem::path file =
-      std::filesystem::path(dir) / ("c10d-store-job" + std::to_string(::getpid()));
+  const std::filesystem::path file = port_file(dir);
   for (const bool env_token : {false, true}) {
     SCOPED_TRACE(env_token ? "C10D_STORE_TOKEN set" : "no C10D_STORE_TOKEN");
     std::filesystem::remove_all(dir);
@@ -348,13 +361,9 @@ TEST_F(RendezvousTest, EnvUnderMpirunClosesTheStoreWithATokenInAPrivateFile) {
     TCPStoreOptions stranger;
     stranger.port = static_cast<std::uint16_t>(std::stoi(port_line));
     stranger.timeout = Milliseconds(2000);
-    try {
-      TCPStore open(stranger);
-      ADD_FAILURE() << "a client without the token was served";
-    } catch (const StoreError& e) {
-      EXPECT_NE(std::string(e.what()).find("requires authentication"), std::string::npos)
-          << e.what();
-    }
+    const std::string refused =
+        message_of<StoreError>("a client without the token", [&] { TCPStore open(stranger); });
+    EXPECT_NE(refused.find("requires authentication"), std::string::npos) << refused;
   }
   std::filesystem::remove_all(dir);
 }
@@ -365,19 +374,10 @@ TEST_F(RendezvousTest, EnvUnderMpirunClosesTheStoreWithATokenInAPrivateFile) {
 TEST_F(RendezvousTest, EnvUnderMpirunRefusesAPortFileRankZeroDidNotWrite) {
   const std::string dir = temp_path("mpirun_forged");
   set_mpirun_job(dir, 2, 2);
-  const std::filesystem::path file =
-      std::filesystem::path(dir) / ("c10d-store-job" + std::to_string(::getpid()));
-  const auto refusal = [&]() -> std::string {
-    try {
-      rendezvous("env://", 1, -1, Milliseconds(2000));
-    } catch (const StoreError& e) {
-      return e.what();
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "not a StoreError: " << e.what();
-      return e.what();
-    }
-    ADD_FAILURE() << "rank 1 took a forged port file";
-    return {};
+  const std::filesystem::path file = port_file(dir);
+  const auto refusal = [] {
+    return message_of<StoreError>("rank 1 with a forged port file",
+                                  [] { rendezvous("env://", 1, -1, Milliseconds(2000)); });
   };
   const auto forge = [&](const std::string& text, std::filesystem::perms perms) {
     std::filesystem::remove_all(dir);
@@ -505,12 +505,9 @@ TEST_F(RendezvousTest, EnvUnderMpirunRemovesWhatRankZeroPublishedWithItsStore) {
 TEST_F(RendezvousTest, EnvUnderMpirunTimesOutNamingThePortFile) {
   const std::string dir = temp_path("mpirun_lonely");
   set_mpirun_job(dir, 2, 2);
-  try {
-    rendezvous("env://", 1, -1, Milliseconds(200));
-    ADD_FAILURE() << "rank 1 met a rank 0 that never started";
-  } catch (const TimeoutError& e) {
-    EXPECT_NE(std::string(e.what()).find(dir), std::string::npos) << e.what();
-  }
+  const std::string timeout = message_of<TimeoutError>(
+      "rank 1 without a rank 0", [] { rendezvous("env://", 1, -1, Milliseconds(200)); });
+  EXPECT_NE(timeout.find(dir), std::string::npos) << timeout;
 }
 
 TEST_F(RendezvousTest, RankSourcesTakePrecedenceInOrder) {

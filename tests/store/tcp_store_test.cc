@@ -32,6 +32,9 @@ class TCPStoreTest : public ::testing::Test {
     return std::make_unique<TCPStoreServer>(o);
   }
 
+  // A port no server listens on, just now: a server on port 0 learns one and stops.
+  static std::uint16_t unused_port() { return serve()->port(); }
+
   static TCPStoreOptions client_options(std::uint16_t port, Milliseconds timeout = 10s) {
     TCPStoreOptions o;
     o.host = "127.0.0.1";
@@ -145,12 +148,8 @@ TEST_F(TCPStoreTest, WaitIsReleasedBySetFromAnotherClient) {
 }
 
 TEST_F(TCPStoreTest, ClientRetriesUntilTheServerStarts) {
-  // Learn a free port from a server on port 0, stop it, and start the client first.
-  std::uint16_t port;
-  {
-    auto probe = serve();
-    port = probe->port();
-  }
+  // Start the client first, on a port no server listens on yet.
+  const std::uint16_t port = unused_port();
   auto client = std::async(std::launch::async, [&] {
     TCPStore store(client_options(port, 10s));
     return store.get_string("hello");
@@ -166,11 +165,7 @@ TEST_F(TCPStoreTest, ClientRetriesUntilTheServerStarts) {
 }
 
 TEST_F(TCPStoreTest, ConnectTimeoutNamesTheAddress) {
-  std::uint16_t port;
-  {
-    auto probe = serve();
-    port = probe->port();
-  }
+  const std::uint16_t port = unused_port();
   std::string msg = message_of<TimeoutError>([&] { TCPStore store(client_options(port, 300ms)); });
   EXPECT_NE(msg.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << msg;
   EXPECT_NE(msg.find("could not connect"), std::string::npos) << msg;
