@@ -5,12 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <exception>
 #include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
 
+#include "../rank_threads.h"
 #include "algorithms/context.h"
 #include "c10d/types.h"
 #include "transport/inproc_transport.h"
@@ -25,22 +24,10 @@ using TransportFactory = std::function<std::unique_ptr<transport::Transport>(int
 // the first error.
 inline void run_ranks(int n, const TransportFactory& make,
                       const std::function<void(int, transport::Transport&)>& fn) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        const auto t = make(r);
-        fn(r, *t);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  test::run_rank_threads(n, [&](int r) {
+    const auto t = make(r);
+    fn(r, *t);
+  });
 }
 
 // The same over one in-process world.

@@ -11,14 +11,13 @@
 
 #include <chrono>
 #include <cmath>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "../rank_threads.h"
 #include "backends/common/transport_process_group.h"
 #include "c10d/errors.h"
 #include "c10d/lazy.h"
@@ -39,25 +38,12 @@ class DdpTest : public ::testing::TestWithParam<bool> {
   // Runs fn(rank, group) on `n` threads; rethrows the first error.
   static void run_ranks(int n, const std::function<void(int, std::shared_ptr<ProcessGroup>)>& fn) {
     auto world = std::make_shared<transport::InProcWorld>(n);
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          backends::TransportProcessGroupOptions o;
-          o.timeout = 30s;
-          auto pg = backends::make_transport_process_group(
-              std::make_shared<transport::InProcTransport>(world, r), o);
-          fn(r, pg);
-        } catch (...) {
-          errors[static_cast<std::size_t>(r)] = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (auto& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
+    test::run_rank_threads(n, [&](int r) {
+      backends::TransportProcessGroupOptions o;
+      o.timeout = 30s;
+      fn(r, backends::make_transport_process_group(
+                std::make_shared<transport::InProcTransport>(world, r), o));
+    });
   }
 
  private:
