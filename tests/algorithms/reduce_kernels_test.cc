@@ -139,34 +139,8 @@ struct Bool {
   static bool equal(Storage a, Storage b) { return a == b; }
 };
 
-// Calls fn(Traits{}) with the traits of `dtype`.
-template <typename Fn>
-void visit(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return fn(Arith<float>{});
-    case DType::kFloat64:
-      return fn(Arith<double>{});
-    case DType::kFloat16:
-      return fn(Half{});
-    case DType::kBFloat16:
-      return fn(BFloat16{});
-    case DType::kInt8:
-      return fn(Arith<std::int8_t>{});
-    case DType::kUInt8:
-      return fn(Arith<std::uint8_t>{});
-    case DType::kInt16:
-      return fn(Arith<std::int16_t>{});
-    case DType::kInt32:
-      return fn(Arith<std::int32_t>{});
-    case DType::kInt64:
-      return fn(Arith<std::int64_t>{});
-    case DType::kBool:
-      return fn(Bool{});
-  }
-}
-
-// visit() for the floating dtypes only, whose traits also convert to and from double.
+// Calls fn(Traits{}) with the traits of the floating `dtype`, which also convert to and from
+// double.
 template <typename Fn>
 void visit_floating(DType dtype, Fn&& fn) {
   switch (dtype) {
@@ -180,6 +154,30 @@ void visit_floating(DType dtype, Fn&& fn) {
       return fn(BFloat16{});
     default:
       FAIL() << "not a floating dtype: " << dtype_name(dtype);
+  }
+}
+
+// Calls fn(Traits{}) with the traits of `dtype`, any dtype.
+template <typename Fn>
+void visit(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kFloat64:
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return visit_floating(dtype, fn);
+    case DType::kInt8:
+      return fn(Arith<std::int8_t>{});
+    case DType::kUInt8:
+      return fn(Arith<std::uint8_t>{});
+    case DType::kInt16:
+      return fn(Arith<std::int16_t>{});
+    case DType::kInt32:
+      return fn(Arith<std::int32_t>{});
+    case DType::kInt64:
+      return fn(Arith<std::int64_t>{});
+    case DType::kBool:
+      return fn(Bool{});
   }
 }
 
