@@ -510,14 +510,18 @@ struct TCPStoreServer::Impl {
     return pending == 0 || pending + bytes <= output_limit;
   }
 
-  // Makes room for a large answer that does not fit yet: writes what `c` has pending, then
-  // waits (up to write_timeout) for other connections' answers to be written. False when there
-  // is still no room. The caller looks its keys up again afterwards: they may have changed.
-  awaitable<bool> wait_for_room(Connection& c, std::uint64_t bytes) {
+  // Makes room for a large answer to a `kind` request that does not fit yet: writes what `c` has
+  // pending, then waits (up to write_timeout) for other connections' answers to be written.
+  // False when there is still no room, the request then answered busy (answer_busy()). The
+  // caller looks its keys up again afterwards: they may have changed.
+  awaitable<bool> wait_for_room(Connection& c, Kind kind, std::uint64_t bytes) {
     if (!c.out.empty()) co_await flush(c);
     const auto deadline = Clock::now() + options.write_timeout;
     while (!answer_fits(c, bytes)) {
-      if (stopping || Clock::now() >= deadline) co_return false;
+      if (stopping || Clock::now() >= deadline) {
+        answer_busy(c, kind, bytes);
+        co_return false;
+      }
       asio::steady_timer t(io);
       t.expires_at(deadline);
       room_waiters.push_back(&t);
@@ -650,10 +654,7 @@ struct TCPStoreServer::Impl {
           // Within max_response_bytes: the constructor checks that a largest value fits.
           const std::uint64_t bytes = store::wire::value_answer_bytes(it->second.size());
           if (!answer_fits(conn, bytes)) {
-            if (!co_await wait_for_room(conn, bytes)) {
-              answer_busy(conn, req.kind, bytes);
-              break;
-            }
+            if (!co_await wait_for_room(conn, req.kind, bytes)) break;
             continue;
           }
           out.reserve(out.size() + store::wire::kHeaderBytes + bytes);
@@ -699,10 +700,7 @@ struct TCPStoreServer::Impl {
               std::max({it == data.end() ? std::size_t{0} : it->second.size(), expected.size(),
                         desired.size()}));
           if (!answer_fits(conn, bytes)) {
-            if (!co_await wait_for_room(conn, bytes)) {
-              answer_busy(conn, req.kind, bytes);
-              break;
-            }
+            if (!co_await wait_for_room(conn, req.kind, bytes)) break;
             continue;
           }
           std::span<const std::uint8_t> result;
@@ -772,10 +770,7 @@ struct TCPStoreServer::Impl {
             break;
           }
           if (!answer_fits(conn, bytes)) {
-            if (!co_await wait_for_room(conn, bytes)) {
-              answer_busy(conn, req.kind, bytes);
-              break;
-            }
+            if (!co_await wait_for_room(conn, req.kind, bytes)) break;
             continue;
           }
           out.reserve(out.size() + store::wire::kHeaderBytes + bytes);
