@@ -24,36 +24,30 @@ Shifted shift(const Tensor& a, std::int64_t axis) {
   return {s, e, sum(e, {axis}, true)};
 }
 
-}  // namespace
-
-Tensor softmax(const Tensor& a, std::int64_t axis) {
+// softmax or log_softmax (`op`): `finish` of `a` shifted along `axis`, recorded as `op`.
+template <typename Finish>
+Tensor softmax_like(std::string_view op, const Tensor& a, std::int64_t axis, Finish finish) {
   const ValueType ta = type_of(a);
-  check_float("softmax", ta);
-  const std::int64_t ax =
-      normalize_axis("softmax", axis, static_cast<std::int64_t>(ta.shape.size()), ta);
+  check_float(op, ta);
+  const std::int64_t ax = normalize_axis(op, axis, static_cast<std::int64_t>(ta.shape.size()), ta);
   Tensor r;
   {
     RecordSuspendGuard guard;
-    Shifted s = shift(a, ax);
-    r = div(s.exps, s.sum);
+    r = finish(shift(a, ax));
   }
-  record("softmax", {a}, {r}, [&](OpRecord& rec) { rec.axis = ax; });
+  record(op, {a}, {r}, [&](OpRecord& rec) { rec.axis = ax; });
   return r;
 }
 
+}  // namespace
+
+Tensor softmax(const Tensor& a, std::int64_t axis) {
+  return softmax_like("softmax", a, axis, [](const Shifted& s) { return div(s.exps, s.sum); });
+}
+
 Tensor log_softmax(const Tensor& a, std::int64_t axis) {
-  const ValueType ta = type_of(a);
-  check_float("log_softmax", ta);
-  const std::int64_t ax =
-      normalize_axis("log_softmax", axis, static_cast<std::int64_t>(ta.shape.size()), ta);
-  Tensor r;
-  {
-    RecordSuspendGuard guard;
-    Shifted s = shift(a, ax);
-    r = sub(s.shifted, log(s.sum));
-  }
-  record("log_softmax", {a}, {r}, [&](OpRecord& rec) { rec.axis = ax; });
-  return r;
+  return softmax_like("log_softmax", a, axis,
+                      [](const Shifted& s) { return sub(s.shifted, log(s.sum)); });
 }
 
 Tensor one_hot(const Tensor& labels, std::int64_t classes, DType dtype) {
