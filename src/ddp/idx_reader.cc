@@ -4,7 +4,6 @@
 // file that inflates without end) costs a few reads, not its inflated size.
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -18,6 +17,7 @@
 
 #include "c10d/data.h"
 #include "core/check.h"
+#include "core/regular_file.h"
 
 namespace c10d::inline v1::data {
 namespace {
@@ -38,16 +38,6 @@ struct GzCloser {
 };
 using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
 
-// What a file that is not a regular one is, for messages.
-std::string_view file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 // Opens `path` for gzread, refusing anything but a regular file of at most kMaxFileBytes: the
 // compressed input is then finite and bounded. Sets `size` to the file's size.
 GzFile open_idx(const std::filesystem::path& path, std::uint64_t& size) {
@@ -63,17 +53,13 @@ GzFile open_idx(const std::filesystem::path& path, std::uint64_t& size) {
   C10D_CHECK(fd >= 0, "{}: cannot open: {}", name, std::strerror(errno));
   // Closes fd on every refusal below, until the gzFile owns it.
   std::unique_ptr<const int, void (*)(const int*)> guard(&fd, [](const int* p) { ::close(*p); });
-  struct stat st {};
-  C10D_CHECK(::fstat(fd, &st) == 0, "{}: fstat failed: {}", name, std::strerror(errno));
   // Only a regular file has an end (/dev/zero and a FIFO may never have one).
-  C10D_CHECK(S_ISREG(st.st_mode), "{}: is {}, not a regular file", name, file_kind(st.st_mode));
-  C10D_CHECK(static_cast<std::uint64_t>(st.st_size) <= kMaxFileBytes,
-             "{}: is {} bytes, over the limit of {} bytes for an IDX file", name, st.st_size,
-             kMaxFileBytes);
+  size = core::regular_file_size(fd, name);
+  C10D_CHECK(size <= kMaxFileBytes, "{}: is {} bytes, over the limit of {} bytes for an IDX file",
+             name, size, kMaxFileBytes);
   GzFile f(gzdopen(fd, "rb"));
   C10D_CHECK(f != nullptr, "{}: cannot read through zlib: out of memory", name);
   guard.release();  // gzclose closes fd now
-  size = static_cast<std::uint64_t>(st.st_size);
   return f;
 }
 

@@ -18,6 +18,7 @@
 
 #include "core/check.h"
 #include "core/fd.h"
+#include "core/regular_file.h"
 #include "core/shape.h"
 
 namespace c10d::inline v1::nn {
@@ -262,16 +263,6 @@ Decoded decode(std::span<const std::uint8_t> bytes) {
 
 namespace {
 
-// What a file that is not a regular one is, for messages.
-std::string_view file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 using core::Fd;
 
 void write_all(int fd, const std::uint8_t* data, std::size_t n, const std::string& path) {
@@ -297,7 +288,7 @@ void save_state_dict(const NamedTensors& state, const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
     C10D_CHECK(S_ISREG(st.st_mode), "save_state_dict: '{}' exists and is {}, not a file to replace",
-               path, file_kind(st.st_mode));
+               path, core::file_kind(st.st_mode));
   }
   std::vector<std::uint8_t> bytes;
   format::encode(state, bytes);
@@ -335,18 +326,15 @@ NamedTensors read_state_dict(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   C10D_CHECK(fd.get() >= 0, "state_dict file '{}' cannot be opened: {}", path,
              std::strerror(errno));
-  struct stat st {};
-  C10D_CHECK(::fstat(fd.get(), &st) == 0, "state_dict file '{}': fstat failed: {}", path,
-             std::strerror(errno));
   // Only a regular file has a size to check the header's lengths against (/dev/zero never ends).
-  C10D_CHECK(S_ISREG(st.st_mode), "state_dict file '{}' is {}, not a regular file", path,
-             file_kind(st.st_mode));
-  format::FileSource in(fd.get(), static_cast<std::uint64_t>(st.st_size));
+  const std::uint64_t size =
+      core::regular_file_size(fd.get(), fmt::format("state_dict file '{}'", path));
+  format::FileSource in(fd.get(), size);
   format::Decoded decoded = format::decode_from(in);
   C10D_CHECK(in.error().empty(), "state_dict file '{}': {}", path, in.error());
   C10D_CHECK(decoded.error.empty(), "state_dict file '{}': {}", path, decoded.error);
   C10D_CHECK(!in.grew(), "state_dict file '{}' grew while it was read ({} bytes when opened)", path,
-             st.st_size);
+             size);
   return std::move(decoded.entries);
 }
 
