@@ -2,7 +2,8 @@
 // segment mapped into this process (RAII: unmapped, and unlinked if this object created it and
 // still holds the name, on destruction), and futex waits and wakes on a word of a segment
 // (process-shared, so they work across processes). Used by the TCP backend's same-host channels
-// (backends/gloo_like/shm_transport.h) and by the ICI fabric (backends/tpu_ici/shm_segment.h).
+// (backends/gloo_like/shm_transport.h) and by the ICI fabric (backends/tpu_ici/shm_segment.h),
+// both through the byte ring of shm_ring.h.
 //
 // Names and orphans. A process that dies before it unlinks its segment (SIGKILL during a
 // set-up, before every peer has mapped it) leaves the name behind, holding memory until someone

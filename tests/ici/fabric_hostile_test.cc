@@ -78,7 +78,7 @@ class FakeChip {
     real_ = SharedSegment::open(store.get_string(real_key));
     real_header_ = reinterpret_cast<ChipHeader*>(real_.data());
     std::byte* r = real_.data() + kChipHeaderBytes + kMinus * (kRingHeaderBytes + kRing);
-    ring_ = ByteRing(reinterpret_cast<RingHeader*>(r), r + kRingHeaderBytes, kRing);
+    ring_ = ShmRing(reinterpret_cast<RingHeader*>(r), r + kRingHeaderBytes, kRing);
     if (store.add(prefix + "mapped", 1) == 2) store.set(prefix + "all_mapped", "1");
     const std::string all = prefix + "all_mapped";
     store.wait(std::span<const std::string>(&all, 1), 20000ms);
@@ -108,11 +108,11 @@ class FakeChip {
   // Writes a packet once the ring has room; false at the deadline (chip 0 reads no more).
   bool write(const PacketHeader& h, std::span<const std::byte> payload,
              Clock::time_point deadline) {
-    while (!ring_.has_room(packet_bytes(h))) {
+    while (ring_.room() < packet_bytes(h)) {
       if (Clock::now() > deadline) return false;
       std::this_thread::sleep_for(100us);
     }
-    ring_.write(h, payload);
+    write_packet(ring_, h, payload);
     real_header_->doorbell.fetch_add(1, std::memory_order_seq_cst);
     futex_wake(real_header_->doorbell);
     return true;
@@ -135,7 +135,7 @@ class FakeChip {
   SharedSegment real_;
   ChipHeader* header_ = nullptr;
   ChipHeader* real_header_ = nullptr;
-  ByteRing ring_;
+  ShmRing ring_;
 };
 
 struct Met {

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <string>
 
+#include "transport/shm_ring.h"
+
 namespace c10d::inline v1::gloo_like::shm {
 
 static_assert(std::endian::native == std::endian::little, "shared memory layout: little-endian");
@@ -44,12 +46,10 @@ struct SegmentHeader {
 static_assert(sizeof(SegmentHeader) <= kSegmentHeaderBytes);
 static_assert(offsetof(SegmentHeader, doorbell) == 64 && offsetof(SegmentHeader, sleepers) == 128);
 
-struct RingHeader {
-  alignas(64) std::atomic<std::uint64_t> head;  // bytes consumed, by the reader
-  alignas(64) std::atomic<std::uint64_t> tail;  // bytes produced, by the writer
-};
-static_assert(sizeof(RingHeader) <= kRingHeaderBytes && offsetof(RingHeader, tail) == 64);
-static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+// A ring is transport/shm_ring.h's: head at +0, tail at +64; its writer-waiting word (+72) stays
+// 0 here, as a reader rings the writer's doorbell after every read it makes anyway.
+using RingHeader = transport::ShmRingHeader;
+static_assert(kRingHeaderBytes == transport::kShmRingHeaderBytes);
 
 struct MessageHeader {
   std::uint32_t magic = kMessageMagic;

@@ -12,7 +12,6 @@
 #include <bit>
 #include <cerrno>
 #include <cstdint>
-#include <cstring>
 #include <deque>
 #include <fstream>
 #include <limits>
@@ -53,31 +52,10 @@ constexpr auto kHotWindow = std::chrono::milliseconds(1);
 // The longest a waiter sleeps on its doorbell before looking at its peers' processes.
 constexpr auto kSleepSlice = std::chrono::milliseconds(100);
 
+using transport::ShmRing;
+
 // Bumps `h`'s doorbell, and wakes its sleepers if it has any.
-void ring_doorbell(SegmentHeader* h) {
-  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
-  if (h->sleepers.load(std::memory_order_seq_cst) != 0) transport::futex_wake(h->doorbell);
-}
-
-// One ring, seen from this process (the writer's or the reader's side).
-struct RingView {
-  RingHeader* header = nullptr;
-  std::byte* data = nullptr;
-  std::uint64_t capacity = 0;
-
-  void copy_in(std::uint64_t at, const std::byte* src, std::uint64_t n) const {
-    const std::uint64_t pos = at & (capacity - 1);
-    const std::uint64_t first = std::min(n, capacity - pos);
-    std::memcpy(data + pos, src, first);
-    if (first < n) std::memcpy(data, src + first, n - first);
-  }
-  void copy_out(std::uint64_t at, std::byte* dst, std::uint64_t n) const {
-    const std::uint64_t pos = at & (capacity - 1);
-    const std::uint64_t first = std::min(n, capacity - pos);
-    std::memcpy(dst, data + pos, first);
-    if (first < n) std::memcpy(dst + first, data, n - first);
-  }
-};
+void ring_doorbell(SegmentHeader* h) { transport::ring_doorbell(h->doorbell, h->sleepers); }
 
 struct Op {
   bool is_send = false;
@@ -131,8 +109,8 @@ struct Peer {
   pid_t pid = 0;
   transport::SharedSegment segment;  // the peer's, holding the ring this rank writes
   SegmentHeader* header = nullptr;   // of that segment
-  RingView out;                      // this rank -> peer, in the peer's segment
-  RingView in;                       // peer -> this rank, in this rank's segment
+  ShmRing out;                       // this rank -> peer, in the peer's segment
+  ShmRing in;                        // peer -> this rank, in this rank's segment
   std::uint64_t next_sequence = 0;
 
   std::deque<std::shared_ptr<Op>> sends;  // the front one is being written
@@ -235,35 +213,34 @@ struct ShmTransport::Impl {
   // Under mu: writes the peer's queued sends while its ring has room. True when bytes moved.
   bool write_locked(Peer& p) {
     if (p.sends.empty()) return false;
-    const RingView& r = p.out;
-    const std::uint64_t head = r.header->head.load(std::memory_order_acquire);
-    std::uint64_t tail = r.header->tail.load(std::memory_order_relaxed);
+    ShmRing::Writer w = p.out.writer();
     bool moved = false;
     while (!p.sends.empty()) {
       Op& op = *p.sends.front();
       const std::uint64_t total = kMessageHeaderBytes + padded(op.bytes);
       if (p.send_pos == 0) {
-        if (r.capacity - (tail - head) < kMessageHeaderBytes) break;
+        if (w.room() < kMessageHeaderBytes) break;
         MessageHeader h;
         h.tag = op.tag;
         h.bytes = op.bytes;
         h.sequence = p.next_sequence++;
-        r.copy_in(tail, reinterpret_cast<const std::byte*>(&h), sizeof(h));
-        tail += kMessageHeaderBytes;
+        w.write(std::as_bytes(std::span(&h, 1)));  // published with the payload's first chunk
         p.send_pos = kMessageHeaderBytes;
         moved = true;
       }
       while (p.send_pos < total) {
-        const std::uint64_t room = r.capacity - (tail - head);
+        const std::uint64_t room = w.room();
         if (room == 0) break;
         const std::uint64_t n = std::min({room, total - p.send_pos, kChunk});
         const std::uint64_t at = p.send_pos - kMessageHeaderBytes;  // in the padded payload
+        std::uint64_t real = 0;
         if (op.send_data != nullptr && at < op.bytes) {
-          r.copy_in(tail, op.send_data + at, std::min<std::uint64_t>(n, op.bytes - at));
+          real = std::min<std::uint64_t>(n, op.bytes - at);
+          w.write({op.send_data + at, static_cast<std::size_t>(real)});
         }
-        tail += n;
+        w.skip(n - real);  // padding, or what an abandoned send no longer has
         p.send_pos += n;
-        r.header->tail.store(tail, std::memory_order_release);
+        w.publish();
         moved = true;
       }
       if (p.send_pos < total) break;  // the ring is full
@@ -272,7 +249,7 @@ struct ShmTransport::Impl {
       p.send_pos = 0;
     }
     if (moved) {
-      r.header->tail.store(tail, std::memory_order_release);
+      w.publish();
       ring_doorbell(p.header);
     }
     return moved;
@@ -316,17 +293,19 @@ struct ShmTransport::Impl {
     return true;
   }
 
-  // Under mu: copies `n` payload bytes at ring position `head` into the arriving unexpected
-  // message, from its byte `at` on, allocating its chunks as they fill. False when the limit
-  // broke.
-  bool copy_to_unexpected_locked(Peer& p, std::uint64_t head, std::uint64_t at, std::uint64_t n) {
+  // Under mu: copies the next `n` payload bytes of `r` (not consumed) into the arriving
+  // unexpected message, from its byte `at` on, allocating its chunks as they fill. False when the
+  // limit broke.
+  bool copy_to_unexpected_locked(Peer& p, const ShmRing::Reader& r, std::uint64_t at,
+                                 std::uint64_t n) {
     Unexpected& u = *p.reading_unexpected;
+    std::uint64_t offset = 0;
     while (n > 0) {
       if (!hold_locked(p, u.data.allocation_at(at))) return false;
       const auto room = u.data.span_at(at);
       const std::uint64_t k = std::min<std::uint64_t>(n, room.size());
-      p.in.copy_out(head, room.data(), k);
-      head += k;
+      r.peek(offset, room.first(static_cast<std::size_t>(k)));
+      offset += k;
       at += k;
       n -= k;
       u.got = at;
@@ -342,15 +321,13 @@ struct ShmTransport::Impl {
 
   // Under mu: reads what has arrived from `p`. True when bytes moved.
   bool read_locked(Peer& p) {
-    const RingView& r = p.in;
-    const std::uint64_t tail = r.header->tail.load(std::memory_order_acquire);
-    std::uint64_t head = r.header->head.load(std::memory_order_relaxed);
+    ShmRing::Reader r = p.in.reader();
     bool moved = false;
-    while (tail != head) {
+    while (r.available() != 0) {
       if (!p.reading) {
-        if (tail - head < kMessageHeaderBytes) break;
+        if (r.available() < kMessageHeaderBytes) break;
         MessageHeader h;
-        r.copy_out(head, reinterpret_cast<std::byte*>(&h), sizeof(h));
+        r.peek(0, std::as_writable_bytes(std::span(&h, 1)));
         if (const std::string bad = check_message_header(h, p.next_in_sequence); !bad.empty()) {
           abort_locked(C10D_ERROR(
               NetworkError, "rank {}: corrupt message header from rank {} in shared memory: {}",
@@ -358,27 +335,27 @@ struct ShmTransport::Impl {
           return true;
         }
         ++p.next_in_sequence;
-        head += kMessageHeaderBytes;
+        r.skip(kMessageHeaderBytes);
         moved = true;
         p.heard = {true, {}, h.tag};
         p.heard_at = Clock::now();
         if (!begin_message_locked(p, h)) return true;
       }
       const std::uint64_t total = padded(p.reading_bytes);
-      while (p.reading_pos < total && tail != head) {
-        const std::uint64_t n = std::min({tail - head, total - p.reading_pos, kChunk});
+      while (p.reading_pos < total && r.available() != 0) {
+        const std::uint64_t n = std::min({r.available(), total - p.reading_pos, kChunk});
         const std::uint64_t at = p.reading_pos;
         if (at < p.reading_bytes) {
           const std::uint64_t real = std::min<std::uint64_t>(n, p.reading_bytes - at);
           if (p.reading_op) {
-            r.copy_out(head, p.reading_op->recv_data + at, real);
-          } else if (p.reading_unexpected && !copy_to_unexpected_locked(p, head, at, real)) {
+            r.peek(0, {p.reading_op->recv_data + at, static_cast<std::size_t>(real)});
+          } else if (p.reading_unexpected && !copy_to_unexpected_locked(p, r, at, real)) {
             return true;
           }
         }
-        head += n;
+        r.skip(n);  // padding included
         p.reading_pos += n;
-        r.header->head.store(head, std::memory_order_release);
+        r.publish();
         moved = true;
       }
       if (p.reading_pos < total) break;
@@ -388,7 +365,7 @@ struct ShmTransport::Impl {
       p.reading = false;
     }
     if (moved) {
-      r.header->head.store(head, std::memory_order_release);
+      r.publish();
       ring_doorbell(p.header);  // its writer may be waiting for room
     }
     return moved;
@@ -665,8 +642,7 @@ struct ShmTransport::Impl {
       return static_cast<std::size_t>(at - (from > to ? 1 : 0));
     };
     const auto ring_at = [&](std::byte* base, std::size_t i) {
-      std::byte* r = base + kSegmentHeaderBytes + i * (kRingHeaderBytes + ring_bytes);
-      return RingView{reinterpret_cast<RingHeader*>(r), r + kRingHeaderBytes, ring_bytes};
+      return ShmRing::at(base + ring_offset(i, ring_bytes), ring_bytes);
     };
 
     // The segments that ranks killed before they unlinked theirs left here (earlier jobs, or
@@ -685,7 +661,9 @@ struct ShmTransport::Impl {
     h->rings = rings;
     h->ring_bytes = ring_bytes;
     h->pid = ::getpid();
-    for (std::size_t i = 0; i < rings; ++i) new (ring_at(own.data(), i).header) RingHeader{};
+    for (std::size_t i = 0; i < rings; ++i) {
+      ShmRing::create(own.data() + ring_offset(i, ring_bytes), ring_bytes);
+    }
     own_header = h;
     store.set(key("segment", rank), own.name());
     core::fault_point("shm:after_publish");

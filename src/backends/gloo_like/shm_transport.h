@@ -29,9 +29,11 @@
 //                   one of this rank's rings or freed room in a ring this rank writes; futex word
 //              +128 atomic u32 sleepers: threads of this rank asleep on the doorbell
 //   4096 + i * (128 + ring bytes)   ring i: the bytes from the i-th other same-host rank (in
-//              ascending rank order) to this one; written only by that rank, read only by this
+//              ascending rank order) to this one; written only by that rank, read only by this;
+//              a transport/shm_ring.h ring:
 //              +0  atomic u64 head: bytes consumed (the reader's cache line)
 //              +64 atomic u64 tail: bytes produced (the writer's)
+//              +72 atomic u32 writer waiting: always 0 here (a reader rings the doorbell anyway)
 //              +128 data, wrapping at the ring size
 //
 // A ring is a byte stream of messages in send order: a 64-byte MessageHeader (u32 magic "C1SH",

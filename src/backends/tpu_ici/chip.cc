@@ -174,18 +174,18 @@ void IciTransport::Chip::fabric_failure(const std::string& what) {
 }
 
 bool IciTransport::Chip::drain_locked(int k) {
-  ByteRing& ring = in[static_cast<std::size_t>(k)];
+  ShmRing& ring = in[static_cast<std::size_t>(k)];
   if (!ring.valid()) return false;
   bool progress = false;
   PacketHeader h;
-  for (int n = 0; n < 64 && ring.peek(h); ++n) {
+  for (int n = 0; n < 64 && peek_packet(ring, h); ++n) {
     progress = true;
     const std::string bad = check_packet(h, torus.size(), options.ring_bytes);
     if (!bad.empty() || h.route[h.hop_index] != k) {
       fabric_failure(fmt::format("corrupt packet on {}: {}",
                                  torus.link_name(torus.link_id(torus.neighbour(rank, k ^ 1), k)),
                                  bad.empty() ? "wrong link" : bad));
-      ring = ByteRing();  // nothing more is read from a ring that carried garbage
+      ring = ShmRing();  // nothing more is read from a ring that carried garbage
       return true;
     }
     if (h.hop_index + 1 == h.hops && h.dst != rank) {
@@ -193,23 +193,21 @@ bool IciTransport::Chip::drain_locked(int k) {
           fmt::format("a packet for rank {} from rank {} ends its route here", h.dst, h.src));
     } else if (h.hop_index + 1 == h.hops) {
       deliver_locked(
-          h, [&](std::size_t from, std::span<std::byte> to) { ring.read_payload(from, to); });
+          h, [&](std::size_t from, std::span<std::byte> to) { read_payload(ring, from, to); });
     } else {
       forward_locked(h, ring);
     }
     if (aborted) {
-      ring = ByteRing();  // this chip failed (the limit, or a packet out of place): read no more
+      ring = ShmRing();  // this chip failed (the limit, or a packet out of place): read no more
       return true;
     }
-    ring.consume(h);
-    if (ring.header().writer_waiting.exchange(0) != 0) {
-      ring_doorbell(in_header[static_cast<std::size_t>(k)]);
-    }
+    consume_packet(ring, h);
+    if (ring.take_writer_waiting()) ring_doorbell(in_header[static_cast<std::size_t>(k)]);
   }
   return progress;
 }
 
-void IciTransport::Chip::forward_locked(const PacketHeader& h, ByteRing& ring) {
+void IciTransport::Chip::forward_locked(const PacketHeader& h, const ShmRing& ring) {
   const Hop next = h.route[h.hop_index + 1];
   if (next >= hops()) {  // before it indexes anything
     fabric_failure(fmt::format("a packet from rank {} has hop {} in its route, and a chip has {}",
@@ -245,20 +243,20 @@ void IciTransport::Chip::forward_locked(const PacketHeader& h, ByteRing& ring) {
   }
   transit_bytes[next] += bytes;
   t->payload.resize(h.payload_bytes);
-  ring.read_payload(0, t->payload);
+  read_payload(ring, 0, t->payload);
   queues[next].push_back({nullptr, std::move(t)});
 }
 
 bool IciTransport::Chip::write_locked(int hop) {
   auto& q = queues[static_cast<std::size_t>(hop)];
-  ByteRing& ring = out[static_cast<std::size_t>(hop)];
+  ShmRing& ring = out[static_cast<std::size_t>(hop)];
   bool wrote = false;
   while (!q.empty()) {
     OutItem& item = q.front();
     if (item.transit) {
       const std::size_t bytes = packet_bytes(item.transit->header);
-      if (!has_room(ring, bytes)) break;
-      ring.write(item.transit->header, item.transit->payload);
+      if (!ring.room_for(bytes)) break;
+      write_packet(ring, item.transit->header, item.transit->payload);
       transit_bytes[static_cast<std::size_t>(hop)] -= bytes;
       q.pop_front();
       wrote = true;
@@ -282,11 +280,11 @@ bool IciTransport::Chip::write_locked(int hop) {
         static_cast<std::uint32_t>(std::min(kMaxPayloadBytes, op.send.size() - op.written));
     h.head = op.times.head;
     h.tail = op.times.tail;
-    if (!has_room(ring, packet_bytes(h))) break;
+    if (!ring.room_for(packet_bytes(h))) break;
     const std::span<const std::byte> payload =
         op.cancelled ? std::span<const std::byte>(kZeros, h.payload_bytes)
                      : op.send.subspan(op.written, h.payload_bytes);
-    ring.write(h, payload);
+    write_packet(ring, h, payload);
     wrote = true;
     op.written += h.payload_bytes;
     if (op.written == op.send.size()) {
@@ -296,12 +294,6 @@ bool IciTransport::Chip::write_locked(int hop) {
   }
   if (wrote) ring_doorbell(out_header[static_cast<std::size_t>(hop)]);
   return wrote;
-}
-
-bool IciTransport::Chip::has_room(ByteRing& ring, std::size_t bytes) {
-  if (ring.has_room(bytes)) return true;
-  ring.header().writer_waiting.store(1, std::memory_order_seq_cst);
-  return ring.has_room(bytes);
 }
 
 bool IciTransport::Chip::check_neighbours_locked(bool check_pids) {
@@ -328,7 +320,7 @@ bool IciTransport::Chip::check_neighbours_locked(bool check_pids) {
 
 bool IciTransport::Chip::incoming_ready() const {
   return std::any_of(in.begin(), in.end(),
-                     [](const ByteRing& r) { return r.valid() && !r.empty(); });
+                     [](const ShmRing& r) { return r.valid() && !r.empty(); });
 }
 
 void IciTransport::Chip::router_main() {

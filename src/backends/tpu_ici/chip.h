@@ -58,10 +58,7 @@ inline std::exception_ptr error(const std::string& message) {
   return std::make_exception_ptr(E(message));
 }
 
-inline void ring_doorbell(ChipHeader* h) {
-  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
-  if (h->sleeping.load(std::memory_order_seq_cst) != 0) futex_wake(h->doorbell);
-}
+inline void ring_doorbell(ChipHeader* h) { transport::ring_doorbell(h->doorbell, h->sleeping); }
 
 struct Incoming;
 
@@ -145,8 +142,8 @@ struct IciTransport::Chip {
   SharedSegment own;
   std::map<int, SharedSegment> neighbours;  // by rank
   ChipHeader* header = nullptr;
-  std::vector<ByteRing> in;                 // per hop: this chip's incoming rings
-  std::vector<ByteRing> out;                // per hop: the next chip's ring (invalid: no link)
+  std::vector<ShmRing> in;                  // per hop: this chip's incoming rings
+  std::vector<ShmRing> out;                 // per hop: the next chip's ring (invalid: no link)
   std::vector<ChipHeader*> out_header;      // per hop: the chip it leads to
   std::vector<ChipHeader*> in_header;       // per hop: the chip that writes in[hop]
   std::vector<ChipHeader*> neighbour_list;  // distinct neighbours
@@ -193,10 +190,8 @@ struct IciTransport::Chip {
   // ---- Router ----
   void fabric_failure(const std::string& what);
   bool drain_locked(int k);
-  void forward_locked(const PacketHeader& h, ByteRing& ring);
+  void forward_locked(const PacketHeader& h, const ShmRing& ring);
   bool write_locked(int hop);
-  // Room now, or mark the ring so its reader wakes this chip when it makes some.
-  static bool has_room(ByteRing& ring, std::size_t bytes);
   bool check_neighbours_locked(bool check_pids);
   bool incoming_ready() const;
   void router_loop();

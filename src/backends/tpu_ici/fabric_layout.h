@@ -50,6 +50,8 @@
 #include <span>
 #include <string>
 
+#include "transport/shm_ring.h"
+
 namespace c10d::inline v1::tpu_ici {
 
 static_assert(std::endian::native == std::endian::little, "the ICI fabric assumes little-endian");
@@ -93,12 +95,9 @@ static_assert(offsetof(ChipHeader, doorbell) == 64 && offsetof(ChipHeader, sleep
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
               std::atomic<std::uint32_t>::is_always_lock_free);
 
-struct RingHeader {
-  alignas(64) std::atomic<std::uint64_t> head;
-  alignas(64) std::atomic<std::uint64_t> tail;
-  std::atomic<std::uint32_t> writer_waiting;
-};
-static_assert(sizeof(RingHeader) <= kRingHeaderBytes && offsetof(RingHeader, tail) == 64);
+// A ring is transport/shm_ring.h's (drawn above: head, tail, writer waiting, data).
+using RingHeader = transport::ShmRingHeader;
+static_assert(kRingHeaderBytes == transport::kShmRingHeaderBytes);
 
 struct PacketHeader {
   std::uint32_t magic = kPacketMagic;

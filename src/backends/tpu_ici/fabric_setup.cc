@@ -35,9 +35,8 @@ void IciTransport::Chip::set_up() {
   const std::string token = store->get_string(token_key);
 
   const std::size_t rings = static_cast<std::size_t>(hops());
-  const auto ring_at = [&](std::byte* base, std::size_t k) {
-    std::byte* r = base + kChipHeaderBytes + k * (kRingHeaderBytes + options.ring_bytes);
-    return ByteRing(reinterpret_cast<RingHeader*>(r), r + kRingHeaderBytes, options.ring_bytes);
+  const auto ring_base = [&](std::byte* base, std::size_t k) {
+    return base + kChipHeaderBytes + k * (kRingHeaderBytes + options.ring_bytes);
   };
   // What chips killed before they unlinked their segments left on this host goes first.
   transport::reclaim_orphan_segments(kSegmentKind);
@@ -59,8 +58,8 @@ void IciTransport::Chip::set_up() {
   out_header.assign(rings, nullptr);
   in_header.assign(rings, nullptr);
   for (std::size_t k = 0; k < rings; ++k) {
-    new (own.data() + kChipHeaderBytes + k * (kRingHeaderBytes + options.ring_bytes)) RingHeader();
-    if (torus.neighbour(rank, static_cast<Hop>(k ^ 1)) >= 0) in[k] = ring_at(own.data(), k);
+    const ShmRing ring = ShmRing::create(ring_base(own.data(), k), options.ring_bytes);
+    if (torus.neighbour(rank, static_cast<Hop>(k ^ 1)) >= 0) in[k] = ring;
   }
   store->set(prefix + "ready/" + std::to_string(rank), own.name());
   core::fault_point("ici:after_publish");
@@ -97,7 +96,7 @@ void IciTransport::Chip::set_up() {
       it = neighbours.emplace(peer, std::move(seg)).first;
       neighbour_list.push_back(reinterpret_cast<ChipHeader*>(it->second.data()));
     }
-    out[k] = ring_at(it->second.data(), k);
+    out[k] = ShmRing::at(ring_base(it->second.data(), k), options.ring_bytes);
     out_header[k] = reinterpret_cast<ChipHeader*>(it->second.data());
   }
   for (std::size_t k = 0; k < rings; ++k) {
