@@ -118,9 +118,10 @@ class FakeChip {
     return true;
   }
 
-  // Says this chip failed, as a chip that aborts does; chip 0's router sees it.
-  void fail(const std::string& why) {
-    header_->abort_origin = 1;
+  // Says this chip failed, as a chip that aborts does (naming `origin` as the rank that failed
+  // first); chip 0's router sees it.
+  void fail(const std::string& why, std::int32_t origin = 1) {
+    header_->abort_origin = origin;
     header_->reason_bytes = static_cast<std::uint32_t>(why.size());
     std::memcpy(header_->reason, why.data(), why.size());
     header_->state.store(kAborted, std::memory_order_release);
@@ -283,6 +284,20 @@ TEST(IciHostileTest, PacketsOutOfPlaceFailTheChipNamingTheSource) {
     EXPECT_NE(what.find("rank 1"), std::string::npos) << what;
     EXPECT_NE(what.find(c.named), std::string::npos) << what;
   }
+}
+
+// A neighbour's abort notice is its own to write: a rank outside the slice is blamed on the
+// neighbour, and its text reaches the error printable.
+TEST(IciHostileTest, ANeighboursAbortNoticeIsReadAsUntrustedText) {
+  Met m = meet_fake_chip();
+  std::vector<std::byte> got(8);
+  auto pending = m.chip0->irecv(1, kProbeTag, got);
+  m.fake->fail(std::string("bad\x1b[2Jnews\n"), 1 << 30);
+  const std::string what = network_error(*pending);
+  EXPECT_NE(what.find("rank 1 failed"), std::string::npos) << what;
+  EXPECT_EQ(what.find(std::to_string(1 << 30)), std::string::npos) << what;
+  EXPECT_EQ(what.find('\x1b'), std::string::npos) << what;
+  EXPECT_NE(what.find("news"), std::string::npos) << what;
 }
 
 TEST(IciHostileTest, UnexpectedBytesCountOnlyUntilTheirReceivesTakeThem) {

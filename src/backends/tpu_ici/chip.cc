@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/logging.h"
+#include "core/parse.h"
 #include "core/spin_wait.h"
 
 namespace c10d::inline v1::tpu_ici {
@@ -301,10 +302,16 @@ bool IciTransport::Chip::check_neighbours_locked(bool check_pids) {
   for (ChipHeader* n : neighbour_list) {
     const auto state = n->state.load(std::memory_order_acquire);
     if (state == kAborted) {
-      const std::string why(n->reason, std::min<std::size_t>(n->reason_bytes, kMaxReasonBytes));
-      abort_locked(error<NetworkError>(
-                       fmt::format("ICI rank {}: rank {} failed: {}", rank, n->abort_origin, why)),
-                   n->abort_origin);
+      // The neighbour's segment is its own to write: its text is made printable and a rank
+      // outside the slice is blamed on the neighbour itself.
+      const std::string why = core::printable(
+          std::string_view(n->reason, std::min<std::size_t>(n->reason_bytes, kMaxReasonBytes)));
+      const int origin = n->abort_origin >= 0 && n->abort_origin < torus.size()
+                             ? static_cast<int>(n->abort_origin)
+                             : static_cast<int>(n->rank);
+      abort_locked(
+          error<NetworkError>(fmt::format("ICI rank {}: rank {} failed: {}", rank, origin, why)),
+          origin);
       return true;
     }
     if (check_pids && state == kRunning && n->pid != ::getpid() && ::kill(n->pid, 0) != 0 &&
