@@ -45,6 +45,17 @@ Fingerprint Fingerprint::of(std::string_view op, const Tensor& t, std::optional<
   return fp;
 }
 
+Fingerprint Fingerprint::of(const OpRecord& r) {
+  Fingerprint fp;
+  fp.set_op(r.op);
+  fp.dtype = r.dtype;
+  fp.reduce_op = r.reduce_op;
+  fp.root = r.rank;
+  fp.count = r.count;
+  fp.sequence = r.sequence;
+  return fp;
+}
+
 void Fingerprint::set_op(std::string_view op) {
   const auto it = std::find(kOpNames.begin(), kOpNames.end(), op);
   op_id = it == kOpNames.end() ? 0 : static_cast<std::uint8_t>(it - kOpNames.begin());

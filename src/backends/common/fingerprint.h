@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 
+#include "backends/common/op_record.h"
 #include "c10d/tensor.h"
 #include "c10d/types.h"
 
@@ -47,6 +48,8 @@ struct Fingerprint {
   // A collective call on tensors of `t`'s dtype (the sequence is set when the op is queued).
   static Fingerprint of(std::string_view op, const Tensor& t, std::optional<ReduceOp> reduce_op,
                         int root, std::int64_t count);
+  // The call `r` records (OpRecord::of), with its sequence number.
+  static Fingerprint of(const OpRecord& r);
   void set_op(std::string_view op);
   std::array<std::byte, kBytes> encode() const;
 };

@@ -112,8 +112,9 @@ class InlineSchedule {
     kTake,     // the waiter takes the queue's front op and runs it
     kDecline,  // the worker runs it; `wake_worker` says whether it must be woken
   };
-  // Under the group's mutex: finds the op of `w` in `queue` (elements with a `work` pointer, or
-  // pointers to the Work itself).
+  // Under the group's mutex: finds the op of `w` in `queue` (pointers to ops whose work() is
+  // the Work, as OpRunner's queue holds; elements with a `work` pointer; or pointers to the Work
+  // itself).
   // The waiter takes it when it is at the front and `may_take(op)` (the group's own conditions:
   // nothing in flight, no failure, a long enough wait). Taking turns the prediction on;
   // declining turns it off, without grace from now on, and then the worker must be woken if it
@@ -122,7 +123,9 @@ class InlineSchedule {
   Choice waiter_choice(const Queue& queue, const Work& w, MayTake&& may_take, bool& wake_worker) {
     wake_worker = false;
     const auto it = std::find_if(queue.begin(), queue.end(), [&](const auto& p) {
-      if constexpr (requires { p.work; }) {
+      if constexpr (requires { p->work(); }) {
+        return &p->work() == &w;
+      } else if constexpr (requires { p.work; }) {
         return p.work.get() == &w;
       } else {
         return p.get() == &w;
