@@ -1,11 +1,13 @@
 // TransportProcessGroup: argument checks on the caller's thread, collectives run in issue order
 // by the worker thread or by the thread that waits for them (run_inline), and one completer
-// thread for point-to-point ops.
+// thread for point-to-point ops. The queue, the worker, who runs what and the failure latch are
+// OpRunner's (op_runner.h); this group is its driver.
 //
 // Words used here:
-//  - op: one call of the ProcessGroup API, queued as a PendingOp with its Work, its sequence
-//    number, its fingerprint and a closure that runs it against a Context.
-//  - failure: the first error any op meets once it has started. It is kept in `failure_`, the
+//  - op: one call of the ProcessGroup API, queued as a PendingOp with its Work, its record
+//    (sequence number and what the fingerprint compares) and a closure that runs it against a
+//    Context.
+//  - failure: the first error any op meets once it has started. The runner keeps it, the
 //    transport is aborted with it (so the peers' connections close and they fail too), and every
 //    pending and later op of this group fails with it.
 //  - point-to-point (p2p): send, recv and recv_any_source. The worker posts their requests in
@@ -15,12 +17,9 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <functional>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -42,6 +41,7 @@
 #include "backends/common/fingerprint.h"
 #include "backends/common/inline_schedule.h"
 #include "backends/common/op_checks.h"
+#include "backends/common/op_runner.h"
 #include "c10d/errors.h"
 #include "core/check.h"
 #include "core/host.h"
@@ -130,34 +130,46 @@ std::span<std::byte> bytes_of(const Tensor& t) {
 
 // ---- The group ----
 
-struct PendingOp {
-  std::shared_ptr<Work> work;
-  Fingerprint fingerprint;
-  bool collective = true;
-  Clock::duration timeout{};
+// A queued op: its Work (the backend hooks' type, when given), its record, and the closure that
+// runs it (RunOp, PostOp).
+struct PendingOp : RunnerOp {
+  PendingOp(std::shared_ptr<Work> w, const OpRecord& record, Milliseconds timeout)
+      : RunnerOp(*w, record, timeout), work(std::move(w)) {}
   // Collectives: runs the op; returns its outputs.
-  std::function<std::vector<Tensor>(const Context&)> run;
+  virtual std::vector<Tensor> run(const Context&) { return {}; }
   // Point-to-point: posts the op's requests.
-  std::function<std::vector<std::unique_ptr<transport::Request>>(transport::Transport&,
-                                                                 transport::Tag)>
-      post;
+  virtual std::vector<std::unique_ptr<transport::Request>> post(transport::Transport&,
+                                                                transport::Tag) {
+    return {};
+  }
+
+  const std::shared_ptr<Work> work;
   std::uint32_t user_tag = 0;
   int peer = -1;                // p2p: the rank sent to or received from; kAnySource: any
   std::vector<Tensor> outputs;  // p2p result
 };
 
-// The message of an exception, for an error that wraps it.
-std::string what_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "an exception of unknown type";
+template <typename Run>
+struct RunOp final : PendingOp {
+  RunOp(std::shared_ptr<Work> w, const OpRecord& record, Milliseconds timeout, Run r)
+      : PendingOp(std::move(w), record, timeout), body(std::move(r)) {}
+  std::vector<Tensor> run(const Context& ctx) override { return body(ctx); }
+  Run body;
+};
+
+template <typename Post>
+struct PostOp final : PendingOp {
+  PostOp(std::shared_ptr<Work> w, const OpRecord& record, Milliseconds timeout, Post p)
+      : PendingOp(std::move(w), record, timeout), body(std::move(p)) {}
+  std::vector<std::unique_ptr<transport::Request>> post(transport::Transport& t,
+                                                        transport::Tag tag) override {
+    return body(t, tag);
   }
-}
+  Post body;
+};
 
 struct PostedP2P {
+  std::shared_ptr<PendingOp> op;
   std::shared_ptr<Work> work;
   std::vector<std::unique_ptr<transport::Request>> requests;
   std::vector<Tensor> outputs;
@@ -179,7 +191,8 @@ std::uint32_t child_group_id(std::uint32_t parent, std::uint32_t index) {
 }
 
 class TransportProcessGroup final : public ProcessGroup,
-                                    public std::enable_shared_from_this<TransportProcessGroup> {
+                                    public std::enable_shared_from_this<TransportProcessGroup>,
+                                    private OpRunner::Driver {
  public:
   TransportProcessGroup(std::shared_ptr<transport::Transport> transport,
                         TransportProcessGroupOptions options)
@@ -188,7 +201,12 @@ class TransportProcessGroup final : public ProcessGroup,
         options_(std::move(options)),
         checks_(rank(), size()),
         detail_(options_.detail < 0 ? detail_from_env() : options_.detail > 0),
-        schedule_(!options_.hooks && inline_from_env()) {
+        runner_(*this, {.name = fmt::format("group {}", options_.group_id),
+                        .rank = rank(),
+                        .inline_ops = !options_.hooks && inline_from_env(),
+                        .serial = true,
+                        .waiter_waits_long = true,
+                        .poll_queue = true}) {
     const std::string algo = env_or("C10D_ALGO", options_.algo);
     algo_ = parse_algo(algo, options_.algo.empty() ? "C10D_ALGO" : "the algo option");
     C10D_CHECK(options_.group_id < transport::kMaxGroups, "group id {} is not below {}",
@@ -202,27 +220,16 @@ class TransportProcessGroup final : public ProcessGroup,
     }
     ring_.order = options_.ring_order;
     hooks_ = options_.hooks;
-    worker_ = std::thread([this] { run_thread("worker", &TransportProcessGroup::work_loop); });
+    runner_.start_worker();
   }
 
   ~TransportProcessGroup() override {
     const auto reason = std::make_exception_ptr(Error(fmt::format(
         "rank {}: group {} was destroyed with this op pending", rank(), options_.group_id)));
-    std::deque<PendingOp> dropped;
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-      dropped.swap(queue_);
-      queued_.store(0, std::memory_order_relaxed);
-      // An op still running holds the worker in a transport wait: only an abort releases it.
-      if (running_) transport_->abort(reason);
-    }
-    for (auto& op : dropped) op.work->finish_with_error(reason);  // callbacks run outside mu_
-    cv_.notify_all();
+    runner_.stop(reason);  // fails what is queued, joins the worker
     p2p_cv_.notify_all();
-    worker_.join();
     if (completer_.joinable()) completer_.join();
-    for (auto& p : posted_) p.work->finish_with_error(reason);
+    for (auto& p : posted_) p.op->fail(reason);
   }
 
   std::string backend_name() const override { return options_.backend_name; }
@@ -233,7 +240,7 @@ class TransportProcessGroup final : public ProcessGroup,
     constexpr std::string_view kOp = "all_reduce";
     checks_.tensors(tensors, kOp, /*same=*/true);
     algorithms::validate_reduction(tensors[0].dtype(), opts.reduce.op);
-    return enqueue(kOp, Fingerprint::of(kOp, tensors[0], opts.reduce.op, -1, total(tensors)),
+    return enqueue(kOp, OpRecord::of(kOp, tensors[0], opts.reduce.op, -1, total(tensors)),
                    opts.timeout, [this, tensors, r = opts.reduce](const Context& ctx) {
                      for (const auto& t : tensors) all_reduce_one(ctx, t, r);
                      return tensors;
@@ -250,7 +257,7 @@ class TransportProcessGroup final : public ProcessGroup,
                                        ? 0
                                        : algorithms::kDefaultBroadcastThresholdBytes;
     const bool forced = algo_.broadcast != AlgoChoice::Broadcast::kAuto;
-    return enqueue(kOp, Fingerprint::of(kOp, tensors[0], std::nullopt, opts.root, total(tensors)),
+    return enqueue(kOp, OpRecord::of(kOp, tensors[0], std::nullopt, opts.root, total(tensors)),
                    opts.timeout,
                    [this, tensors, root = opts.root, threshold, forced](const Context& ctx) {
                      for (const auto& t : tensors) {
@@ -266,7 +273,7 @@ class TransportProcessGroup final : public ProcessGroup,
     checks_.defined(tensor, kOp, "the tensor");
     checks_.root(kOp, opts.root);
     algorithms::validate_reduction(tensor.dtype(), opts.reduce.op);
-    return enqueue(kOp, Fingerprint::of(kOp, tensor, opts.reduce.op, opts.root, tensor.numel()),
+    return enqueue(kOp, OpRecord::of(kOp, tensor, opts.reduce.op, opts.root, tensor.numel()),
                    opts.timeout, [tensor, opts](const Context& ctx) {
                      algorithms::tree_reduce(ctx, tensor.dtype(), opts.reduce, tensor.raw_data(),
                                              tensor.numel(), opts.root);
@@ -280,7 +287,7 @@ class TransportProcessGroup final : public ProcessGroup,
     checks_.defined(input, kOp, "the input");
     checks_.count(kOp, "outputs", outputs.size());
     for (const auto& t : outputs) checks_.like(t, input, kOp, "an output");
-    return enqueue(kOp, Fingerprint::of(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
+    return enqueue(kOp, OpRecord::of(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
                    [this, outputs, input](const Context& ctx) {
                      const std::size_t block = input.nbytes();
                      const algorithms::Scratch all(algorithms::ScratchSlot::kStaging,
@@ -298,7 +305,7 @@ class TransportProcessGroup final : public ProcessGroup,
                                                const AllgatherOptions& opts) override {
     constexpr std::string_view kOp = "all_gather_into_tensor";
     checks_.blocks(kOp, output, "output", input, "input");
-    return enqueue(kOp, Fingerprint::of(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
+    return enqueue(kOp, OpRecord::of(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
                    [this, output, input](const Context& ctx) {
                      gather_all(ctx, bytes_of(input), bytes_of(output));
                      return std::vector<Tensor>{output};
@@ -312,8 +319,8 @@ class TransportProcessGroup final : public ProcessGroup,
     checks_.count(kOp, "inputs", inputs.size());
     for (const auto& t : inputs) checks_.like(t, output, kOp, "an input");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
-    return enqueue(kOp, Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()),
-                   opts.timeout, [this, output, inputs, r = opts.reduce](const Context& ctx) {
+    return enqueue(kOp, OpRecord::of(kOp, output, opts.reduce.op, -1, output.numel()), opts.timeout,
+                   [this, output, inputs, r = opts.reduce](const Context& ctx) {
                      std::vector<const void*> blocks;  // each input where it is
                      for (const auto& t : inputs) blocks.push_back(t.raw_data());
                      scatter_reduced(ctx, output.dtype(), r, blocks, output.raw_data(),
@@ -327,8 +334,8 @@ class TransportProcessGroup final : public ProcessGroup,
     constexpr std::string_view kOp = "reduce_scatter_tensor";
     checks_.blocks(kOp, input, "input", output, "output");
     algorithms::validate_reduction(output.dtype(), opts.reduce.op);
-    return enqueue(kOp, Fingerprint::of(kOp, output, opts.reduce.op, -1, output.numel()),
-                   opts.timeout, [this, output, input, r = opts.reduce](const Context& ctx) {
+    return enqueue(kOp, OpRecord::of(kOp, output, opts.reduce.op, -1, output.numel()), opts.timeout,
+                   [this, output, input, r = opts.reduce](const Context& ctx) {
                      scatter_reduced(
                          ctx, output.dtype(), r,
                          algorithms::block_pointers(input.raw_data(), size(), output.nbytes()),
@@ -342,8 +349,8 @@ class TransportProcessGroup final : public ProcessGroup,
     constexpr std::string_view kOp = "all_to_all";
     const AllToAllLayout l = checks_.all_to_all(output, input, opts);
     return enqueue(
-        kOp, Fingerprint::of(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1),
-        opts.timeout, [this, input, output, l](const Context& ctx) {
+        kOp, OpRecord::of(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1), opts.timeout,
+        [this, input, output, l](const Context& ctx) {
           if (hooks_ && hooks_->all_to_allv(ctx, bytes_of(input), l.send_counts, l.send_offsets,
                                             bytes_of(output), l.recv_counts, l.recv_offsets)) {
             return std::vector<Tensor>{output};
@@ -359,7 +366,7 @@ class TransportProcessGroup final : public ProcessGroup,
     constexpr std::string_view kOp = "gather";
     checks_.defined(input, kOp, "the input");
     checks_.root_list(kOp, opts.root, outputs, input, "outputs");
-    return enqueue(kOp, Fingerprint::of(kOp, input, std::nullopt, opts.root, input.numel()),
+    return enqueue(kOp, OpRecord::of(kOp, input, std::nullopt, opts.root, input.numel()),
                    opts.timeout, [outputs, input, root = opts.root](const Context& ctx) {
                      std::vector<std::span<std::byte>> spans;
                      for (const auto& t : outputs) spans.push_back(bytes_of(t));
@@ -373,7 +380,7 @@ class TransportProcessGroup final : public ProcessGroup,
     constexpr std::string_view kOp = "scatter";
     checks_.defined(output, kOp, "the output");
     checks_.root_list(kOp, opts.root, inputs, output, "inputs");
-    return enqueue(kOp, Fingerprint::of(kOp, output, std::nullopt, opts.root, output.numel()),
+    return enqueue(kOp, OpRecord::of(kOp, output, std::nullopt, opts.root, output.numel()),
                    opts.timeout, [output, inputs, root = opts.root](const Context& ctx) {
                      std::vector<std::span<const std::byte>> spans;
                      for (const auto& t : inputs) spans.emplace_back(bytes_of(t));
@@ -383,7 +390,7 @@ class TransportProcessGroup final : public ProcessGroup,
   }
 
   std::shared_ptr<Work> barrier(const BarrierOptions& opts) override {
-    return enqueue("barrier", Fingerprint{}, opts.timeout, [](const Context& ctx) {
+    return enqueue("barrier", OpRecord{}, opts.timeout, [](const Context& ctx) {
       algorithms::barrier(ctx);
       return std::vector<Tensor>{};
     });
@@ -432,66 +439,43 @@ class TransportProcessGroup final : public ProcessGroup,
   }
   // ---- Queueing ----
 
-  std::shared_ptr<Work> enqueue(std::string_view op, Fingerprint fp,
-                                std::optional<Milliseconds> timeout,
-                                std::function<std::vector<Tensor>(const Context&)> run) {
-    PendingOp p;
-    p.fingerprint = fp;
-    p.run = std::move(run);
-    return push(op, std::move(p), timeout);
+  template <typename Run>
+  std::shared_ptr<Work> enqueue(std::string_view op, OpRecord record,
+                                std::optional<Milliseconds> timeout, Run&& run) {
+    record.op = op;
+    return push(record, timeout,
+                [&](std::shared_ptr<Work> work, const OpRecord& r, Milliseconds t) {
+                  return std::make_shared<RunOp<std::decay_t<Run>>>(std::move(work), r, t,
+                                                                    std::forward<Run>(run));
+                });
   }
 
-  std::shared_ptr<Work> push(std::string_view op, PendingOp p,
-                             std::optional<Milliseconds> timeout) {
+  // Queues the op `make(work, record, timeout)` makes (under the runner's mutex).
+  template <typename Make>
+  std::shared_ptr<Work> push(const OpRecord& record, std::optional<Milliseconds> timeout,
+                             Make&& make) {
+    const std::string_view op = record.op;
     const Milliseconds t = timeout.value_or(options_.timeout);
     core::check_timeout(t, op);
-    p.timeout = t;
-    p.fingerprint.set_op(op);
-    std::shared_ptr<Work> work;
-    std::exception_ptr failed;
-    bool wake = false;
-    {
-      std::lock_guard lock(mu_);
-      C10D_CHECK(!stopping_, "{}: the group is being destroyed", op);
-      // Collectives and point-to-point ops count apart: only collectives must agree across
-      // ranks (their tag is the sequence); p2p ops are matched by their user tag.
-      const std::uint64_t seq = p.collective ? next_sequence_++ : next_p2p_++;
-      if (p.collective) op_names_[seq % op_names_.size()] = op;  // a literal: see frame_name
-      p.fingerprint.sequence = seq;
-      work = hooks_ ? hooks_->make_work(std::string(op), seq)
-                    : std::make_shared<Work>(std::string(op), seq);
-      if (p.collective && schedule_.enabled()) {
-        if (!wait_hook_)
-          wait_hook_ =
-              backends::shared_wait_hook(weak_from_this(), &TransportProcessGroup::run_inline);
-        work->set_wait_hook(wait_hook_);
+    // Collectives and point-to-point ops count apart (OpRunner): only collectives must agree
+    // across ranks (their tag is the sequence); p2p ops are matched by their user tag.
+    const auto queued = runner_.submit(record, [&](const OpRecord& r) {
+      if (r.collective) {
+        op_names_[r.sequence % op_names_.size()] = op;  // a literal: see frame_name
+        next_sequence_ = r.sequence + 1;
       }
-      p.work = work;
-      failed = failure_;
-      if (!failed) {
-        wake = schedule_.enqueued(p.collective, queue_.empty());
-        queue_.push_back(std::move(p));
-        queued_.fetch_add(1, std::memory_order_release);
-      }
-    }
-    if (failed) {
-      work->finish_with_error(failed);  // outside mu_: its callbacks may call into the group
-    } else if (wake) {
-      cv_.notify_all();
-    }
-    return work;
+      return make(hooks_ ? hooks_->make_work(std::string(op), r.sequence)
+                         : std::make_shared<Work>(std::string(op), r.sequence),
+                  r, t);
+    });
+    return static_cast<PendingOp&>(*queued).work;
   }
 
   std::shared_ptr<Work> point_to_point(std::string_view op, std::vector<Tensor> tensors, int peer,
                                        const SendRecvOptions& opts) {
     checks_.point_to_point(op, tensors, peer, opts.tag);
-    PendingOp p;
-    p.collective = false;
-    p.user_tag = static_cast<std::uint32_t>(opts.tag);
-    p.peer = peer;
-    p.outputs = tensors;
     const bool is_send = op == "send";
-    p.post = [tensors, peer, is_send](transport::Transport& t, transport::Tag tag) {
+    auto post = [tensors, peer, is_send](transport::Transport& t, transport::Tag tag) {
       std::vector<std::unique_ptr<transport::Request>> requests;
       for (const auto& tensor : tensors) {
         requests.push_back(is_send ? t.isend(peer, tag, bytes_of(tensor))
@@ -499,108 +483,62 @@ class TransportProcessGroup final : public ProcessGroup,
       }
       return requests;
     };
-    return push(op, std::move(p), opts.timeout);
+    const auto record = OpRecord::point_to_point(op, tensors[0], peer, total(tensors));
+    return push_p2p(record, opts, std::move(tensors), std::move(post));
   }
 
   std::shared_ptr<Work> recv_any_source(std::vector<Tensor> tensors,
                                         const SendRecvOptions& opts) override {
     checks_.recv_any_source(tensors, opts.tag);
-    PendingOp p;
-    p.collective = false;
-    p.user_tag = static_cast<std::uint32_t>(opts.tag);
-    p.peer = transport::kAnySource;
-    p.outputs = tensors;
-    p.post = [tensor = tensors.front()](transport::Transport& t, transport::Tag tag) {
+    auto post = [tensor = tensors.front()](transport::Transport& t, transport::Tag tag) {
       std::vector<std::unique_ptr<transport::Request>> requests;
       requests.push_back(t.irecv_any(tag, bytes_of(tensor)));
       return requests;
     };
-    return push("recv_any_source", std::move(p), opts.timeout);
+    const auto record = OpRecord::point_to_point("recv_any_source", tensors[0],
+                                                 transport::kAnySource, tensors[0].numel());
+    return push_p2p(record, opts, std::move(tensors), std::move(post));
   }
 
-  // ---- Running (worker thread) ----
+  template <typename Post>
+  std::shared_ptr<Work> push_p2p(const OpRecord& record, const SendRecvOptions& opts,
+                                 std::vector<Tensor> outputs, Post&& post) {
+    return push(record, opts.timeout,
+                [&](std::shared_ptr<Work> work, const OpRecord& r, Milliseconds t) {
+                  auto p = std::make_shared<PostOp<std::decay_t<Post>>>(std::move(work), r, t,
+                                                                        std::forward<Post>(post));
+                  p->user_tag = static_cast<std::uint32_t>(opts.tag);
+                  p->peer = r.rank;
+                  p->outputs = std::move(outputs);
+                  return p;
+                });
+  }
 
-  // Records the group's first failure, fails everything queued, and aborts the transport so the
-  // peers fail too. Later ops fail with the same error.
-  void fail(std::exception_ptr e) {
-    std::deque<PendingOp> dropped;
-    {
-      std::lock_guard lock(mu_);
-      if (failure_) return;
-      failure_ = e;
-      dropped.swap(queue_);
-      queued_.store(0, std::memory_order_relaxed);
-    }
+  // ---- Running (OpRunner's driver: the worker thread, and waiters) ----
+
+  std::shared_ptr<const Work::WaitHook> make_wait_hook() override {
+    return backends::shared_wait_hook(weak_from_this(), &TransportProcessGroup::run_inline);
+  }
+
+  // The worker runs every op it takes to its end (a send/recv: until posted).
+  std::exception_ptr start(OpRunner::OpPtr op, Clock::time_point deadline) override {
+    auto p = std::static_pointer_cast<PendingOp>(std::move(op));
+    finish_op(*p, run_op(p, deadline));
+    return nullptr;
+  }
+
+  // The group's first failure: the transport is aborted so the peers fail too.
+  void on_failure(const std::exception_ptr& e) override {
     transport_->abort(e);
-    for (auto& op : dropped) op.work->finish_with_error(e);
     p2p_cv_.notify_all();
   }
 
-  // Under mu_: what the idle worker finds next (inline_schedule.h).
-  InlineSchedule::Front front_locked() const {
-    if (queue_.empty()) return InlineSchedule::Front::kEmpty;
-    if (running_) return InlineSchedule::Front::kBlocked;  // issue order: nothing overtakes it
-    return queue_.front().collective ? InlineSchedule::Front::kStartable
-                                     : InlineSchedule::Front::kOther;
+  // An op still running holds its thread in a transport wait: only an abort releases it.
+  void on_stop_locked(const std::exception_ptr& reason, bool running) override {
+    if (running) transport_->abort(reason);
   }
 
-  // A thread's body: `loop` until it returns. Ops catch their own errors; anything that still
-  // escapes (a Work callback that throws, say) fails the group, and the thread ends, instead of
-  // std::terminate ending the process. The completer's ops fail too: nobody tests them now.
-  void run_thread(const char* name, void (TransportProcessGroup::*loop)()) {
-    try {
-      (this->*loop)();
-      return;
-    } catch (...) {
-      const std::string what = what_of(std::current_exception());
-      C10D_LOG_ERROR("rank {}: the {} thread of group {} failed: {}", rank(), name,
-                     options_.group_id, what);
-      const auto error = std::make_exception_ptr(Error(fmt::format(
-          "rank {}: the {} thread of group {} failed: {}", rank(), name, options_.group_id, what)));
-      std::list<PostedP2P> orphans;
-      {
-        std::lock_guard lock(mu_);
-        if (loop == &TransportProcessGroup::complete_loop) orphans.swap(posted_);
-      }
-      try {
-        fail(error);
-        for (auto& p : orphans) p.work->finish_with_error(error);
-      } catch (...) {  // a callback threw again: the group has failed all the same
-        C10D_LOG_ERROR("rank {}: while failing group {}: {}", rank(), options_.group_id,
-                       what_of(std::current_exception()));
-      }
-    }
-  }
-
-  void work_loop() {
-    for (;;) {
-      PendingOp op;
-      // Training loops issue the next op right after the last one completes: unless its caller
-      // will run it (schedule_), poll for it briefly before sleeping (core/spin_wait.h).
-      if (!schedule_.predict()) {
-        core::spin_until([&] { return queued_.load(std::memory_order_acquire) > 0; });
-      }
-      {
-        std::unique_lock lock(mu_);
-        schedule_.idle_wait(
-            lock, cv_, [&] { return stopping_; }, [&] { return front_locked(); });
-        if (stopping_) return;  // the destructor took the queue
-        if (queue_.front().collective) schedule_.worker_may_start(Clock::now());
-        op = take_front_locked();
-      }
-      finish_op(op, run_op(op, Clock::now() + op.timeout));
-    }
-  }
-
-  // Under mu_: the op at the queue's front, now running.
-  PendingOp take_front_locked() {
-    PendingOp op = std::move(queue_.front());
-    queue_.pop_front();
-    queued_.fetch_sub(1, std::memory_order_relaxed);
-    schedule_.front_taken();
-    running_ = true;
-    return op;
-  }
+  void fail(std::exception_ptr e) { runner_.fail(std::move(e)); }
 
   // Work::wait's hook for collectives: when `w` is next to start, nothing runs ahead of it and
   // its waiter waits about as long as the op's own timeout, the waiter runs the op on its own
@@ -608,30 +546,10 @@ class TransportProcessGroup final : public ProcessGroup,
   // Otherwise the worker runs it, now. A waiter with a much shorter wait leaves the op to the
   // worker, so that its wait can time out while the op goes on.
   void run_inline(Work& w, Work::WaitClock& clock) {
-    PendingOp op;
-    bool wake = false;
-    {
-      std::lock_guard lock(mu_);
-      const auto may_take = [&](const PendingOp& p) {
-        return !running_ && !stopping_ &&
-               InlineSchedule::waits_long_enough(clock.timeout(), p.timeout);
-      };
-      switch (schedule_.waiter_choice(queue_, w, may_take, wake)) {
-        case InlineSchedule::Choice::kGone:
-          return;
-        case InlineSchedule::Choice::kTake:
-          op = take_front_locked();
-          break;
-        case InlineSchedule::Choice::kDecline:
-          break;
-      }
-    }
-    if (!op.work) {
-      if (wake) cv_.notify_all();
-      return;
-    }
-    finish_op(op,
-              run_op(op, clock.start() + std::min<Clock::duration>(op.timeout, clock.timeout())));
+    auto op = std::static_pointer_cast<PendingOp>(runner_.take_for_waiter(w, clock.timeout()));
+    if (!op) return;
+    const auto deadline = clock.start() + std::min<Clock::duration>(op->timeout(), clock.timeout());
+    finish_op(*op, run_op(op, deadline));
   }
 
   struct Outcome {
@@ -642,55 +560,50 @@ class TransportProcessGroup final : public ProcessGroup,
 
   // Completes `op` after run_op, on the thread that ran it.
   void finish_op(PendingOp& op, Outcome outcome) {
-    bool wake = false;
-    {
-      // Cleared before the Work completes: a caller that destroys the group as soon as its
-      // last op is done must find nothing running (else the destructor aborts the transport).
-      std::lock_guard lock(mu_);
-      if (!outcome.handed_off) running_ = false;  // else cleared already; maybe set again since
-      // An op queued behind this one that the worker should start now (it may be asleep).
-      wake = !queue_.empty() && (!queue_.front().collective || !schedule_.predict());
-    }
-    if (wake) cv_.notify_all();
-    if (hooks_ && (op.collective || outcome.error)) hooks_->op_finished(*op.work);
+    // Released before the Work completes: a caller that destroys the group as soon as its last
+    // op is done must find nothing running (else the destructor aborts the transport). A
+    // handed-off op was released already (and another may run since).
+    runner_.finished(!outcome.handed_off);
+    if (hooks_ && (op.collective() || outcome.error)) hooks_->op_finished(*op.work);
     if (outcome.error) {
-      op.work->finish_with_error(outcome.error);
-    } else if (op.collective) {
-      op.work->finish(std::move(outcome.outputs));
+      op.fail(outcome.error);
+    } else if (op.collective()) {
+      op.succeed(std::move(outcome.outputs));
     }
   }
 
-  Outcome run_op(PendingOp& op, Clock::time_point deadline) {
-    const std::uint64_t seq = op.fingerprint.sequence;
+  Outcome run_op(const std::shared_ptr<PendingOp>& p, Clock::time_point deadline) {
+    PendingOp& op = *p;
+    const std::uint64_t seq = op.record().sequence;
     if (hooks_) hooks_->op_started(*op.work);
     try {
-      if (op.collective) {
+      if (op.collective()) {
         const Context ctx{*transport_, transport::make_tag(options_.group_id, seq), deadline};
         if (detail_) {
           // Every rank sees the same fingerprints and fails this op alike, so the sequence
           // numbers stay in step and the group stays usable.
-          if (auto mismatch = check_fingerprints(op.fingerprint, deadline)) return {{}, mismatch};
+          if (auto mismatch = check_fingerprints(Fingerprint::of(op.record()), deadline)) {
+            return {{}, mismatch};
+          }
         }
         return {op.run(ctx), nullptr};
       }
-      PostedP2P posted{op.work,
+      PostedP2P posted{p,
+                       op.work,
                        op.post(*transport_, transport::user_tag(options_.group_id, op.user_tag)),
                        std::move(op.outputs),
                        deadline,
                        op.peer,
                        op.user_tag,
-                       op.timeout};
+                       op.timeout()};
       {
-        std::lock_guard lock(mu_);
+        std::lock_guard lock(runner_.mutex());
         posted_.push_back(std::move(posted));
         // From here the completer may complete the op's Work, and its caller destroy the group
         // at once: nothing may count as running then (the destructor would abort the transport,
         // which a subgroup shares with its parent).
-        running_ = false;
-        if (!completer_.joinable()) {
-          completer_ = std::thread(
-              [this] { run_thread("completer", &TransportProcessGroup::complete_loop); });
-        }
+        runner_.release_locked();
+        if (!completer_.joinable()) completer_ = std::thread([this] { run_completer(); });
       }
       p2p_cv_.notify_all();
       return {.handed_off = true};
@@ -700,8 +613,7 @@ class TransportProcessGroup final : public ProcessGroup,
       fail(std::current_exception());
     }
     // The group's first failure is the cause: report it, whichever op met it first.
-    std::lock_guard lock(mu_);
-    return {{}, failure_};
+    return {{}, runner_.failure()};
   }
 
   // "all_reduce #11" for a tag of one of this group's recent collectives; else tag_string.
@@ -724,22 +636,20 @@ class TransportProcessGroup final : public ProcessGroup,
   // peer, what this rank last heard from it, and the rank the ranks' waits lead to in the end
   // (Transport::find_stalled), which the abort then names to the other ranks as the cause.
   std::exception_ptr explain_timeout(const PendingOp& op, const transport::PeerTimeout& t) {
-    const std::string doing = fmt::format("{} #{}", op.work->op_name(), op.fingerprint.sequence);
-    {
-      std::lock_guard lock(mu_);
-      if (failure_) return failure_;  // the group failed meanwhile: that is the cause
-    }
+    const std::string doing = fmt::format("{} #{}", op.work->op_name(), op.record().sequence);
+    // The group failed meanwhile: that is the cause.
+    if (auto failure = runner_.failure()) return failure;
     // Ranks in step time out within moments of each other; a quarter of the timeout (0.2-2 s)
     // is long enough for their records to come, and short beside the timeout itself.
     const auto window =
-        std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(op.timeout / 4),
+        std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(op.timeout() / 4),
                    std::chrono::milliseconds(200), std::chrono::milliseconds(2000));
     const transport::StallReport stall = transport_->find_stalled(t.peer(), doing, window);
     const auto& heard = t.heard();
     std::string text = fmt::format(
         "rank {}: {} (group {}) timed out after {} ms waiting for rank {} ({})", rank(), doing,
         options_.group_id,
-        std::chrono::duration_cast<std::chrono::milliseconds>(op.timeout).count(), t.peer(),
+        std::chrono::duration_cast<std::chrono::milliseconds>(op.timeout()).count(), t.peer(),
         transport::heard_string(heard, heard.known ? frame_name(heard.tag) : std::string()));
     for (const auto& hop : stall.chain) {
       text += fmt::format("; rank {} waits for rank {} ({})", hop.rank, hop.awaits, hop.doing);
@@ -799,18 +709,42 @@ class TransportProcessGroup final : public ProcessGroup,
 
   // ---- Point-to-point completion (completer thread) ----
 
+  // The completer's body. Ops catch their own errors; anything that still escapes (a Work
+  // callback that throws, say) fails the group and the completer's ops (nobody tests them now),
+  // and the thread ends, instead of std::terminate ending the process.
+  void run_completer() {
+    try {
+      complete_loop();
+    } catch (...) {
+      const auto escaped = std::current_exception();
+      std::list<PostedP2P> orphans;
+      {
+        std::lock_guard lock(mu_);
+        orphans.swap(posted_);
+      }
+      try {
+        const auto error = runner_.escape("completer", escaped);
+        for (auto& p : orphans) p.op->fail(error);
+      } catch (...) {  // a callback threw again: the group has failed all the same
+        C10D_LOG_ERROR("rank {}: while failing group {}: {}", rank(), options_.group_id,
+                       what_of(std::current_exception()));
+      }
+    }
+  }
+
   void complete_loop() {
     auto nap = std::chrono::microseconds(20);
     std::unique_lock lock(mu_);
+    const auto stopping = [&] { return runner_.stopping_locked(); };
     for (;;) {
       if (posted_.empty()) {
-        if (stopping_) return;
-        p2p_cv_.wait(lock, [&] { return stopping_ || !posted_.empty(); });
+        if (stopping()) return;
+        p2p_cv_.wait(lock, [&] { return stopping() || !posted_.empty(); });
         continue;
       }
       bool progressed = false;
       for (auto it = posted_.begin(); it != posted_.end();) {
-        std::exception_ptr error = failure_;
+        std::exception_ptr error = runner_.failure_locked();
         bool done = error != nullptr;
         if (!done) {
           try {
@@ -842,19 +776,19 @@ class TransportProcessGroup final : public ProcessGroup,
         if (hooks_) hooks_->op_finished(*finished.work);
         if (error) {
           fail(error);
-          finished.work->finish_with_error(error);
+          finished.op->fail(error);
         } else {
           if (finished.work->op_name() != "send") {
             finished.work->set_source_rank(finished.peer != transport::kAnySource
                                                ? finished.peer
                                                : finished.requests.front()->source());
           }
-          finished.work->finish(std::move(finished.outputs));
+          finished.op->succeed(std::move(finished.outputs));
         }
         finished.requests.clear();
         lock.lock();
       }
-      if (stopping_) {
+      if (stopping()) {
         // The destructor fails what is left after joining.
         return;
       }
@@ -902,24 +836,15 @@ class TransportProcessGroup final : public ProcessGroup,
   algorithms::RingOptions ring_;
   std::shared_ptr<BackendHooks> hooks_;  // immutable after construction
 
-  std::mutex mu_;
-  std::condition_variable cv_;          // queue_ or stopping_ changed; waits on mu_
-  std::condition_variable p2p_cv_;      // posted_ or stopping_ changed; waits on mu_
-  std::deque<PendingOp> queue_;         // GUARDED_BY(mu_)
-  std::atomic<std::size_t> queued_{0};  // queue_.size(), for the worker to poll without mu_
-  std::list<PostedP2P> posted_;         // GUARDED_BY(mu_)
-  std::uint64_t next_sequence_ = 0;     // GUARDED_BY(mu_); collectives
-  std::uint64_t next_p2p_ = 0;          // GUARDED_BY(mu_); sends and recvs
-  std::uint32_t next_child_ = 0;        // GUARDED_BY(mu_)
-  std::exception_ptr failure_;          // GUARDED_BY(mu_)
-  bool stopping_ = false;               // GUARDED_BY(mu_)
-  bool running_ = false;                // GUARDED_BY(mu_); an op runs (worker or waiter)
-  InlineSchedule schedule_;             // GUARDED_BY(mu_), except predict()
-  // Work's wait hook for collectives (run_inline), shared by every Work; GUARDED_BY(mu_).
-  std::shared_ptr<const Work::WaitHook> wait_hook_;
+  // The queue, the worker, the failure latch; its mutex guards this group's state below too.
+  OpRunner runner_;
+  std::mutex& mu_ = runner_.mutex();
+  std::condition_variable p2p_cv_;   // posted_ or stopping changed; waits on mu_
+  std::list<PostedP2P> posted_;      // GUARDED_BY(mu_)
+  std::uint64_t next_sequence_ = 0;  // GUARDED_BY(mu_); the collective after the last queued
+  std::uint32_t next_child_ = 0;     // GUARDED_BY(mu_)
   // The names of the last collectives by sequence number (frame_name); GUARDED_BY(mu_).
   std::array<std::string_view, 64> op_names_{};
-  std::thread worker_;
   std::thread completer_;  // started by the worker at the first p2p op; GUARDED_BY(mu_)
 };
 

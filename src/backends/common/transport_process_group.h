@@ -5,7 +5,8 @@
 // Ops: each call checks its arguments on the caller's thread (InvalidArgument at once, nothing
 // queued), takes the group's next sequence number, and queues the op; ops run one at a time in
 // issue order, on the group's worker thread or, for a collective that is next to start when its
-// caller waits for it, on the waiting thread (inline_schedule.h; not with BackendHooks). An op's
+// caller waits for it, on the waiting thread (inline_schedule.h; not with BackendHooks); the
+// queue, worker and failure latch are OpRunner's (op_runner.h), shared with the MPI group. An op's
 // bytes carry transport::make_tag(group id, sequence); send/recv carry transport::user_tag(group
 // id, user tag), so subgroups and point-to-point never mix with collectives.
 //
