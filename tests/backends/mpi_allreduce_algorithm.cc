@@ -1,5 +1,5 @@
 // mpi_allreduce_algorithm: under `mpirun -np N`, checks that the MPI backend picks libnbc's
-// iallreduce algorithm per call (src/backends/mpi/process_group_mpi.cc, NbcAllreduceChoice):
+// iallreduce algorithm per call (src/backends/mpi/nbc_allreduce_choice.h, NbcAllreduceChoice):
 // after an all_reduce below 64 KiB the MCA variable coll_libnbc_iallreduce_algorithm reads 4
 // (recursive doubling), after one of 64 KiB or more 1 (ring), and both answers are right. Run
 // with `--expect-user V` (and OMPI_MCA_coll_libnbc_iallreduce_algorithm=V set), the user's

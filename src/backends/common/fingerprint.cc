@@ -34,17 +34,6 @@ bool detail_from_env() {
   return value != nullptr && std::string_view(value) == "DETAIL";
 }
 
-Fingerprint Fingerprint::of(std::string_view op, const Tensor& t, std::optional<ReduceOp> reduce_op,
-                            int root, std::int64_t count) {
-  Fingerprint fp;
-  fp.set_op(op);
-  fp.dtype = static_cast<std::uint8_t>(t.dtype());
-  if (reduce_op) fp.reduce_op = static_cast<std::uint8_t>(*reduce_op);
-  fp.root = root;
-  fp.count = count;
-  return fp;
-}
-
 Fingerprint Fingerprint::of(const OpRecord& r) {
   Fingerprint fp;
   fp.set_op(r.op);

@@ -45,9 +45,6 @@ struct Fingerprint {
   // without, and MPI cannot match the two, so there every rank must pass them alike.
   bool split_sizes = false;
 
-  // A collective call on tensors of `t`'s dtype (the sequence is set when the op is queued).
-  static Fingerprint of(std::string_view op, const Tensor& t, std::optional<ReduceOp> reduce_op,
-                        int root, std::int64_t count);
   // The call `r` records (OpRecord::of), with its sequence number.
   static Fingerprint of(const OpRecord& r);
   void set_op(std::string_view op);

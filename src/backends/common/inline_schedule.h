@@ -1,6 +1,6 @@
 // InlineSchedule: who starts a group's next collective, the thread that waits for it or the
-// group's worker thread. Shared by the TCP/ICI group (transport_process_group.cc) and the MPI
-// group (process_group_mpi.cc); each keeps it under its own mutex.
+// group's worker thread. OpRunner (op_runner.h), which runs the ops of the TCP/ICI and MPI
+// groups, keeps it under its mutex.
 //
 // On these machines a thread woken from a futex takes tens of microseconds to run, more than a
 // small collective takes. So when a caller waits for its collective as soon as it issued it
@@ -112,9 +112,8 @@ class InlineSchedule {
     kTake,     // the waiter takes the queue's front op and runs it
     kDecline,  // the worker runs it; `wake_worker` says whether it must be woken
   };
-  // Under the group's mutex: finds the op of `w` in `queue` (pointers to ops whose work() is
-  // the Work, as OpRunner's queue holds; elements with a `work` pointer; or pointers to the Work
-  // itself).
+  // Under the group's mutex: finds the op of `w` in `queue` (pointers to ops whose work() is a
+  // Work: OpRunner's queue).
   // The waiter takes it when it is at the front and `may_take(op)` (the group's own conditions:
   // nothing in flight, no failure, a long enough wait). Taking turns the prediction on;
   // declining turns it off, without grace from now on, and then the worker must be woken if it
@@ -122,15 +121,8 @@ class InlineSchedule {
   template <typename Queue, typename Work, typename MayTake>
   Choice waiter_choice(const Queue& queue, const Work& w, MayTake&& may_take, bool& wake_worker) {
     wake_worker = false;
-    const auto it = std::find_if(queue.begin(), queue.end(), [&](const auto& p) {
-      if constexpr (requires { p->work(); }) {
-        return &p->work() == &w;
-      } else if constexpr (requires { p.work; }) {
-        return p.work.get() == &w;
-      } else {
-        return p.get() == &w;
-      }
-    });
+    const auto it =
+        std::find_if(queue.begin(), queue.end(), [&](const auto& p) { return &p->work() == &w; });
     if (it == queue.end()) return Choice::kGone;
     if (it != queue.begin() || !may_take(*it)) {
       wake_worker = predict_.exchange(false, std::memory_order_relaxed);

@@ -1,6 +1,6 @@
 // DeadlineWatchdog: ends the process when a call that cannot be interrupted outlives its
 // deadline. The MPI group runs its collectives as blocking MPI calls by default
-// (process_group_mpi.cc); MPI cannot cancel a collective, so a blocking call whose peer never
+// (process_group_mpi.h); MPI cannot cancel a collective, so a blocking call whose peer never
 // comes would hang its thread forever. The group watches each blocking call: when the deadline
 // passes before the call returns, the watchdog calls `expire` with the call's description (the
 // group logs it and calls MPI_Abort, which ends every rank of the job loudly instead of leaving
