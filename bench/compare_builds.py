@@ -12,7 +12,9 @@ op, e.g.
 prints one line per row and can write the rows as JSON (--json). Every run of c10d-bench checks
 its results; a wrong value fails this script. --cpus 0 runs every rank on CPU 0 (taskset): how
 the waiters behave when ranks must share a core they each believe is theirs, as when another
-process (a compiler, a data loader) takes the other cores.
+process (a compiler, a data loader) takes the other cores. --backend mpi runs c10d-bench's MPI
+backend under mpirun instead (--shm does not apply), and --blocking passes c10d-bench's -z (1:
+each call waited for before the next, the path where a waiter runs its own collective).
 """
 
 import argparse
@@ -45,14 +47,22 @@ def parse_rows(text):
     return rows
 
 
-def run_once(build, op, size, world, shm, iters, timeout, cpus=None):
+def run_once(build, op, size, world, shm, iters, timeout, cpus=None, backend="tcp",
+             blocking=None):
     """One c10d-bench run; returns its in-place time in microseconds."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         env = dict(os.environ, C10D_SHM=str(shm))
         pin = ["taskset", "-c", cpus] if cpus else []
-        cmd = pin + [os.path.join(build, "tools", "c10drun"), "--nproc-per-node", str(world),
-               os.path.join(build, "bench", "c10d-bench"), op, "-b", str(size), "-e", str(size),
-               "-n", str(iters), "-w", str(max(2, iters // 10)), "--json", out.name]
+        bench = [os.path.join(build, "bench", "c10d-bench"), op, "-b", str(size), "-e", str(size),
+                 "-n", str(iters), "-w", str(max(2, iters // 10)), "--json", out.name]
+        if blocking is not None:
+            bench += ["-z", str(blocking)]
+        if backend == "mpi":
+            launch = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world)]
+            bench += ["--backend", "mpi"]
+        else:
+            launch = [os.path.join(build, "tools", "c10drun"), "--nproc-per-node", str(world)]
+        cmd = pin + launch + bench
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
@@ -75,6 +85,8 @@ def main():
     p.add_argument("--iters", type=int, default=0, help="per run; 0: by size")
     p.add_argument("--timeout", type=int, default=300)
     p.add_argument("--cpus", help="taskset CPU list every rank runs on (e.g. 0)")
+    p.add_argument("--backend", default="tcp", choices=["tcp", "mpi"])
+    p.add_argument("--blocking", type=int, choices=[0, 1], help="c10d-bench -z; default: its own")
     p.add_argument("--json")
     args = p.parse_args()
     if args.runs < 1:
@@ -85,18 +97,19 @@ def main():
           + (f"; every rank on CPUs {args.cpus}" if args.cpus else ""))
     print(f"# {'collective':>12} {'size':>10} {'ranks':>5} {'path':>5} {'A (us)':>10} "
           f"{'B (us)':>10} {'A/B':>6}")
+    shms = [int(s) for s in args.shm.split(",")] if args.backend == "tcp" else [0]
     for world in [int(w) for w in args.worlds.split(",")]:
-        for shm in [int(s) for s in args.shm.split(",")]:
+        for shm in shms:
             for op, size in args.rows:
                 iters = args.iters or (2000 if size <= 65536 else 200 if size <= 1 << 20 else 20)
                 a, b = [], []
                 for _ in range(args.runs):
                     a.append(run_once(args.a, op, size, world, shm, iters, args.timeout,
-                                      args.cpus))
+                                      args.cpus, args.backend, args.blocking))
                     b.append(run_once(args.b, op, size, world, shm, iters, args.timeout,
-                                      args.cpus))
+                                      args.cpus, args.backend, args.blocking))
                 ma, mb = statistics.median(a), statistics.median(b)
-                path = "shm" if shm else "tcp"
+                path = "mpi" if args.backend == "mpi" else "shm" if shm else "tcp"
                 print(f"  {op:>12} {size:>10} {world:>5} {path:>5} {ma:>10.2f} {mb:>10.2f} "
                       f"{ma / mb:>6.3f}", flush=True)
                 results.append({"collective": op, "size": size, "world_size": world, "path": path,
