@@ -2,7 +2,7 @@
 // asked by every backend, so the thresholds live here and nowhere else.
 //
 //   op        the collective
-//   bytes     the buffer one rank contributes (all_reduce, broadcast) or receives in all
+//   bytes     the larger of one rank's input and output buffers (nccl-tests' "size")
 //   world     the group's size
 //   fabric    what carries the bytes: a Transport (TCP, shared memory, in-process), the
 //             simulated torus (whose own plans know its links), or MPI's nonblocking

@@ -110,15 +110,6 @@ void pipelined_broadcast(const Context& ctx, std::span<std::byte> data, int root
   for (auto& s : sends) s->wait(ctx.deadline);
 }
 
-void broadcast(const Context& ctx, std::span<std::byte> data, int root,
-               std::int64_t threshold_bytes, std::int64_t segment_bytes) {
-  if (static_cast<std::int64_t>(data.size()) < threshold_bytes) {
-    tree_broadcast(ctx, data, root);
-  } else {
-    pipelined_broadcast(ctx, data, root, segment_bytes);
-  }
-}
-
 void tree_reduce(const Context& ctx, DType dtype, const Reduction& reduction, void* data,
                  std::int64_t count, int root) {
   // Both checks fail on every rank alike, before any message.

@@ -44,22 +44,14 @@ int chain_prev(int n, int root, int rank);
 // ---- Algorithms ----
 
 inline constexpr std::int64_t kDefaultBroadcastSegmentBytes = 1024 << 10;
-// Below this a broadcast is latency-bound and the tree's log2(n) hops win; above it the chain's
-// bandwidth wins.
-inline constexpr std::int64_t kDefaultBroadcastThresholdBytes = 512 << 10;
-
-// Copies root's `data` into every other rank's `data` over the binomial tree.
+// Copies root's `data` into every other rank's `data` over the binomial tree. Which of the two
+// broadcasts runs is algorithms/choice.h's to say.
 void tree_broadcast(const Context& ctx, std::span<std::byte> data, int root);
 
 // Copies root's `data` into every other rank's `data` along the chain, `segment_bytes` (> 0) at a
 // time with several segments in flight per link.
 void pipelined_broadcast(const Context& ctx, std::span<std::byte> data, int root,
                          std::int64_t segment_bytes = kDefaultBroadcastSegmentBytes);
-
-// tree_broadcast when data.size() < threshold_bytes, else pipelined_broadcast.
-void broadcast(const Context& ctx, std::span<std::byte> data, int root,
-               std::int64_t threshold_bytes = kDefaultBroadcastThresholdBytes,
-               std::int64_t segment_bytes = kDefaultBroadcastSegmentBytes);
 
 // Reduces `count` elements of `dtype` in `data` across the ranks of ctx into root's `data` over
 // the binomial tree (reduce_kernels.h's call order: PREMUL_SUM scales each input once at its

@@ -162,12 +162,6 @@ TEST(BroadcastTest, PipelinedChainCopiesRootBytesToEveryRankForEveryRoot) {
   });
 }
 
-TEST(BroadcastTest, SizeChoiceGivesTheSameBytesOnEitherSideOfTheThreshold) {
-  check_broadcast("broadcast", [](const Context& ctx, std::span<std::byte> d, int root) {
-    broadcast(ctx, d, root, /*threshold_bytes=*/1000, /*segment_bytes=*/4096);
-  });
-}
-
 // ---- Reduce ----
 
 template <typename T>

@@ -30,6 +30,7 @@
 #include "algorithms/all_gather.h"
 #include "algorithms/all_to_all.h"
 #include "algorithms/barrier.h"
+#include "algorithms/choice.h"
 #include "algorithms/context.h"
 #include "algorithms/gather_scatter.h"
 #include "algorithms/halving_doubling_all_reduce.h"
@@ -53,68 +54,11 @@
 namespace c10d::inline v1::backends {
 namespace {
 
+using algorithms::Algorithm;
+using algorithms::CollectiveOp;
 using algorithms::Context;
+using algorithms::Fabric;
 using transport::Clock;
-
-// Below this many bytes all_reduce takes halving-doubling (2 log2 n message latencies), above
-// it the ring (bandwidth-optimal, 2(n-1) latencies).
-constexpr std::int64_t kHalvingDoublingMaxBytes = 256 << 10;
-// Over two ranks both exchange the same two halves, and the ring's segments only add messages
-// (DDP's 0.5 and 1.6 MB buckets: 5-9% off the step) until its pipeline pays: from this size it
-// streams each reduced segment straight back (loopback TCP, 16 MiB: 4.5-5.1 against 5.6-6.9
-// ms for halving-doubling, 6 alternating rounds; docs/benchmarks.md). At 4 MiB halving-doubling is
-// still ahead, at 8 MiB they are even.
-constexpr std::int64_t kTwoRankRingMinBytes = 8 << 20;
-
-// ---- Algorithm choice ----
-
-struct AlgoChoice {
-  enum class AllReduce { kAuto, kRing, kHalvingDoubling } all_reduce = AllReduce::kAuto;
-  enum class Broadcast { kAuto, kTree, kChain } broadcast = Broadcast::kAuto;
-};
-
-AlgoChoice parse_algo(std::string_view spec, std::string_view source) {
-  AlgoChoice choice;
-  const auto bad = [&](std::string_view entry) {
-    C10D_THROW(InvalidArgument,
-               "{} '{}': cannot read '{}'; expected 'ring', 'hd', or a list like "
-               "'all_reduce=ring|hd|auto,broadcast=tree|chain|auto'",
-               source, spec, entry);
-  };
-  while (!spec.empty()) {
-    const auto comma = spec.find(',');
-    const std::string_view entry = spec.substr(0, comma);
-    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
-    if (entry.empty()) continue;
-    const auto eq = entry.find('=');
-    const std::string_view op = eq == std::string_view::npos ? "all_reduce" : entry.substr(0, eq);
-    const std::string_view algo = eq == std::string_view::npos ? entry : entry.substr(eq + 1);
-    if (op == "all_reduce") {
-      if (algo == "ring") {
-        choice.all_reduce = AlgoChoice::AllReduce::kRing;
-      } else if (algo == "hd" || algo == "halving_doubling") {
-        choice.all_reduce = AlgoChoice::AllReduce::kHalvingDoubling;
-      } else if (algo == "auto") {
-        choice.all_reduce = AlgoChoice::AllReduce::kAuto;
-      } else {
-        bad(entry);
-      }
-    } else if (op == "broadcast") {
-      if (algo == "tree") {
-        choice.broadcast = AlgoChoice::Broadcast::kTree;
-      } else if (algo == "chain" || algo == "pipelined") {
-        choice.broadcast = AlgoChoice::Broadcast::kChain;
-      } else if (algo == "auto") {
-        choice.broadcast = AlgoChoice::Broadcast::kAuto;
-      } else {
-        bad(entry);
-      }
-    } else {
-      bad(entry);
-    }
-  }
-  return choice;
-}
 
 std::string env_or(const char* name, const std::string& fallback) {
   if (!fallback.empty()) return fallback;
@@ -208,7 +152,8 @@ class TransportProcessGroup final : public ProcessGroup,
                         .waiter_waits_long = true,
                         .poll_queue = true}) {
     const std::string algo = env_or("C10D_ALGO", options_.algo);
-    algo_ = parse_algo(algo, options_.algo.empty() ? "C10D_ALGO" : "the algo option");
+    forced_ = algorithms::parse_algo_override(
+        algo, options_.algo.empty() ? "C10D_ALGO" : "the algo option");
     C10D_CHECK(options_.group_id < transport::kMaxGroups, "group id {} is not below {}",
                options_.group_id, transport::kMaxGroups);
     core::check_timeout(options_.timeout, "the group");
@@ -252,18 +197,9 @@ class TransportProcessGroup final : public ProcessGroup,
     constexpr std::string_view kOp = "broadcast";
     checks_.tensors(tensors, kOp, /*same=*/false);
     checks_.root(kOp, opts.root);
-    const std::int64_t threshold = algo_.broadcast == AlgoChoice::Broadcast::kTree ? INT64_MAX
-                                   : algo_.broadcast == AlgoChoice::Broadcast::kChain
-                                       ? 0
-                                       : algorithms::kDefaultBroadcastThresholdBytes;
-    const bool forced = algo_.broadcast != AlgoChoice::Broadcast::kAuto;
     return enqueue(kOp, OpRecord::of(kOp, tensors[0], std::nullopt, opts.root, total(tensors)),
-                   opts.timeout,
-                   [this, tensors, root = opts.root, threshold, forced](const Context& ctx) {
-                     for (const auto& t : tensors) {
-                       if (!forced && hooks_ && hooks_->broadcast(ctx, bytes_of(t), root)) continue;
-                       algorithms::broadcast(ctx, bytes_of(t), root, threshold);
-                     }
+                   opts.timeout, [this, tensors, root = opts.root](const Context& ctx) {
+                     for (const auto& t : tensors) broadcast_one(ctx, bytes_of(t), root);
                      return tensors;
                    });
   }
@@ -348,17 +284,18 @@ class TransportProcessGroup final : public ProcessGroup,
                                    const AllToAllOptions& opts) override {
     constexpr std::string_view kOp = "all_to_all";
     const AllToAllLayout l = checks_.all_to_all(output, input, opts);
-    return enqueue(
-        kOp, OpRecord::of(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1), opts.timeout,
-        [this, input, output, l](const Context& ctx) {
-          if (hooks_ && hooks_->all_to_allv(ctx, bytes_of(input), l.send_counts, l.send_offsets,
-                                            bytes_of(output), l.recv_counts, l.recv_offsets)) {
-            return std::vector<Tensor>{output};
-          }
-          algorithms::all_to_allv(ctx, bytes_of(input), l.send_counts, l.send_offsets,
-                                  bytes_of(output), l.recv_counts, l.recv_offsets);
-          return std::vector<Tensor>{output};
-        });
+    return enqueue(kOp, OpRecord::of(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1),
+                   opts.timeout, [this, input, output, l](const Context& ctx) {
+                     if (choose(CollectiveOp::kAllToAll,
+                                static_cast<std::int64_t>(output.nbytes())) == Algorithm::kTorus &&
+                         hooks_->all_to_allv(ctx, bytes_of(input), l.send_counts, l.send_offsets,
+                                             bytes_of(output), l.recv_counts, l.recv_offsets)) {
+                       return std::vector<Tensor>{output};
+                     }
+                     algorithms::all_to_allv(ctx, bytes_of(input), l.send_counts, l.send_offsets,
+                                             bytes_of(output), l.recv_counts, l.recv_offsets);
+                     return std::vector<Tensor>{output};
+                   });
   }
 
   std::shared_ptr<Work> gather(std::vector<Tensor> outputs, Tensor input,
@@ -679,32 +616,62 @@ class TransportProcessGroup final : public ProcessGroup,
     return fingerprint_mismatch(all, size(), std::to_string(options_.group_id));
   }
 
+  // The algorithm for `op` over this group (algorithms/choice.h). The torus's own plans
+  // (kTorus) are the hooks' to run; where they decline, the transport's choice runs instead.
+  Algorithm choose(CollectiveOp op, std::int64_t bytes) const {
+    return algorithms::choose_algorithm(op, bytes, size(),
+                                        hooks_ ? Fabric::kTorus : Fabric::kTransport, forced_);
+  }
+  Algorithm choose_generic(CollectiveOp op, std::int64_t bytes) const {
+    return algorithms::choose_algorithm(op, bytes, size(), Fabric::kTransport, forced_);
+  }
+
   void all_reduce_one(const Context& ctx, const Tensor& t, const Reduction& r) const {
-    if (algo_.all_reduce == AlgoChoice::AllReduce::kAuto && hooks_ &&
-        hooks_->all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel())) {
-      return;
-    }
     const auto bytes = static_cast<std::int64_t>(t.nbytes());
-    const bool ring = algo_.all_reduce == AlgoChoice::AllReduce::kRing ||
-                      (algo_.all_reduce == AlgoChoice::AllReduce::kAuto &&
-                       bytes >= (size() > 2 ? kHalvingDoublingMaxBytes : kTwoRankRingMinBytes));
-    if (ring) {
+    Algorithm algo = choose(CollectiveOp::kAllReduce, bytes);
+    if (algo == Algorithm::kTorus) {
+      if (hooks_->all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel())) return;
+      algo = choose_generic(CollectiveOp::kAllReduce, bytes);
+    }
+    if (algo == Algorithm::kRing) {
       algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(), ring_);
     } else {
       algorithms::halving_doubling_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel());
     }
   }
 
+  void broadcast_one(const Context& ctx, std::span<std::byte> data, int root) const {
+    const auto bytes = static_cast<std::int64_t>(data.size());
+    Algorithm algo = choose(CollectiveOp::kBroadcast, bytes);
+    if (algo == Algorithm::kTorus) {
+      if (hooks_->broadcast(ctx, data, root)) return;
+      algo = choose_generic(CollectiveOp::kBroadcast, bytes);
+    }
+    if (algo == Algorithm::kChain) {
+      algorithms::pipelined_broadcast(ctx, data, root);
+    } else {
+      algorithms::tree_broadcast(ctx, data, root);
+    }
+  }
+
   void gather_all(const Context& ctx, std::span<const std::byte> in,
                   std::span<std::byte> out) const {
-    if (!(hooks_ && hooks_->all_gather(ctx, in, out))) algorithms::all_gather(ctx, in, out, ring_);
+    if (choose(CollectiveOp::kAllGather, static_cast<std::int64_t>(out.size())) ==
+            Algorithm::kTorus &&
+        hooks_->all_gather(ctx, in, out)) {
+      return;
+    }
+    algorithms::all_gather(ctx, in, out, ring_);
   }
 
   void scatter_reduced(const Context& ctx, DType dtype, const Reduction& r,
                        std::span<const void* const> blocks, void* out, std::int64_t count) const {
-    if (!(hooks_ && hooks_->reduce_scatter(ctx, dtype, r, blocks, out, count))) {
-      algorithms::reduce_scatter_blocks(ctx, dtype, r, blocks, out, count, ring_);
+    const auto bytes = count * static_cast<std::int64_t>(element_size(dtype)) * size();
+    if (choose(CollectiveOp::kReduceScatter, bytes) == Algorithm::kTorus &&
+        hooks_->reduce_scatter(ctx, dtype, r, blocks, out, count)) {
+      return;
     }
+    algorithms::reduce_scatter_blocks(ctx, dtype, r, blocks, out, count, ring_);
   }
 
   // ---- Point-to-point completion (completer thread) ----
@@ -832,7 +799,7 @@ class TransportProcessGroup final : public ProcessGroup,
   const TransportProcessGroupOptions options_;
   const OpChecks checks_;
   const bool detail_;
-  AlgoChoice algo_;
+  algorithms::AlgoOverride forced_;  // C10D_ALGO or the algo option
   algorithms::RingOptions ring_;
   std::shared_ptr<BackendHooks> hooks_;  // immutable after construction
 

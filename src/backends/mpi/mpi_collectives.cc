@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "algorithms/choice.h"
 #include "backends/mpi/process_group_mpi.h"
 
 namespace c10d::inline v1::mpi {
@@ -26,8 +27,12 @@ std::shared_ptr<Work> ProcessGroupMPI::all_reduce(std::vector<Tensor> tensors,
             algorithms::premul_in_place(t.dtype(), r.premul_factor, t.raw_data(), t.numel());
           }
           // libnbc's algorithm, for the nonblocking call only.
-          const auto algorithm = c.blocking ? std::unique_lock<std::mutex>()
-                                            : runtime().allreduce_algorithm.select(t.nbytes());
+          const auto algorithm =
+              c.blocking
+                  ? std::unique_lock<std::mutex>()
+                  : runtime().allreduce_algorithm.select(algorithms::choose_algorithm(
+                        algorithms::CollectiveOp::kAllReduce, static_cast<std::int64_t>(t.nbytes()),
+                        size(), algorithms::Fabric::kMpiNonblocking));
           C10D_MPI_COLLECTIVE(c, s, call, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, t.raw_data(),
                               as_count(t.numel(), call), mpi_type(t.dtype()), mpi_op(r.op), c.coll);
         }

@@ -23,10 +23,10 @@ void NbcAllreduceChoice::init(int mpi_level) {
   }
 }
 
-std::unique_lock<std::mutex> NbcAllreduceChoice::select_slow(std::size_t bytes) {
+std::unique_lock<std::mutex> NbcAllreduceChoice::select_slow(algorithms::Algorithm algorithm) {
   std::unique_lock lock(mu_);
   if (!active_) return {};
-  const int want = bytes >= kRingBytes ? kRing : kRecursiveDoubling;
+  const int want = algorithm == algorithms::Algorithm::kRing ? kRing : kRecursiveDoubling;
   if (want != current_ && MPI_T_cvar_write(handle_, &want) == MPI_SUCCESS) current_ = want;
   return lock;
 }
