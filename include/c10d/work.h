@@ -9,9 +9,12 @@
 // A Work is what a collective returns: its Future plus the op's name and sequence number. Every
 // wait takes a deadline; waiting past it throws TimeoutError naming the op. wait() rethrows the
 // op's error. The Work of a recv or recv_any_source also tells, once it succeeded, which rank
-// sent what it received (source_rank()).
+// sent what it received (source_rank()). Only the backend that made a Work completes it; a
+// Future the user makes (a comm hook's, say) the user completes.
 //
-// Thread-safety: every method may be called from any thread.
+// Thread-safety: every method may be called from any thread. Lifetime: a Work's Future lives as
+// long as the Work (future() shares the Work's ownership); a Future destroyed before it
+// completes never runs its callbacks.
 #pragma once
 
 #include <atomic>
@@ -29,6 +32,11 @@
 #include "c10d/types.h"
 
 namespace c10d::inline v1 {
+
+namespace core {
+class WorkControl;  // the library's internal access to a Work (not part of the API)
+class WaitHook;
+}  // namespace core
 
 class C10D_API Future {
  public:
@@ -109,48 +117,15 @@ class C10D_API Work : public std::enable_shared_from_this<Work> {
     return std::shared_ptr<Future>(std::const_pointer_cast<Work>(shared_from_this()), &future_);
   }
 
-  // For backends: complete the op.
-  void finish(std::vector<Tensor> outputs = {}) { future_.mark_completed(std::move(outputs)); }
-  void finish_with_error(std::exception_ptr error) { future_.set_error(std::move(error)); }
-  // For backends: the sender of a receive's message, set before finish().
-  void set_source_rank(int rank) { source_rank_.store(rank, std::memory_order_relaxed); }
-
-  // A wait's timeout, and its start and deadline read from the clock only when first asked: a
-  // hook that runs the op to completion at once need not read it (on these guests a read costs
-  // about as much as the rest of a small op's bookkeeping).
-  class WaitClock {
-   public:
-    using Clock = std::chrono::steady_clock;
-    explicit WaitClock(Milliseconds timeout) : timeout_(timeout) {}
-    Milliseconds timeout() const { return timeout_; }
-    Clock::time_point start() {
-      if (!read_) {
-        start_ = Clock::now();
-        read_ = true;
-      }
-      return start_;
-    }
-    Clock::time_point deadline() { return start() + timeout_; }
-
-   private:
-    Milliseconds timeout_;
-    Clock::time_point start_{};
-    bool read_ = false;
-  };
-
-  // For backends: wait() calls the hook on the waiting thread, with the wait's timeout and
-  // clock (WaitClock), before it blocks. The hook may run the op on that thread (the TCP and
-  // MPI backends run a collective that is next to start there:
-  // backends/common/inline_schedule.h); it returns once the op completed or when it cannot help,
-  // and never throws. Set it before the Work is handed out. A backend shares one hook among its
-  // Works (no allocation per op).
-  using WaitHook = std::function<void(Work&, WaitClock&)>;
-  void set_wait_hook(std::shared_ptr<const WaitHook> hook) { wait_hook_ = std::move(hook); }
-
  private:
+  // The library's backends complete a Work, name a receive's sender and give the Work its wait
+  // hook (which wait() calls on the waiting thread, so that the waiter may run the op itself)
+  // through WorkControl, an internal class: users only wait for a Work and read it.
+  friend class core::WorkControl;
+
   std::string op_name_;
   std::uint64_t sequence_;
-  std::shared_ptr<const WaitHook> wait_hook_;
+  std::shared_ptr<const core::WaitHook> wait_hook_;  // set before the Work is handed out
   // -1: not a receive, or none yet. Written before the future completes, which publishes it.
   std::atomic<int> source_rank_{-1};
   mutable Future future_;  // future() hands it out sharing this Work's ownership

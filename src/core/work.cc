@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/spin_wait.h"
+#include "core/work_control.h"
 
 namespace c10d::inline v1 {
 namespace {
@@ -142,7 +143,7 @@ int Work::source_rank() const {
 }
 
 void Work::wait(Milliseconds timeout) {
-  WaitClock clock(timeout);
+  core::WaitClock clock(timeout);
   if (wait_hook_ && !future_.completed()) (*wait_hook_)(*this, clock);
   if (!future_.completed() && !future_.wait_until(clock.deadline())) {
     C10D_THROW(TimeoutError, "{} (sequence {}) did not complete within {} ms", op_name_, sequence_,

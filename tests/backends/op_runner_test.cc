@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "c10d/errors.h"
+#include "core/work_control.h"
 
 namespace c10d::inline v1::backends {
 namespace {
@@ -84,8 +85,8 @@ class Runner : public OpRunner::Driver {
     return op.body(op);
   }
 
-  std::shared_ptr<const Work::WaitHook> make_wait_hook() override {
-    return std::make_shared<const Work::WaitHook>([this](Work& w, Work::WaitClock& clock) {
+  std::shared_ptr<const core::WaitHook> make_wait_hook() override {
+    return std::make_shared<const core::WaitHook>([this](Work& w, core::WaitClock& clock) {
       auto op = std::static_pointer_cast<TestOp>(runner->take_for_waiter(w, clock.timeout()));
       if (!op) return;
       const bool ended = run(*op, clock.deadline());

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "c10d/errors.h"
+#include "core/work_control.h"
 
 namespace c10d::inline v1 {
 namespace {
@@ -124,14 +125,14 @@ TEST(WorkTest, WaitTimeoutNamesTheOp) {
     EXPECT_NE(msg.find("all_reduce"), std::string::npos);
     EXPECT_NE(msg.find("17"), std::string::npos);
   }
-  w.finish();
+  core::WorkControl::finish(w);
   EXPECT_TRUE(w.is_success());
   w.wait(5ms);
 }
 
 TEST(WorkTest, FailedWorkReportsItsError) {
   Work w("broadcast", 2);
-  w.finish_with_error(std::make_exception_ptr(NetworkError("rank 1 died")));
+  core::WorkControl::fail(w, std::make_exception_ptr(NetworkError("rank 1 died")));
   EXPECT_TRUE(w.is_completed());
   EXPECT_FALSE(w.is_success());
   EXPECT_THROW(w.wait(), NetworkError);

@@ -13,6 +13,7 @@
 #include "c10d/errors.h"
 #include "c10d/init.h"
 #include "c10d/tensor.h"
+#include "core/work_control.h"
 #include "ici_threads.h"
 
 namespace c10d::inline v1::tpu_ici {
@@ -144,7 +145,7 @@ TEST(ProcessGroupIciTest, ACollectiveThatCannotRouteFailsOnEveryRankNamingTheLin
 
 TEST(ProcessGroupIciTest, OtherBackendsHaveNoSimulatedTime) {
   Work work("all_reduce", 0);
-  work.finish();
+  core::WorkControl::finish(work);
   EXPECT_FALSE(ici_simulated_seconds(work).has_value());
 }
 

@@ -34,17 +34,18 @@
 
 #include "c10d/work.h"
 #include "core/parse.h"
+#include "core/work_control.h"
 
 namespace c10d::inline v1::backends {
 
 // The Work wait hook a group gives every collective's Work (one per group): calls the group's
 // `run` (its run_inline) while the group lives.
 template <typename Group>
-std::shared_ptr<const Work::WaitHook> shared_wait_hook(std::weak_ptr<Group> group,
+std::shared_ptr<const core::WaitHook> shared_wait_hook(std::weak_ptr<Group> group,
                                                        void (Group::*run)(Work&,
-                                                                          Work::WaitClock&)) {
-  return std::make_shared<const Work::WaitHook>(
-      [group = std::move(group), run](Work& w, Work::WaitClock& clock) {
+                                                                          core::WaitClock&)) {
+  return std::make_shared<const core::WaitHook>(
+      [group = std::move(group), run](Work& w, core::WaitClock& clock) {
         if (auto self = group.lock()) ((*self).*run)(w, clock);
       });
 }

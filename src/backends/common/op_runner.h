@@ -48,6 +48,7 @@
 #include "c10d/types.h"
 #include "c10d/work.h"
 #include "core/check.h"
+#include "core/work_control.h"
 
 namespace c10d::inline v1::backends {
 
@@ -72,11 +73,11 @@ class RunnerOp {
   // Completes the op's Work (its record first); on the thread that completes the op.
   void succeed(std::vector<Tensor> outputs = {}) {
     record_.move_to(OpRecord::State::kCompleted);
-    work_->finish(std::move(outputs));
+    core::WorkControl::finish(*work_, std::move(outputs));
   }
   void fail(std::exception_ptr error) {
     record_.move_to(OpRecord::State::kFailed);
-    work_->finish_with_error(std::move(error));
+    core::WorkControl::fail(*work_, std::move(error));
   }
   // Fails an op that never started (dropped from the queue); an op that holds the closure that
   // would start it releases it first.
@@ -100,7 +101,7 @@ class OpRunner {
     virtual ~Driver() = default;
     // Any thread, the runner's mutex held, once: the wait hook every collective's Work gets (the
     // group's own run_inline through shared_wait_hook, which calls take_for_waiter).
-    virtual std::shared_ptr<const Work::WaitHook> make_wait_hook() = 0;
+    virtual std::shared_ptr<const core::WaitHook> make_wait_hook() = 0;
     // Runs or starts `op`, just taken off the queue and recorded started, by `deadline`. An op
     // that ends here is completed here (RunnerOp::succeed/fail, after release() or finished()
     // for what it held); one left in flight is tested by progress(). The error returned (an op
@@ -234,7 +235,7 @@ class OpRunner {
   std::atomic<bool> running_{false};
   InlineSchedule schedule_;  // GUARDED_BY(mu_), except predict()
   // Work's wait hook for collectives, shared by every Work; GUARDED_BY(mu_).
-  std::shared_ptr<const Work::WaitHook> wait_hook_;
+  std::shared_ptr<const core::WaitHook> wait_hook_;
   // Taken by the worker, not yet started (failed with the group if the worker's loop escapes).
   std::vector<OpPtr> taken_;
   std::thread worker_;
@@ -256,7 +257,7 @@ OpRunner::OpPtr OpRunner::submit(OpRecord record, Make&& make) {
     op = make(record);
     if (record.collective && schedule_.enabled()) {
       if (!wait_hook_) wait_hook_ = driver_.make_wait_hook();
-      op->work().set_wait_hook(wait_hook_);
+      core::WorkControl::set_wait_hook(op->work(), wait_hook_);
     }
     failed = failure_;
     if (!failed) {

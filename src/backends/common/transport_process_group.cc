@@ -49,6 +49,7 @@
 #include "core/logging.h"
 #include "core/parse.h"
 #include "core/spin_wait.h"
+#include "core/work_control.h"
 #include "transport/sub_transport.h"
 
 namespace c10d::inline v1::backends {
@@ -453,7 +454,7 @@ class TransportProcessGroup final : public ProcessGroup,
 
   // ---- Running (OpRunner's driver: the worker thread, and waiters) ----
 
-  std::shared_ptr<const Work::WaitHook> make_wait_hook() override {
+  std::shared_ptr<const core::WaitHook> make_wait_hook() override {
     return backends::shared_wait_hook(weak_from_this(), &TransportProcessGroup::run_inline);
   }
 
@@ -482,7 +483,7 @@ class TransportProcessGroup final : public ProcessGroup,
   // thread (no thread hand-off; see inline_schedule.h) with the earlier of the two deadlines.
   // Otherwise the worker runs it, now. A waiter with a much shorter wait leaves the op to the
   // worker, so that its wait can time out while the op goes on.
-  void run_inline(Work& w, Work::WaitClock& clock) {
+  void run_inline(Work& w, core::WaitClock& clock) {
     auto op = std::static_pointer_cast<PendingOp>(runner_.take_for_waiter(w, clock.timeout()));
     if (!op) return;
     const auto deadline = clock.start() + std::min<Clock::duration>(op->timeout(), clock.timeout());
@@ -746,9 +747,10 @@ class TransportProcessGroup final : public ProcessGroup,
           finished.op->fail(error);
         } else {
           if (finished.work->op_name() != "send") {
-            finished.work->set_source_rank(finished.peer != transport::kAnySource
-                                               ? finished.peer
-                                               : finished.requests.front()->source());
+            core::WorkControl::set_source_rank(*finished.work,
+                                               finished.peer != transport::kAnySource
+                                                   ? finished.peer
+                                                   : finished.requests.front()->source());
           }
           finished.op->succeed(std::move(finished.outputs));
         }

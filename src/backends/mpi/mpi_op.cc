@@ -3,6 +3,8 @@
 #include <array>
 #include <mutex>
 
+#include "core/work_control.h"
+
 namespace c10d::inline v1::mpi {
 namespace {
 
@@ -78,7 +80,8 @@ bool test_requests(Active& a) {
     }
   }
   if (flag != 0 && a.started.is_recv) {
-    a.work->set_source_rank(a.started.source >= 0 ? a.started.source : statuses[0].MPI_SOURCE);
+    core::WorkControl::set_source_rank(
+        *a.work, a.started.source >= 0 ? a.started.source : statuses[0].MPI_SOURCE);
   }
   return flag != 0;
 }

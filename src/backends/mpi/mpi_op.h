@@ -112,8 +112,8 @@ struct Started {
   // copies out of a scratch buffer).
   std::function<void(const std::vector<Tensor>& outputs)> then;
   bool is_recv = false;
-  // A recv's sender (set_source_rank once it completed); -1 for one from MPI_ANY_SOURCE, whose
-  // status names it. `tag`: the any-source recv's, for its timeout.
+  // A recv's sender (WorkControl::set_source_rank once it completed); -1 for one from
+  // MPI_ANY_SOURCE, whose status names it. `tag`: the any-source recv's, for its timeout.
   int source = -1;
   int tag = -1;
 };

@@ -128,7 +128,7 @@ void ProcessGroupMPI::abort() {
       Error(fmt::format("rank {}: MPI group {} was aborted", rank(), name_))));
 }
 
-std::shared_ptr<const Work::WaitHook> ProcessGroupMPI::make_wait_hook() {
+std::shared_ptr<const core::WaitHook> ProcessGroupMPI::make_wait_hook() {
   return backends::shared_wait_hook(weak_from_this(), &ProcessGroupMPI::run_inline);
 }
 
@@ -141,7 +141,7 @@ std::shared_ptr<const Work::WaitHook> ProcessGroupMPI::make_wait_hook() {
 // small collective. Otherwise the worker starts it now (OpRunner::take_for_waiter).
 // The op keeps its deadline (TimeoutError, and the group fails, as on the worker); when the
 // waiter's own deadline comes first, the worker adopts the op and the waiter returns.
-void ProcessGroupMPI::run_inline(Work& w, Work::WaitClock& clock) {
+void ProcessGroupMPI::run_inline(Work& w, core::WaitClock& clock) {
   bool wake_watchdog = false;
   // Only collectives' Works have this hook (the runner sets it), and they are OpWorks.
   const Call call = describe(static_cast<const OpWork&>(w));

@@ -62,6 +62,7 @@
 #include "backends/mpi/deadline_watchdog.h"
 #include "backends/mpi/mpi_op.h"
 #include "c10d/process_group.h"
+#include "core/work_control.h"
 
 namespace c10d::inline v1::mpi {
 
@@ -141,8 +142,8 @@ class ProcessGroupMPI final : public ProcessGroup,
 
   // ---- Running: waiters, and the runner's worker (OpRunner::Driver) ----
 
-  void run_inline(Work& w, Work::WaitClock& clock);
-  std::shared_ptr<const Work::WaitHook> make_wait_hook() override;
+  void run_inline(Work& w, core::WaitClock& clock);
+  std::shared_ptr<const core::WaitHook> make_wait_hook() override;
   std::exception_ptr start(backends::OpRunner::OpPtr op, Clock::time_point deadline) override;
   bool in_flight() const override { return worker_coll_.has_value() || !worker_p2p_.empty(); }
   std::exception_ptr progress(bool& progressed) override;
