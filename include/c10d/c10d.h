@@ -1,4 +1,6 @@
 // The whole public API of c10d in one include.
+//
+// Thread-safety and lifetime: each header included here states its own.
 #pragma once
 
 #include "c10d/data.h"

@@ -18,6 +18,7 @@
 // a partial data set.
 //
 // Thread-safety: the functions are pure; a DistributedSampler is a value (copy it per thread).
+// Lifetime: the tensors returned own their storage; no file stays open after a call returns.
 #pragma once
 
 #include <cstdint>

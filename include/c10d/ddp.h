@@ -29,7 +29,9 @@
 //
 // Thread-safety: none; one training loop per DDP object. All ranks must call backward()
 // the same number of times, outside no_sync() alike. Errors from the group (a lost rank, a
-// timeout) surface from backward() as the group reports them.
+// timeout) surface from backward() as the group reports them. Lifetime: a DDP object shares
+// ownership of its module and group; destroying it removes the gradient hooks it put on the
+// module's parameters.
 #pragma once
 
 #include <chrono>

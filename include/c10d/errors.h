@@ -3,7 +3,8 @@
 // Every failure that crosses the public API is a c10d::Error or one of its subclasses, so a
 // caller can catch broadly or narrowly. A message says what failed, where and who: the op and
 // its sequence number, the ranks involved, the store address and key, or the limit broken.
-// Thread-safety: the types are immutable values once constructed.
+// Thread-safety: the types are immutable values once constructed. Lifetime: values; an error
+// owns its message.
 #pragma once
 
 #include <stdexcept>

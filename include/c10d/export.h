@@ -7,6 +7,8 @@
 //
 // Every name is inside the inline namespace c10d::v1 (user code writes c10d::ProcessGroup), so no
 // symbol of ours can equal one of libtorch's, whose C++ namespace is also c10d (docs/torch.md).
+//
+// Thread-safety and lifetime: nothing to say; a macro only.
 #pragma once
 
 #if defined(__GNUC__) || defined(__clang__)

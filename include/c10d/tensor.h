@@ -14,6 +14,8 @@
 //
 // Thread-safety: distinct tensors may be used from any thread. One tensor's data may be read
 // concurrently; writes must be ordered by the caller (collectives write only their outputs).
+// Lifetime: a TensorImpl lives while any copy of the tensor does (a Work's result included);
+// memory borrowed by from_blob() must outlive them all.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,8 @@
 // Value types shared by every layer: element types, reduction operators and the option
-// structs of the collectives. Plain values; thread-safe to copy and read.
+// structs of the collectives.
+//
+// Thread-safety: plain values, safe to copy and read from any thread. Lifetime: values; they
+// own what they hold.
 #pragma once
 
 #include <chrono>
