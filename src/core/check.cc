@@ -10,4 +10,14 @@ std::string with_location(const char* file, int line, const std::string& message
   return fmt::format("{} [{}:{}]", message, shown ? shown : file, line);
 }
 
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an exception of unknown type";
+  }
+}
+
 }  // namespace c10d::inline v1::core

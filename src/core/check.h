@@ -13,6 +13,10 @@ namespace c10d::inline v1::core {
 
 std::string with_location(const char* file, int line, const std::string& message);
 
+// The message of the exception `e` holds, for an error that wraps it ("an exception of unknown
+// type" when it is not a std::exception).
+std::string what_of(const std::exception_ptr& e);
+
 }  // namespace c10d::inline v1::core
 
 // Throws `ErrorType` with a formatted message: C10D_THROW(TimeoutError, "waited {} ms", ms).

@@ -21,15 +21,7 @@
 namespace c10d::inline v1::transport {
 namespace {
 
-std::string what_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
+using core::what_of;
 
 template <typename ErrorType>
 std::exception_ptr make_error(const char* file, int line, const std::string& message) {

@@ -10,16 +10,6 @@
 
 namespace c10d::inline v1::backends {
 
-std::string what_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "an exception of unknown type";
-  }
-}
-
 OpRunner::OpRunner(Driver& driver, Options options)
     : driver_(driver), options_(std::move(options)), schedule_(options_.inline_ops) {}
 

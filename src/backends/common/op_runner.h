@@ -52,8 +52,7 @@
 
 namespace c10d::inline v1::backends {
 
-// The message of an exception, for an error that wraps it.
-std::string what_of(const std::exception_ptr& e);
+using core::what_of;
 
 // One queued op: its Work, its record and its timeout. A group derives its op type from this (the
 // MPI group's op is also its Work, so that queueing allocates once).

@@ -20,15 +20,7 @@ constexpr std::chrono::milliseconds kProbeTimeout{500};
 // The most of another rank's recorded reason that goes into this rank's error.
 constexpr std::size_t kMaxReasonBytes = 4096;
 
-std::string what_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  } catch (...) {
-    return "an unknown exception";
-  }
-}
+using core::what_of;
 
 bool may_be_echo(const std::exception_ptr& e) {
   try {

@@ -25,22 +25,8 @@ constexpr int kWaitCycle = -1;
 
 }  // namespace
 
-namespace tcp_detail {
-
-std::string what_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "an exception of unknown type";
-  }
-}
-
-}  // namespace tcp_detail
-
+using core::what_of;
 using tcp_detail::PeerEnd;
-using tcp_detail::what_of;
 
 // Requires mu_. Fails the queued ops of `c` (peer `peer`). Messages that arrived whole stay
 // receivable unless `arrived` drops them: a peer that sent and then closed its end has still

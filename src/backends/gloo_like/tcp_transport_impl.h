@@ -30,6 +30,7 @@
 #include "backends/gloo_like/tcp_connection.h"
 #include "backends/gloo_like/tcp_transport.h"
 #include "backends/gloo_like/tcp_wire.h"
+#include "core/check.h"
 #include "core/host.h"
 #include "store/asio.h"
 #include "transport/matcher.h"
@@ -73,7 +74,7 @@ struct PeerLoss {
 enum class ArrivedMessages { kKeep, kDrop };
 
 // The message of an exception, for an error that wraps it.
-std::string what_of(const std::exception_ptr& e);
+using core::what_of;
 
 }  // namespace tcp_detail
 

@@ -34,6 +34,7 @@
 #include "backends/tpu_ici/link_model.h"
 #include "backends/tpu_ici/shm_segment.h"
 #include "c10d/errors.h"
+#include "core/check.h"
 #include "transport/matcher.h"
 #include "transport/unexpected_buffer.h"
 
@@ -43,15 +44,7 @@ namespace fabric {
 using transport::Clock;
 using transport::Tag;
 
-inline std::string what_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
+using core::what_of;
 
 template <typename E>
 inline std::exception_ptr error(const std::string& message) {
