@@ -1,5 +1,6 @@
-// The FileStore's file (file_store.cc): an append-only log of records that processes share,
-// locked per operation, and the lock bytes through which the ranks of a file:// job hold it.
+// The FileStore's file (file_store_state.h lists the FileStore's parts): an append-only log of
+// records that processes share, locked per operation, and the lock bytes through which the ranks
+// of a file:// job hold it.
 // Internal to src/store.
 //
 // Record layout (all integers little-endian):
@@ -11,7 +12,7 @@
 //    +--------+------+------------+----------------+-------------+---------------+
 //    magic = 0x46303143, the bytes "C10F"; kind: 1 set, 2 delete (no value), 3 append,
 //    4 generation (only as the file's first record: key = generation id, value = its
-//    description, "world_size=N\nrun_id=R\nhost=H\npid=P"; see file_store.cc).
+//    description, "world_size=N\nrun_id=R\nhost=H\npid=P"; see file_store_job.cc).
 //
 // Locks: open-file-description locks (F_OFD_SETLK), which exclude other open files of the same
 // process too, so two FileStores on one path in one process behave as two processes would, and
