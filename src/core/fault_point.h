@@ -4,7 +4,7 @@
 //   C10D_TEST_FAULT_AT=<step>        SIGKILL this process when it reaches <step>
 //   C10D_TEST_FAULT_AT=<step>:stop   SIGSTOP it there (the test looks, then kills it)
 //
-// Steps are "<component>:<point>", e.g. "shm:after_create" (shm_transport.cc and
+// Steps are "<component>:<point>", e.g. "shm:after_create" (shm_setup.cc and
 // fabric_setup.cc list theirs). Unset, a fault point costs one load of a cached flag.
 #pragma once
 

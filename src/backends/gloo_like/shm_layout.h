@@ -7,7 +7,7 @@
 //
 // A message header is checked before it is used (check_message_header): the ring is writable by
 // another process, so a header whose magic, version, sequence or length is wrong fails the
-// channel, and nothing is allocated for the length a header claims (shm_transport.cc).
+// channel, and nothing is allocated for the length a header claims (shm_rings.cc).
 #pragma once
 
 #include <fmt/format.h>

@@ -1,7 +1,8 @@
 // The TCP transport's setup on sockets: the key its ranks prove themselves with, the connecting
 // side of the handshake (connect_to_peer) and the accepting side (accept_peers). The frames are
 // drawn in tcp_wire.h; TCPTransport's constructor calls these in the order tcp_transport.h
-// describes.
+// describes. The key is made in tcp_handshake.cc, the sides in tcp_handshake_connect.cc and
+// tcp_handshake_accept.cc, over the socket waits they share (tcp_handshake_io.h).
 //
 // The key comes from a secret every rank of the job knows and no stranger does: the store's
 // token (TCPTransportOptions::token, else C10D_STORE_TOKEN), or else a random job secret that

@@ -1,7 +1,7 @@
 // ProcessGroupMPI: the ProcessGroup of process_group.h mapped straight onto Open MPI calls.
 // The factory make_process_group_mpi() is declared in include/c10d/init.h.
 //
-// Contract, as the TCP group (backends/common/transport_process_group.cc), and the same op
+// Contract, as the TCP group (backends/common/transport_process_group.h), and the same op
 // lifecycle (backends/common/op_runner.h): each call checks its arguments on the caller's thread
 // (InvalidArgument at once, nothing queued), takes the group's next sequence number and queues
 // the op (an OpWork, mpi_op.h: the Work the caller gets, holding the closure that starts the op;

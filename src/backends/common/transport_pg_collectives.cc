@@ -1,0 +1,253 @@
+// TransportProcessGroup's collectives (transport_process_group_impl.h): each checks its
+// arguments on the caller's thread (InvalidArgument at once, nothing queued) and queues a closure
+// that runs it against a Context; and the algorithm each runs (algorithms/choice.h, forced by
+// C10D_ALGO or the algo option; a backend's hooks may take some with their own).
+#include <cstring>
+
+#include "algorithms/all_gather.h"
+#include "algorithms/all_to_all.h"
+#include "algorithms/barrier.h"
+#include "algorithms/gather_scatter.h"
+#include "algorithms/halving_doubling_all_reduce.h"
+#include "algorithms/reduce_kernels.h"
+#include "algorithms/reduce_scatter.h"
+#include "algorithms/scratch.h"
+#include "algorithms/tree.h"
+#include "backends/common/transport_process_group_impl.h"
+
+namespace c10d::inline v1::backends::tpg_detail {
+
+// ---- Queueing ----
+
+template <typename Run>
+std::shared_ptr<Work> TransportProcessGroup::enqueue(std::string_view op, OpRecord record,
+                                                     std::optional<Milliseconds> timeout,
+                                                     Run&& run) {
+  record.op = op;
+  return push(record, timeout, [&](std::shared_ptr<Work> work, const OpRecord& r, Milliseconds t) {
+    return std::make_shared<RunOp<std::decay_t<Run>>>(std::move(work), r, t,
+                                                      std::forward<Run>(run));
+  });
+}
+
+// ---- The collectives (caller's thread) ----
+
+std::shared_ptr<Work> TransportProcessGroup::all_reduce(std::vector<Tensor> tensors,
+                                                        const AllreduceOptions& opts) {
+  constexpr std::string_view kOp = "all_reduce";
+  checks_.tensors(tensors, kOp, /*same=*/true);
+  algorithms::validate_reduction(tensors[0].dtype(), opts.reduce.op);
+  return enqueue(kOp, OpRecord::of(kOp, tensors[0], opts.reduce.op, -1, total(tensors)),
+                 opts.timeout, [this, tensors, r = opts.reduce](const Context& ctx) {
+                   for (const auto& t : tensors) all_reduce_one(ctx, t, r);
+                   return tensors;
+                 });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::broadcast(std::vector<Tensor> tensors,
+                                                       const BroadcastOptions& opts) {
+  constexpr std::string_view kOp = "broadcast";
+  checks_.tensors(tensors, kOp, /*same=*/false);
+  checks_.root(kOp, opts.root);
+  return enqueue(kOp, OpRecord::of(kOp, tensors[0], std::nullopt, opts.root, total(tensors)),
+                 opts.timeout, [this, tensors, root = opts.root](const Context& ctx) {
+                   for (const auto& t : tensors) broadcast_one(ctx, bytes_of(t), root);
+                   return tensors;
+                 });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::reduce(Tensor tensor, const ReduceOptions& opts) {
+  constexpr std::string_view kOp = "reduce";
+  checks_.defined(tensor, kOp, "the tensor");
+  checks_.root(kOp, opts.root);
+  algorithms::validate_reduction(tensor.dtype(), opts.reduce.op);
+  return enqueue(kOp, OpRecord::of(kOp, tensor, opts.reduce.op, opts.root, tensor.numel()),
+                 opts.timeout, [tensor, opts](const Context& ctx) {
+                   algorithms::tree_reduce(ctx, tensor.dtype(), opts.reduce, tensor.raw_data(),
+                                           tensor.numel(), opts.root);
+                   return std::vector<Tensor>{tensor};
+                 });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::all_gather(std::vector<Tensor> outputs, Tensor input,
+                                                        const AllgatherOptions& opts) {
+  constexpr std::string_view kOp = "all_gather";
+  checks_.defined(input, kOp, "the input");
+  checks_.count(kOp, "outputs", outputs.size());
+  for (const auto& t : outputs) checks_.like(t, input, kOp, "an output");
+  return enqueue(kOp, OpRecord::of(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
+                 [this, outputs, input](const Context& ctx) {
+                   const std::size_t block = input.nbytes();
+                   const algorithms::Scratch all(algorithms::ScratchSlot::kStaging,
+                                                 block * outputs.size());
+                   gather_all(ctx, bytes_of(input), all.span());
+                   for (std::size_t r = 0; r < outputs.size(); ++r) {
+                     if (block > 0)
+                       std::memcpy(outputs[r].raw_data(), all.data() + r * block, block);
+                   }
+                   return outputs;
+                 });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::all_gather_into_tensor(Tensor output, Tensor input,
+                                                                    const AllgatherOptions& opts) {
+  constexpr std::string_view kOp = "all_gather_into_tensor";
+  checks_.blocks(kOp, output, "output", input, "input");
+  return enqueue(kOp, OpRecord::of(kOp, input, std::nullopt, -1, input.numel()), opts.timeout,
+                 [this, output, input](const Context& ctx) {
+                   gather_all(ctx, bytes_of(input), bytes_of(output));
+                   return std::vector<Tensor>{output};
+                 });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::reduce_scatter(Tensor output,
+                                                            std::vector<Tensor> inputs,
+                                                            const ReduceScatterOptions& opts) {
+  constexpr std::string_view kOp = "reduce_scatter";
+  checks_.defined(output, kOp, "the output");
+  checks_.count(kOp, "inputs", inputs.size());
+  for (const auto& t : inputs) checks_.like(t, output, kOp, "an input");
+  algorithms::validate_reduction(output.dtype(), opts.reduce.op);
+  return enqueue(kOp, OpRecord::of(kOp, output, opts.reduce.op, -1, output.numel()), opts.timeout,
+                 [this, output, inputs, r = opts.reduce](const Context& ctx) {
+                   std::vector<const void*> blocks;  // each input where it is
+                   for (const auto& t : inputs) blocks.push_back(t.raw_data());
+                   scatter_reduced(ctx, output.dtype(), r, blocks, output.raw_data(),
+                                   output.numel());
+                   return std::vector<Tensor>{output};
+                 });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::reduce_scatter_tensor(
+    Tensor output, Tensor input, const ReduceScatterOptions& opts) {
+  constexpr std::string_view kOp = "reduce_scatter_tensor";
+  checks_.blocks(kOp, input, "input", output, "output");
+  algorithms::validate_reduction(output.dtype(), opts.reduce.op);
+  return enqueue(kOp, OpRecord::of(kOp, output, opts.reduce.op, -1, output.numel()), opts.timeout,
+                 [this, output, input, r = opts.reduce](const Context& ctx) {
+                   scatter_reduced(
+                       ctx, output.dtype(), r,
+                       algorithms::block_pointers(input.raw_data(), size(), output.nbytes()),
+                       output.raw_data(), output.numel());
+                   return std::vector<Tensor>{output};
+                 });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::all_to_all(Tensor output, Tensor input,
+                                                        const AllToAllOptions& opts) {
+  constexpr std::string_view kOp = "all_to_all";
+  const AllToAllLayout l = checks_.all_to_all(output, input, opts);
+  return enqueue(kOp, OpRecord::of(kOp, input, std::nullopt, -1, l.even ? input.numel() : -1),
+                 opts.timeout, [this, input, output, l](const Context& ctx) {
+                   if (choose(CollectiveOp::kAllToAll,
+                              static_cast<std::int64_t>(output.nbytes())) == Algorithm::kTorus &&
+                       hooks_->all_to_allv(ctx, bytes_of(input), l.send_counts, l.send_offsets,
+                                           bytes_of(output), l.recv_counts, l.recv_offsets)) {
+                     return std::vector<Tensor>{output};
+                   }
+                   algorithms::all_to_allv(ctx, bytes_of(input), l.send_counts, l.send_offsets,
+                                           bytes_of(output), l.recv_counts, l.recv_offsets);
+                   return std::vector<Tensor>{output};
+                 });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::gather(std::vector<Tensor> outputs, Tensor input,
+                                                    const GatherOptions& opts) {
+  constexpr std::string_view kOp = "gather";
+  checks_.defined(input, kOp, "the input");
+  checks_.root_list(kOp, opts.root, outputs, input, "outputs");
+  return enqueue(kOp, OpRecord::of(kOp, input, std::nullopt, opts.root, input.numel()),
+                 opts.timeout, [outputs, input, root = opts.root](const Context& ctx) {
+                   std::vector<std::span<std::byte>> spans;
+                   for (const auto& t : outputs) spans.push_back(bytes_of(t));
+                   algorithms::gather(ctx, bytes_of(input), spans, root);
+                   return outputs;
+                 });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::scatter(Tensor output, std::vector<Tensor> inputs,
+                                                     const ScatterOptions& opts) {
+  constexpr std::string_view kOp = "scatter";
+  checks_.defined(output, kOp, "the output");
+  checks_.root_list(kOp, opts.root, inputs, output, "inputs");
+  return enqueue(kOp, OpRecord::of(kOp, output, std::nullopt, opts.root, output.numel()),
+                 opts.timeout, [output, inputs, root = opts.root](const Context& ctx) {
+                   std::vector<std::span<const std::byte>> spans;
+                   for (const auto& t : inputs) spans.emplace_back(bytes_of(t));
+                   algorithms::scatter(ctx, spans, bytes_of(output), root);
+                   return std::vector<Tensor>{output};
+                 });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::barrier(const BarrierOptions& opts) {
+  return enqueue("barrier", OpRecord{}, opts.timeout, [](const Context& ctx) {
+    algorithms::barrier(ctx);
+    return std::vector<Tensor>{};
+  });
+}
+
+// ---- Algorithm choice (the thread that runs the op) ----
+
+// The algorithm for `op` over this group (algorithms/choice.h). The torus's own plans
+// (kTorus) are the hooks' to run; where they decline, the transport's choice runs instead.
+Algorithm TransportProcessGroup::choose(CollectiveOp op, std::int64_t bytes) const {
+  return algorithms::choose_algorithm(op, bytes, size(),
+                                      hooks_ ? Fabric::kTorus : Fabric::kTransport, forced_);
+}
+
+Algorithm TransportProcessGroup::choose_generic(CollectiveOp op, std::int64_t bytes) const {
+  return algorithms::choose_algorithm(op, bytes, size(), Fabric::kTransport, forced_);
+}
+
+void TransportProcessGroup::all_reduce_one(const Context& ctx, const Tensor& t,
+                                           const Reduction& r) const {
+  const auto bytes = static_cast<std::int64_t>(t.nbytes());
+  Algorithm algo = choose(CollectiveOp::kAllReduce, bytes);
+  if (algo == Algorithm::kTorus) {
+    if (hooks_->all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel())) return;
+    algo = choose_generic(CollectiveOp::kAllReduce, bytes);
+  }
+  if (algo == Algorithm::kRing) {
+    algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(), ring_);
+  } else {
+    algorithms::halving_doubling_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel());
+  }
+}
+
+void TransportProcessGroup::broadcast_one(const Context& ctx, std::span<std::byte> data,
+                                          int root) const {
+  const auto bytes = static_cast<std::int64_t>(data.size());
+  Algorithm algo = choose(CollectiveOp::kBroadcast, bytes);
+  if (algo == Algorithm::kTorus) {
+    if (hooks_->broadcast(ctx, data, root)) return;
+    algo = choose_generic(CollectiveOp::kBroadcast, bytes);
+  }
+  if (algo == Algorithm::kChain) {
+    algorithms::pipelined_broadcast(ctx, data, root);
+  } else {
+    algorithms::tree_broadcast(ctx, data, root);
+  }
+}
+
+void TransportProcessGroup::gather_all(const Context& ctx, std::span<const std::byte> in,
+                                       std::span<std::byte> out) const {
+  if (choose(CollectiveOp::kAllGather, static_cast<std::int64_t>(out.size())) ==
+          Algorithm::kTorus &&
+      hooks_->all_gather(ctx, in, out)) {
+    return;
+  }
+  algorithms::all_gather(ctx, in, out, ring_);
+}
+
+void TransportProcessGroup::scatter_reduced(const Context& ctx, DType dtype, const Reduction& r,
+                                            std::span<const void* const> blocks, void* out,
+                                            std::int64_t count) const {
+  const auto bytes = count * static_cast<std::int64_t>(element_size(dtype)) * size();
+  if (choose(CollectiveOp::kReduceScatter, bytes) == Algorithm::kTorus &&
+      hooks_->reduce_scatter(ctx, dtype, r, blocks, out, count)) {
+    return;
+  }
+  algorithms::reduce_scatter_blocks(ctx, dtype, r, blocks, out, count, ring_);
+}
+
+}  // namespace c10d::inline v1::backends::tpg_detail

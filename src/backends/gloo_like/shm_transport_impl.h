@@ -1,0 +1,182 @@
+// ShmTransport's shared state, ShmTransport::Impl, and the parts of the transport that work on
+// it, one file each (as the TCP transport's, tcp_transport_impl.h):
+//   shm_transport.cc   the public class and its requests: posting, cancelling, abort
+//   shm_setup.cc       this host's identity, the ring size, creating and mapping the segments
+//   shm_rings.cc       the send and receive rings: writing queued sends, reading messages into
+//                      their receives or unexpected buffers, progress
+//   shm_wait.cc        waiters: polling, sleeping on the doorbell, peers' liveness, timeouts
+// The segment and message layouts are in shm_layout.h. Requests hold Impl by shared_ptr, and so
+// may outlive the ShmTransport that made them.
+#pragma once
+
+#include <fmt/format.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backends/gloo_like/shm_layout.h"
+#include "backends/gloo_like/shm_transport.h"
+#include "transport/matcher.h"
+#include "transport/shared_memory.h"
+#include "transport/unexpected_buffer.h"
+
+namespace c10d::inline v1::gloo_like {
+
+// The parts' .cc files say `using namespace shm_detail;`: these names, and shm_layout.h's.
+namespace shm_detail {
+
+using namespace shm;
+using transport::Clock;
+using transport::ShmRing;
+using transport::Tag;
+
+// Bumps `h`'s doorbell, and wakes its sleepers if it has any.
+inline void ring_doorbell(SegmentHeader* h) { transport::ring_doorbell(h->doorbell, h->sleepers); }
+
+struct Op {
+  bool is_send = false;
+  int self = 0;
+  int peer = 0;  // transport::kAnySource for an any-source receive
+  Tag tag = 0;
+  const std::byte* send_data = nullptr;  // null once abandoned: the rest goes out unwritten
+  std::byte* recv_data = nullptr;
+  std::size_t bytes = 0;
+  Clock::time_point posted_at = Clock::now();
+  std::atomic<bool> done{false};
+  std::exception_ptr error;     // written before `done`
+  std::atomic<int> source{-1};  // a receive's sender, set under Impl::mu when it matched
+  // A part of an any-source receive posted on the TCP transport too (routed_transport.h); null
+  // for every other op. Taken before the op takes a message (transport/matcher.h).
+  std::shared_ptr<transport::SourceClaim> claim;
+
+  bool any_source() const { return peer == transport::kAnySource; }
+  std::string describe() const {
+    if (any_source()) return transport::any_source_description(self, tag, bytes, "shared memory");
+    return fmt::format("rank {} {} rank {} ({}, {} bytes, shared memory)", self,
+                       is_send ? "isend to" : "irecv from", peer, transport::tag_string(tag),
+                       bytes);
+  }
+  // Under Impl::mu. A part that lost its claim completes without a message (and without an
+  // error: the receive's outcome is the other part's).
+  void complete(std::exception_ptr e = nullptr) {
+    if (claim && !claim->take(this)) {
+      e = nullptr;
+      source.store(-1, std::memory_order_relaxed);
+    }
+    error = std::move(e);
+    done.store(true, std::memory_order_release);
+    if (claim) claim->completed();
+  }
+};
+
+// A message that arrived before its receive was posted; its chunks are allocated as its bytes
+// come out of the ring.
+struct Unexpected {
+  Unexpected(int from, std::uint64_t size) : peer(from), data(size) {}
+  const int peer;
+  transport::UnexpectedBuffer data;
+  std::uint64_t got = 0;  // bytes in `data` so far
+  // What it counts against the peer's limit (Impl::matcher's hold) while it is queued.
+  std::uint64_t held() const { return data.allocated() + transport::kUnexpectedOverheadBytes; }
+};
+
+struct Peer {
+  int rank = -1;
+  pid_t pid = 0;
+  transport::SharedSegment segment;  // the peer's, holding the ring this rank writes
+  SegmentHeader* header = nullptr;   // of that segment
+  ShmRing out;                       // this rank -> peer, in the peer's segment
+  ShmRing in;                        // peer -> this rank, in this rank's segment
+  std::uint64_t next_sequence = 0;
+
+  std::deque<std::shared_ptr<Op>> sends;  // the front one is being written
+  std::uint64_t send_pos = 0;             // of the front message, header included
+  std::uint64_t next_in_sequence = 0;     // the sequence number of the next message from the peer
+
+  // The message being read: into `reading_op`, into `reading_unexpected`, or dropped.
+  bool reading = false;
+  std::uint64_t reading_bytes = 0;
+  std::uint64_t reading_pos = 0;  // payload bytes consumed, padding included
+  std::shared_ptr<Op> reading_op;
+  std::shared_ptr<Unexpected> reading_unexpected;
+  // When the last message header from the peer was read, and its tag (under mu): what a request
+  // that times out waiting for this peer reports.
+  transport::PeerActivity heard;
+  Clock::time_point heard_at{};
+};
+
+}  // namespace shm_detail
+
+struct ShmTransport::Impl {
+  using Op = shm_detail::Op;
+  using Peer = shm_detail::Peer;
+  using Unexpected = shm_detail::Unexpected;
+  using MessageHeader = shm::MessageHeader;
+  using SegmentHeader = shm::SegmentHeader;
+  using Clock = transport::Clock;
+  using ShmRing = transport::ShmRing;
+  using Tag = transport::Tag;
+
+  int rank = 0;
+  std::string who;  // "rank 3 (shared memory)": what this rank's errors open with
+  int world = 0;
+  std::uint64_t ring_bytes = 0;
+  std::uint64_t max_unexpected = transport::kDefaultMaxUnexpectedBytes;
+  transport::SharedSegment own;
+  SegmentHeader* own_header = nullptr;
+  std::vector<int> peer_index;  // by rank: index into peers, or -1
+  std::deque<Peer> peers;       // stable addresses
+
+  mutable std::mutex mu;
+  std::exception_ptr failure;  // GUARDED_BY(mu)
+  // Posted receives and unexpected messages, by rank (only same-host ones send here);
+  // GUARDED_BY(mu). A message stays queued while it arrives, until a receive takes it.
+  transport::Matcher<std::shared_ptr<Op>, std::shared_ptr<Unexpected>> matcher;
+
+  Peer& peer(int r) {
+    return peers[static_cast<std::size_t>(peer_index[static_cast<std::size_t>(r)])];
+  }
+
+  // ---- Writing and reading the rings (shm_rings.cc) ----
+  bool write_locked(Peer& p);
+  bool begin_message_locked(Peer& p, const MessageHeader& h);
+  bool hold_locked(Peer& p, std::uint64_t bytes);
+  bool copy_to_unexpected_locked(Peer& p, const ShmRing::Reader& r, std::uint64_t at,
+                                 std::uint64_t n);
+  std::exception_ptr size_mismatch(const Op& op, int sender, std::uint64_t sent) const;
+  bool read_locked(Peer& p);
+  bool progress_locked();
+  bool progress();
+
+  // ---- Posting, cancelling and failure (shm_transport.cc) ----
+  bool admit_locked(Op& op);
+  std::shared_ptr<Op> post_send(int peer_rank, Tag tag, std::span<const std::byte> data);
+  std::shared_ptr<Op> post_recv(int peer_rank, Tag tag, std::span<std::byte> data,
+                                std::shared_ptr<transport::SourceClaim> claim = nullptr);
+  std::shared_ptr<Op> make_op(bool is_send, int peer_rank, Tag tag, std::size_t bytes) const;
+  void cancel(const std::shared_ptr<Op>& op);
+  void abort_locked(std::exception_ptr reason);
+
+  // ---- Waiting (shm_wait.cc) ----
+  transport::PeerActivity heard_from(int r) const;
+  std::exception_ptr lost_peer() const;
+  template <typename Done>
+  void sleep(Done& done, Clock::time_point until);
+  void wait(Op& op, Clock::time_point deadline);
+  template <typename Done>
+  bool poll_until(Done&& done, Clock::time_point deadline);
+
+  // ---- Set-up (shm_setup.cc) ----
+  void setup(Store& store, backends::SetupWatch& watch, const ShmTransportOptions& options);
+};
+
+}  // namespace c10d::inline v1::gloo_like
