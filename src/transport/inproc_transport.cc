@@ -89,8 +89,14 @@ class InProcWorld::OpRequest final : public Request {
   Op op_;
 };
 
-InProcWorld::InProcWorld(int size) : size_(size) {
+InProcWorld::InProcWorld(int size)
+    : InProcWorld(size, std::vector<int>(static_cast<std::size_t>(std::max(size, 0)), 0)) {}
+
+InProcWorld::InProcWorld(int size, std::vector<int> host_of_rank)
+    : size_(size), host_of_rank_(number_hosts(host_of_rank)) {
   C10D_CHECK(size >= 1, "InProcWorld needs at least one rank, got {}", size);
+  C10D_CHECK(static_cast<int>(host_of_rank_.size()) == size,
+             "InProcWorld of {} ranks given a host map of {}", size, host_of_rank_.size());
   ranks_.resize(static_cast<std::size_t>(size));
   inboxes_.reserve(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) inboxes_.emplace_back(size, kDefaultMaxUnexpectedBytes);

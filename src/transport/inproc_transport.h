@@ -19,6 +19,9 @@
 //   - abort(reason) fails this rank's pending and later requests with `reason`.
 //   - InProcWorld::fail_rank(r, reason) simulates rank r dying: every other rank's pending and
 //     later requests with peer r fail with a NetworkError naming r, and r's own with `reason`.
+//   - host_of_rank(): the world's host map; by default every rank on one host (they are threads
+//     of one process). A test gives the world a map of pretend hosts to run the hierarchical
+//     collectives (transport.h: Hosts).
 //
 // Thread-safety: all matching state of a world sits behind the world's one mutex, so every method
 // of both classes may be called from any thread (one thread waits on a given request at a time).
@@ -45,10 +48,14 @@ namespace c10d::inline v1::transport {
 class InProcWorld {
  public:
   explicit InProcWorld(int size);
+  // With pretend hosts: `host_of_rank` holds one host id (>= 0) per rank; InvalidArgument
+  // otherwise.
+  InProcWorld(int size, std::vector<int> host_of_rank);
   InProcWorld(const InProcWorld&) = delete;
   InProcWorld& operator=(const InProcWorld&) = delete;
 
   int size() const { return size_; }
+  const std::vector<int>& host_of_rank() const { return host_of_rank_; }
 
   // Simulates rank `rank` dying with `reason`: every other rank's pending and later requests whose
   // peer is `rank` fail with a NetworkError naming it, and `rank`'s own fail with `reason` (which
@@ -84,6 +91,7 @@ class InProcWorld {
   std::exception_ptr no_sender_locked(int rank) const;
 
   const int size_;
+  const std::vector<int> host_of_rank_;  // numbered as transport.h says
   // Guards everything below and every Op's outcome. Copies run under it too: that keeps cancel()
   // and abort() trivially safe (no op is ever half-copied when a lock holder looks), and copy
   // bandwidth is not what threads-as-ranks tests measure.
@@ -104,6 +112,7 @@ class InProcTransport final : public Transport {
   std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data) override;
   std::unique_ptr<Request> irecv_any(Tag tag, std::span<std::byte> data) override;
   void abort(std::exception_ptr reason) override;
+  std::vector<int> host_of_rank() const override { return world_->host_of_rank(); }
 
  private:
   const std::shared_ptr<InProcWorld> world_;

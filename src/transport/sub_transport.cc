@@ -49,6 +49,17 @@ int SubTransport::parent_rank(int peer) const {
   return (*ranks_)[static_cast<std::size_t>(peer)];
 }
 
+std::vector<int> SubTransport::host_of_rank() const {
+  const std::vector<int> parent = parent_->host_of_rank();
+  C10D_CHECK(static_cast<int>(parent.size()) == parent_->size(),
+             "subgroup rank {}: the parent's host map lists {} ranks of {}", rank_, parent.size(),
+             parent_->size());
+  std::vector<int> hosts;
+  hosts.reserve(ranks_->size());
+  for (int r : *ranks_) hosts.push_back(parent[static_cast<std::size_t>(r)]);
+  return number_hosts(hosts);
+}
+
 std::unique_ptr<Request> SubTransport::isend(int peer, Tag tag, std::span<const std::byte> data) {
   return parent_->isend(parent_rank(peer), tag, data);
 }

@@ -8,7 +8,8 @@
 // source() is the parent's rank too; an irecv_any's source() is this view's (the request is
 // wrapped: the view's callers know no other numbering for a sender they did not name). An
 // any-source receive of the view matches only its members' messages because its tag carries the
-// subgroup's id, which only members send with.
+// subgroup's id, which only members send with. host_of_rank() is the parent's for the view's
+// members, renumbered (transport.h: hosts in the order of their lowest rank).
 // Thread-safety and request lifetime are the parent's.
 #pragma once
 
@@ -30,6 +31,7 @@ class SubTransport final : public Transport {
   std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data) override;
   std::unique_ptr<Request> irecv_any(Tag tag, std::span<std::byte> data) override;
   void abort(std::exception_ptr reason) override { parent_->abort(std::move(reason)); }
+  std::vector<int> host_of_rank() const override;
   // The parent's: the requests are the parent's, so their PeerTimeout names the parent's ranks.
   StallReport find_stalled(int peer, std::string_view doing,
                            std::chrono::milliseconds window) override {

@@ -2,9 +2,33 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <numeric>
+
 #include "core/check.h"
 
 namespace c10d::inline v1::transport {
+
+std::vector<int> Transport::host_of_rank() const { return one_host_each(size()); }
+
+std::vector<int> number_hosts(const std::vector<int>& ids) {
+  std::vector<int> seen;  // the ids in order of first appearance
+  std::vector<int> hosts;
+  hosts.reserve(ids.size());
+  for (std::size_t r = 0; r < ids.size(); ++r) {
+    C10D_CHECK(ids[r] >= 0, "host map: rank {} has host {}", r, ids[r]);
+    const auto host = std::find(seen.begin(), seen.end(), ids[r]) - seen.begin();
+    if (host == std::ssize(seen)) seen.push_back(ids[r]);
+    hosts.push_back(static_cast<int>(host));
+  }
+  return hosts;
+}
+
+std::vector<int> one_host_each(int size) {
+  std::vector<int> hosts(static_cast<std::size_t>(std::max(size, 0)));
+  std::iota(hosts.begin(), hosts.end(), 0);
+  return hosts;
+}
 
 std::string tag_string(Tag tag) {
   const auto group = (tag >> 40) & (kMaxGroups - 1);

@@ -35,6 +35,13 @@
 // in the end (the peer it waited on may itself be waiting for another). A transport whose ranks
 // share a store follows that chain there; the others name the peer waited on.
 //
+// Hosts: host_of_rank() says which ranks share a host (the process group runs the hierarchical
+// collectives over it, algorithms/hier_pattern.h, and orders its rings host by host). Every rank
+// of a group reports the same map: one entry per rank, hosts numbered 0, 1, ... in the order of
+// their lowest rank. A transport that learns it says so (the TCP backend, from the host keys its
+// set-up exchanges through the store: the ranks it joins through shared memory are exactly the
+// ranks of one host); one that does not know says every rank is a host of its own.
+//
 // Thread-safety: isend/irecv/abort may be called from any thread; one Request is waited on by
 // one thread at a time.
 #pragma once
@@ -160,6 +167,9 @@ class Transport {
   // waiter. Idempotent: the first reason sticks.
   virtual void abort(std::exception_ptr reason) = 0;
 
+  // The host of each rank (Hosts above). Default: every rank a host of its own.
+  virtual std::vector<int> host_of_rank() const;
+
   // This rank's `doing` (e.g. "all_reduce #12") timed out waiting for `peer`: records that where
   // the other ranks can read it and follows their records (peer waits for Q, Q for R...) to the
   // rank that waits for no one, waiting up to `window` for ranks that time out a little later.
@@ -171,6 +181,12 @@ class Transport {
     return {peer, {}};
   }
 };
+
+// Host ids renumbered 0, 1, ... in the order of their first appearance (Hosts above); any ids
+// >= 0 in. InvalidArgument for a negative one.
+std::vector<int> number_hosts(const std::vector<int>& ids);
+// Every rank of `size` a host of its own: 0, 1, ..., size-1.
+std::vector<int> one_host_each(int size);
 
 // Waits for every request in order, each against the same deadline.
 void wait_all(std::span<const std::unique_ptr<Request>> requests, Clock::time_point deadline);

@@ -1,8 +1,12 @@
 // make_process_group_tcp (include/c10d/init.h): the TCP transport, with shared memory between
 // the ranks of one host (routed_transport.h), under the shared TransportProcessGroup.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <cstdlib>
 
 #include "backends/common/transport_process_group.h"
+#include "backends/gloo_like/host_map.h"
 #include "backends/gloo_like/routed_transport.h"
 #include "backends/gloo_like/shm_transport.h"
 #include "backends/gloo_like/tcp_transport.h"
@@ -42,8 +46,10 @@ std::shared_ptr<ProcessGroup> set_up(std::shared_ptr<Store> store, int rank, int
                                        .timeout = options.timeout,
                                        .setup_watch = watch,
                                        .arrivals = arrivals});
-    C10D_LOG_DEBUG("rank {} of group {}: {} same-host peers through shared memory", rank,
-                   options.group_name, shm->same_host_peers());
+    transport_options.host_of_rank = shm->host_of_rank();
+    C10D_LOG_DEBUG("rank {} of group {}: {} same-host peers through shared memory (hosts {})", rank,
+                   options.group_name, shm->same_host_peers(),
+                   fmt::join(transport_options.host_of_rank, " "));
     if (shm->same_host_peers() == 0) {
       shm.reset();
     } else {
@@ -52,9 +58,17 @@ std::shared_ptr<ProcessGroup> set_up(std::shared_ptr<Store> store, int rank, int
       };
       transport_options.arrivals = std::move(arrivals);
     }
+  } else {
+    // Without shared memory the group still learns its hosts, for the hierarchical collectives:
+    // the TCP set-up exchanges the keys (host_map.h).
+    transport_options.host_key = gloo_like::shm_host_key();
   }
   auto tcp = std::make_shared<gloo_like::TCPTransport>(std::move(store), rank, world_size,
                                                        options.group_name, transport_options);
+  if (!shm) {
+    C10D_LOG_DEBUG("rank {} of group {}: no shared memory (hosts {})", rank, options.group_name,
+                   fmt::join(tcp->host_of_rank(), " "));
+  }
   std::shared_ptr<transport::Transport> transport = tcp;
   if (shm) transport = std::make_shared<gloo_like::RoutedTransport>(shm, std::move(tcp));
   backends::TransportProcessGroupOptions pg_options;

@@ -50,6 +50,8 @@ class RoutedTransport final : public transport::Transport {
   std::unique_ptr<transport::Request> irecv_any(transport::Tag tag,
                                                 std::span<std::byte> data) override;
   void abort(std::exception_ptr reason) override;
+  // The shared-memory side's: the hosts whose ranks it joins (host_map.h).
+  std::vector<int> host_of_rank() const override { return shm_->host_of_rank(); }
   // The TCP side's: it holds the store the ranks share.
   transport::StallReport find_stalled(int peer, std::string_view doing,
                                       std::chrono::milliseconds window) override {

@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/gloo_like/host_map.h"
 #include "backends/gloo_like/shm_transport_impl.h"
 #include "c10d/errors.h"
 #include "core/check.h"
@@ -100,14 +101,10 @@ void ShmTransport::Impl::setup(Store& store, backends::SetupWatch& watch,
     return fmt::format("{}{}/{}", prefix, what, r);
   };
   const std::string mine = options.host_key.empty() ? shm_host_key() : options.host_key;
-  store.set(key("host", rank), mine);
-  std::vector<std::string> keys;
-  for (int r = 0; r < world; ++r) keys.push_back(key("host", r));
-  watch.wait(keys, deadline);
-  const std::vector<Bytes> hosts = store.multi_get(keys);
+  host_of_rank = exchange_host_map(store, watch, prefix, rank, world, mine, deadline);
   std::vector<int> local;  // same-host ranks, this one included, ascending
   for (int r = 0; r < world; ++r) {
-    if (!mine.empty() && std::string(hosts[r].begin(), hosts[r].end()) == mine) {
+    if (host_of_rank[static_cast<std::size_t>(r)] == host_of_rank[static_cast<std::size_t>(rank)]) {
       local.push_back(r);
     }
   }

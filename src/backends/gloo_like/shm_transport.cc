@@ -182,6 +182,8 @@ bool ShmTransport::serves(int peer) const {
 
 int ShmTransport::same_host_peers() const { return static_cast<int>(impl_->peers.size()); }
 
+std::vector<int> ShmTransport::host_of_rank() const { return impl_->host_of_rank; }
+
 bool ShmTransport::has_pending() const {
   // Polled in a TCP waiter's loop (routed_transport.cc): a held mutex means someone moves bytes
   // now, so count it as pending rather than wait for it, as progress() does with try_lock.

@@ -8,15 +8,16 @@
 // each rank publishes its host key (shm_host_key) in the store under
 // "<group_name>/shm/<N>/host/<rank>" (N: the set-up's attempt number, setup_watch.h, so that keys
 // an earlier group of this name left are never read); the ranks whose keys equal this rank's are
-// its same-host peers. A rank with such peers creates its segment of incoming rings, publishes
-// its name, maps each same-host peer's segment (checking its size, then magic, version, rank,
-// ring count, ring size and pid, and naming both sides' values on a mismatch), says so in the
-// store, and unlinks its own name once every same-host peer has mapped it, so nothing is left in
-// /dev/shm after set-up. A rank killed before that cannot unlink: its segment's name says which
-// process owned it (transport/shared_memory.h), and every set-up on the host first reclaims the
-// segments of processes that are gone, so a crashed job's leftovers never fill /dev/shm. A rank
-// whose set-up fails (a bad C10D_SHM_RING_BYTES, no room in /dev/shm) records why in the store,
-// and the others' waits fail within a fraction of a second naming it (setup_watch.h).
+// its same-host peers (host_map.h; host_of_rank() reports the whole map). A rank with such peers
+// creates its segment of incoming rings, publishes its name, maps each same-host peer's segment
+// (checking its size, then magic, version, rank, ring count, ring size and pid, and naming both
+// sides' values on a mismatch), says so in the store, and unlinks its own name once every same-host
+// peer has mapped it, so nothing is left in /dev/shm after set-up. A rank killed before that cannot
+// unlink: its segment's name says which process owned it (transport/shared_memory.h), and every
+// set-up on the host first reclaims the segments of processes that are gone, so a crashed job's
+// leftovers never fill /dev/shm. A rank whose set-up fails (a bad C10D_SHM_RING_BYTES, no room in
+// /dev/shm) records why in the store, and the others' waits fail within a fraction of a second
+// naming it (setup_watch.h).
 //
 // Segment "/c10d-shm-<pid namespace>-<pid>-<start time>-<random>", one per rank, mode 0600
 // (host byte order, little-endian; the structs and the check of a message header are in
@@ -130,6 +131,9 @@ class ShmTransport final : public transport::Transport {
   // Whether `peer` is another rank of this host: only those can be sent to or received from.
   bool serves(int peer) const;
   int same_host_peers() const;
+  // The group's host map from the host keys the set-up exchanged (host_map.h): serves(peer)
+  // exactly when the peer's host is this rank's.
+  std::vector<int> host_of_rank() const override;
   // Whether a request of this transport is still pending (routed_transport.h polls this
   // transport while it waits on the other one, so that no pair stalls behind a full ring).
   bool has_pending() const;

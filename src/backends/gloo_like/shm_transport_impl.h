@@ -133,8 +133,9 @@ struct ShmTransport::Impl {
   std::uint64_t max_unexpected = transport::kDefaultMaxUnexpectedBytes;
   transport::SharedSegment own;
   SegmentHeader* own_header = nullptr;
-  std::vector<int> peer_index;  // by rank: index into peers, or -1
-  std::deque<Peer> peers;       // stable addresses
+  std::vector<int> peer_index;    // by rank: index into peers, or -1
+  std::vector<int> host_of_rank;  // the group's host map (host_map.h), set up once
+  std::deque<Peer> peers;         // stable addresses
 
   mutable std::mutex mu;
   std::exception_ptr failure;  // GUARDED_BY(mu)

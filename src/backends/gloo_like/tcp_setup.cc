@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "backends/gloo_like/host_map.h"
 #include "backends/gloo_like/tcp_handshake.h"
 #include "backends/gloo_like/tcp_transport_impl.h"
 #include "core/check.h"
@@ -120,6 +121,9 @@ void TCPTransport::set_up(Store* store, const std::string& group_name,
   // A cause left by an earlier group of this name must not explain this one's failures. Every
   // other rank connects to rank 0 first, so none can publish before this.
   if (rank == 0) store->delete_key(impl_->failure_key);
+  // Before the address: a peer that has connected has published its key too.
+  const std::string hosts_prefix = fmt::format("{}/hosts/{}/", group_name, watch.attempt());
+  if (options.host_key) publish_host_key(*store, hosts_prefix, rank, *options.host_key);
   store->set(impl_->own_key, fmt::format("{}:{}", options.host, acceptor.local_endpoint().port()));
 
   // Two connections per pair of ranks, one per direction: each rank connects to every peer and
@@ -145,6 +149,9 @@ void TCPTransport::set_up(Store* store, const std::string& group_name,
     impl_->conns[p] =
         std::make_unique<tcp_detail::Connection>(std::move(*ins[p]), std::move(*outs[p]));
     impl_->watch(peer);
+  }
+  if (options.host_key) {
+    host_of_rank_ = read_host_map(*store, watch, hosts_prefix, world_size, deadline);
   }
   // Bytes that arrived during setup raised their readiness edge before anyone waited for it.
   asio::post(impl_->io, [impl = impl_.get(), world_size] {

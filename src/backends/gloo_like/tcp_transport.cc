@@ -20,6 +20,12 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   C10D_CHECK(store != nullptr, "TCPTransport rank {}: needs a store", rank);
   C10D_CHECK(world_size >= 1 && rank >= 0 && rank < world_size,
              "TCPTransport: rank {} is outside a world of size {}", rank, world_size);
+  C10D_CHECK(
+      options.host_of_rank.empty() || static_cast<int>(options.host_of_rank.size()) == world_size,
+      "TCPTransport rank {}: a host map of {} ranks for a world of {}", rank,
+      options.host_of_rank.size(), world_size);
+  host_of_rank_ = options.host_of_rank.empty() ? transport::one_host_each(world_size)
+                                               : transport::number_hosts(options.host_of_rank);
   impl_->rank = rank;
   impl_->who = fmt::format("rank {}", rank);
   impl_->fail_all_on_peer_loss = options.fail_all_on_peer_loss;

@@ -107,6 +107,13 @@ struct TCPTransportOptions {
   // transport of the same rank under a RoutedTransport (routed_transport.h compares them); null:
   // its own.
   std::shared_ptr<transport::ArrivalClock> arrivals;
+  // The group's host map (transport.h: Hosts; host_map.h), which host_of_rank() reports: one
+  // host id per rank. Empty: every rank a host of its own. Not read when host_key is set.
+  std::vector<int> host_of_rank;
+  // This rank's host key (host_map.h), when the set-up is to learn the host map: it publishes
+  // the key beside its address and reads every rank's once all are connected (so no rank waits
+  // for the keys). Every rank of the group sets it or none does.
+  std::optional<std::string> host_key;
 };
 
 // The local address of the interface this host would use to reach `host` (a name or an
@@ -142,6 +149,7 @@ class TCPTransport final : public transport::Transport {
   // TCPTransportOptions::arrivals.
   std::shared_ptr<transport::ArrivalClock> arrivals() const;
   void abort(std::exception_ptr reason) override;
+  std::vector<int> host_of_rank() const override { return host_of_rank_; }
   // Through the store: see Impl::find_stalled. Ranks as this transport numbers them.
   transport::StallReport find_stalled(int peer, std::string_view doing,
                                       std::chrono::milliseconds window) override;
@@ -170,6 +178,7 @@ class TCPTransport final : public transport::Transport {
 
   const int rank_;
   const int world_size_;
+  std::vector<int> host_of_rank_;  // set in the constructor, then only read
   std::shared_ptr<Impl> impl_;
 };
 
