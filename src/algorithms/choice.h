@@ -1,5 +1,5 @@
-// Which algorithm runs a collective: one pure function of (op, bytes, world, fabric, override),
-// asked by every backend, so the thresholds live here and nowhere else.
+// Which algorithm runs a collective: one pure function of (op, bytes, world, fabric, override,
+// topology), asked by every backend, so the thresholds live here and nowhere else.
 //
 //   op        the collective
 //   bytes     the larger of one rank's input and output buffers (nccl-tests' "size")
@@ -8,10 +8,14 @@
 //             simulated torus (whose own plans know its links), or MPI's nonblocking
 //             collectives (where we pick libnbc's all_reduce algorithm)
 //   override  what C10D_ALGO (or a group's algo option) forces, parsed by parse_algo_override
+//   topology  how many hosts the group spans and how many ranks each holds (hier_pattern.h:
+//             HostLayout), as the transport reports them
 //
-// C10D_ALGO forces all_reduce and broadcast only; a forced one wins on every fabric, and on the
-// torus it then runs over the torus's transport instead of the torus's own plans. The choice never
-// depends on data, the rank or time, so every rank of a group makes the same one.
+// C10D_ALGO forces all_reduce, broadcast, all_gather and reduce_scatter; a forced one wins on
+// every fabric, and on the torus it then runs over the torus's transport instead of the torus's
+// own plans, except that a forced kHierarchical on a topology that has no hierarchy (one host,
+// one rank per host, or hosts of different sizes) leaves the op to the automatic choice. The
+// choice never depends on data, the rank or time, so every rank of a group makes the same one.
 #pragma once
 
 #include <cstdint>
@@ -29,14 +33,27 @@ enum class Algorithm {
   kChain,            // broadcast along a chain, pipelined in segments
   kPairwise,         // all_to_all: every pair exchanges directly
   kTorus,            // the simulated torus's own plans (src/backends/tpu_ici/torus_plans.h)
+  kHierarchical,     // within each host, across hosts in L parallel rings, within again
 };
 
 enum class Fabric { kTransport, kTorus, kMpiNonblocking };
 
 struct AlgoOverride {
-  std::optional<Algorithm> all_reduce;  // kRing or kHalvingDoubling
-  std::optional<Algorithm> broadcast;   // kTree or kChain
+  std::optional<Algorithm> all_reduce;      // kRing, kHalvingDoubling or kHierarchical
+  std::optional<Algorithm> broadcast;       // kTree, kChain or kHierarchical
+  std::optional<Algorithm> all_gather;      // kRing or kHierarchical
+  std::optional<Algorithm> reduce_scatter;  // kRing or kHierarchical
+  // The automatic choice ignores the topology (never kHierarchical unless forced).
+  bool flat = false;
   bool operator==(const AlgoOverride&) const = default;
+};
+
+// What the choice knows of the group's hosts (HostLayout's hosts() and per_host()).
+struct Topology {
+  int hosts = 1;
+  int per_host = 0;  // ranks on every host; 0: hosts hold different numbers
+  // The hierarchical collectives can run: several hosts, several ranks on each, alike.
+  bool hierarchical() const { return hosts > 1 && per_host > 1; }
 };
 
 // Below this many bytes all_reduce over 3 or more ranks takes halving-doubling, from it the ring.
@@ -49,20 +66,31 @@ inline constexpr std::int64_t kTwoRankRingMinBytes = 8 << 20;
 // Below this a broadcast is latency-bound and the tree's log2(n) hops win; from it the chain's
 // bandwidth wins.
 inline constexpr std::int64_t kChainBroadcastMinBytes = 512 << 10;
+// Over a hierarchical topology (Topology::hierarchical) all_reduce takes the hierarchical
+// algorithm where it would take the ring, and broadcast where it would take the chain: each
+// host's traffic over the network falls from 2(n-1)/n of the vector through one connection to
+// 2(H-1)/H through L. all_gather and reduce_scatter take it at every size (H-1 network steps
+// instead of up to n-1).
+inline constexpr std::int64_t kHierarchicalAllReduceMinBytes = kHalvingDoublingMaxBytes;
+inline constexpr std::int64_t kHierarchicalBroadcastMinBytes = kChainBroadcastMinBytes;
 // libnbc's MPI_Iallreduce: recursive doubling below this, the ring from it (libnbc's own choice
 // for an in-place all_reduce on fewer than 4 ranks is always a binomial reduce then broadcast).
 inline constexpr std::int64_t kMpiNbcRingMinBytes = 64 << 10;
 
-// Parses "ring", "hd", or a list such as "all_reduce=ring,broadcast=chain" (values ring|hd|auto
-// for all_reduce, tree|chain|auto for broadcast; "halving_doubling" and "pipelined" are
-// accepted spellings). Empty: nothing forced. Anything else is an InvalidArgument naming
-// `source` (the variable or option), the whole text and the piece it cannot read.
+// Parses a comma-separated list of entries, later ones winning: "ring" or "hd" (all_reduce
+// alone), "hier" (all_reduce, broadcast, all_gather and reduce_scatter hierarchical), "flat"
+// (the automatic choice ignores the hosts), or op=algo: all_reduce=ring|hd|hier|auto,
+// broadcast=tree|chain|hier|auto, all_gather=ring|hier|auto, reduce_scatter=ring|hier|auto
+// ("halving_doubling", "pipelined" and "hierarchical" are accepted spellings). Empty: nothing
+// forced. Anything else is an InvalidArgument naming `source` (the variable or option), the
+// whole text and the piece it cannot read.
 AlgoOverride parse_algo_override(std::string_view spec, std::string_view source);
 
-// The algorithm for `op` of `bytes` (>= 0) over `world` (>= 1) ranks on `fabric`. Pure: the
-// same arguments give the same answer on every rank.
+// The algorithm for `op` of `bytes` (>= 0) over `world` (>= 1) ranks on `fabric`, whose ranks
+// sit on hosts as `topology` says (default: no hierarchy). Pure: the same arguments give the
+// same answer on every rank.
 Algorithm choose_algorithm(CollectiveOp op, std::int64_t bytes, int world, Fabric fabric,
-                           const AlgoOverride& forced = {});
+                           const AlgoOverride& forced = {}, const Topology& topology = {});
 
 std::string_view algorithm_name(Algorithm a);
 

@@ -17,10 +17,19 @@ namespace c10d::inline v1::algorithms {
 namespace {
 
 RingPattern pattern_for(const Context& ctx, std::int64_t count, const RingOptions& options) {
-  if (options.order.empty()) return RingPattern::identity(ctx.size(), ctx.rank(), count);
-  C10D_CHECK(static_cast<int>(options.order.size()) == ctx.size(),
-             "ring order has {} ranks, the group {}", options.order.size(), ctx.size());
-  return RingPattern(options.order, ctx.rank(), count);
+  std::vector<int> order = options.order;
+  if (order.empty()) {
+    order.resize(static_cast<std::size_t>(ctx.size()));
+    std::iota(order.begin(), order.end(), 0);
+  }
+  C10D_CHECK(static_cast<int>(order.size()) == ctx.size(), "ring order has {} ranks, the group {}",
+             order.size(), ctx.size());
+  if (options.blocks.empty()) return RingPattern(std::move(order), ctx.rank(), count);
+  std::int64_t sum = 0;
+  for (const Block& b : options.blocks) sum += b.count;
+  C10D_CHECK(sum == count, "ring on rank {}: its blocks hold {} elements, not the count {}",
+             ctx.rank(), sum, count);
+  return RingPattern(std::move(order), ctx.rank(), options.blocks);
 }
 
 std::span<std::byte> bytes_at(void* data, std::size_t elem, Block b) {
@@ -219,6 +228,8 @@ void ring_reduce_scatter_to(const Context& ctx, DType dtype, const Reduction& re
     if (block_bytes > 0 && own != output) std::memcpy(output, own, block_bytes);
     return;
   }
+  C10D_CHECK(options.blocks.empty(),
+             "reduce-scatter on rank {}: the ranks' blocks are fixed by the inputs", ctx.rank());
   // Over n * count elements the ring's blocks are exactly the ranks' blocks of `count`.
   const RingPattern ring = pattern_for(ctx, count * n, options);
   const auto input_of = [&](Block b) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "algorithms/context.h"
+#include "algorithms/ring_pattern.h"
 #include "c10d/types.h"
 
 namespace c10d::inline v1::algorithms {
@@ -23,6 +24,11 @@ namespace c10d::inline v1::algorithms {
 struct RingOptions {
   std::vector<int> order;                   // empty: ranks in order 0..n-1
   std::int64_t segment_bytes = 1024 << 10;  // pipelining granularity
+  // Empty: block_of's cut of `count` (ring_pattern.h). Else rank r's block, in elements of the
+  // buffer (ring_pattern.h: any sizes and places, not overlapping), their counts summing to
+  // `count`; every rank passes the same. Not for ring_reduce_scatter_to, whose blocks its
+  // inputs fix.
+  std::vector<Block> blocks;
 };
 
 // Reduces `count` elements of `data` across the ranks of ctx, in place. For kAvg the result is

@@ -14,10 +14,24 @@ Block block_of(std::int64_t count, int n, int r) {
 }
 
 RingPattern::RingPattern(std::vector<int> order, int rank, std::int64_t count)
-    : order_(std::move(order)), count_(count) {
+    : RingPattern(std::move(order), rank, std::vector<Block>{}) {
+  C10D_CHECK(count >= 0, "ring over a negative count {}", count);
+  const int n = size();
+  blocks_.reserve(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) blocks_.push_back(block_of(count, n, r));
+}
+
+RingPattern::RingPattern(std::vector<int> order, int rank, std::vector<Block> blocks)
+    : order_(std::move(order)), blocks_(std::move(blocks)) {
   const int n = static_cast<int>(order_.size());
   C10D_CHECK(n > 0, "ring of no ranks");
-  C10D_CHECK(count >= 0, "ring over a negative count {}", count);
+  // Empty: the delegating constructor above fills them in.
+  C10D_CHECK(blocks_.empty() || static_cast<int>(blocks_.size()) == n,
+             "ring of {} ranks given {} blocks", n, blocks_.size());
+  for (std::size_t r = 0; r < blocks_.size(); ++r) {
+    C10D_CHECK(blocks_[r].offset >= 0 && blocks_[r].count >= 0,
+               "ring block of rank {}: offset {} count {}", r, blocks_[r].offset, blocks_[r].count);
+  }
   std::vector<bool> seen(static_cast<std::size_t>(n), false);
   for (int r : order_) {
     C10D_CHECK(r >= 0 && r < n && !seen[static_cast<std::size_t>(r)],
@@ -47,7 +61,18 @@ int RingPattern::left() const {
 Block RingPattern::block_at(int q) const {
   const int n = size();
   const int pos = ((q % n) + n) % n;
-  return block_of(count_, n, order_[static_cast<std::size_t>(pos)]);
+  return blocks_[static_cast<std::size_t>(order_[static_cast<std::size_t>(pos)])];
+}
+
+std::vector<Block> adjacent_blocks(const std::vector<std::int64_t>& counts, std::int64_t offset) {
+  std::vector<Block> blocks;
+  blocks.reserve(counts.size());
+  for (std::int64_t c : counts) {
+    C10D_CHECK(c >= 0, "a block of negative count {}", c);
+    blocks.push_back({offset, c});
+    offset += c;
+  }
+  return blocks;
 }
 
 }  // namespace c10d::inline v1::algorithms

@@ -5,8 +5,11 @@
 //    position p+1 (mod n), its right neighbour. A torus or a topology-aware backend passes its
 //    own order; the default is 0, 1, ..., n-1.
 //  - block: the buffer is cut into n blocks of consecutive elements, one per rank, block r
-//    starting before block r+1; they differ in size by at most one element. The ring visits
-//    them by position: "block at position q" is the block of rank order[q].
+//    starting before block r+1; they differ in size by at most one element. Or the caller names
+//    each rank's block (offset and count) itself: then they may differ in size, be empty, and
+//    lie anywhere in the buffer, apart and in any order (the hierarchical collectives, and a
+//    split weighted by link rate, do so). The ring visits them by position: "block at position
+//    q" is the block of rank order[q].
 //  - step: reduce-scatter runs n-1 steps. At step s the rank at position p sends the block at
 //    position p-s-1 to its right neighbour, and receives the block at position p-s-2 from its
 //    left neighbour and reduces its own elements into it. A block's reduction starts one
@@ -32,6 +35,9 @@ class RingPattern {
  public:
   // `order` must be a permutation of 0..n-1 holding `rank` (InvalidArgument otherwise).
   RingPattern(std::vector<int> order, int rank, std::int64_t count);
+  // The same with each rank's block named: blocks[r] is rank r's (n of them, counts >= 0,
+  // offsets >= 0; InvalidArgument otherwise). They must not overlap, which is not checked.
+  RingPattern(std::vector<int> order, int rank, std::vector<Block> blocks);
   static RingPattern identity(int world_size, int rank, std::int64_t count);
 
   int size() const { return static_cast<int>(order_.size()); }
@@ -53,7 +59,11 @@ class RingPattern {
  private:
   std::vector<int> order_;
   int position_ = 0;
-  std::int64_t count_ = 0;
+  std::vector<Block> blocks_;  // by rank
 };
+
+// The blocks of `counts` (one per rank, each >= 0) laid end to end in rank order from `offset`.
+std::vector<Block> adjacent_blocks(const std::vector<std::int64_t>& counts,
+                                   std::int64_t offset = 0);
 
 }  // namespace c10d::inline v1::algorithms

@@ -15,7 +15,7 @@
 
 namespace c10d::inline v1::algorithms {
 
-enum class ScratchSlot { kSegments, kInputCopy, kPartials, kStaging, kCount };
+enum class ScratchSlot { kSegments, kInputCopy, kPartials, kStaging, kHierarchy, kCount };
 
 inline constexpr std::size_t kRetainBytes = std::size_t{256} << 20;
 

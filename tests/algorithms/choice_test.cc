@@ -118,6 +118,104 @@ TEST(ChoiceTest, NamesEveryAlgorithm) {
   EXPECT_EQ(algorithm_name(A::kChain), "chain");
   EXPECT_EQ(algorithm_name(A::kPairwise), "pairwise");
   EXPECT_EQ(algorithm_name(A::kTorus), "torus");
+  EXPECT_EQ(algorithm_name(A::kHierarchical), "hierarchical");
+}
+
+// 2 hosts of 2 ranks, 3 of 2, 2 of 3: the hierarchy; one host, one rank per host, or hosts of
+// different sizes (per_host 0): none.
+constexpr Topology kTwoByTwo{2, 2};
+constexpr Topology kFlatTopologies[] = {{1, 4}, {4, 1}, {2, 0}, {1, 0}};
+
+TEST(ChoiceTest, AHierarchicalTopologyTakesTheHierarchyWhereTheRingOrChainWouldRun) {
+  for (const Topology topo : {kTwoByTwo, Topology{3, 2}, Topology{2, 3}}) {
+    const int n = topo.hosts * topo.per_host;
+    const auto at = [&](Op op, std::int64_t bytes) {
+      return choose_algorithm(op, bytes, n, Fabric::kTransport, {}, topo);
+    };
+    EXPECT_EQ(at(Op::kAllReduce, kHierarchicalAllReduceMinBytes - 1), A::kHalvingDoubling);
+    EXPECT_EQ(at(Op::kAllReduce, kHierarchicalAllReduceMinBytes), A::kHierarchical);
+    EXPECT_EQ(at(Op::kBroadcast, kHierarchicalBroadcastMinBytes - 1), A::kTree);
+    EXPECT_EQ(at(Op::kBroadcast, kHierarchicalBroadcastMinBytes), A::kHierarchical);
+    for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{1} << 30}) {
+      EXPECT_EQ(at(Op::kAllGather, bytes), A::kHierarchical);
+      EXPECT_EQ(at(Op::kReduceScatter, bytes), A::kHierarchical);
+    }
+    EXPECT_EQ(at(Op::kAllToAll, 1 << 20), A::kPairwise);
+  }
+  // Not on the torus or under MPI, whose own algorithms know their fabric.
+  EXPECT_EQ(choose_algorithm(Op::kAllGather, 8, 4, Fabric::kTorus, {}, kTwoByTwo), A::kTorus);
+  EXPECT_EQ(choose_algorithm(Op::kAllReduce, 1 << 20, 4, Fabric::kMpiNonblocking, {}, kTwoByTwo),
+            A::kRing);
+}
+
+TEST(ChoiceTest, WithoutAHierarchyTheFlatAlgorithmsRunEvenWhenHierIsForced) {
+  const AlgoOverride hier = parse_algo_override("hier", "C10D_ALGO");
+  for (const Topology topo : kFlatTopologies) {
+    for (const AlgoOverride& forced : {AlgoOverride{}, hier}) {
+      const auto at = [&](Op op, std::int64_t bytes) {
+        return choose_algorithm(op, bytes, 4, Fabric::kTransport, forced, topo);
+      };
+      EXPECT_EQ(at(Op::kAllReduce, 1 << 20), A::kRing);
+      EXPECT_EQ(at(Op::kAllReduce, 8), A::kHalvingDoubling);
+      EXPECT_EQ(at(Op::kBroadcast, 1 << 20), A::kChain);
+      EXPECT_EQ(at(Op::kAllGather, 8), A::kRing);
+      EXPECT_EQ(at(Op::kReduceScatter, 8), A::kRing);
+    }
+  }
+}
+
+TEST(ChoiceTest, ForcingChoosesBetweenFlatAndHierarchicalAtEverySize) {
+  const auto at = [&](const char* spec, Op op, std::int64_t bytes) {
+    return choose_algorithm(op, bytes, 4, Fabric::kTransport, parse_algo_override(spec, "x"),
+                            kTwoByTwo);
+  };
+  for (Op op : {Op::kAllReduce, Op::kBroadcast, Op::kAllGather, Op::kReduceScatter}) {
+    EXPECT_EQ(at("hier", op, 8), A::kHierarchical);
+    EXPECT_EQ(at("hierarchical", op, 0), A::kHierarchical);
+  }
+  EXPECT_EQ(at("ring", Op::kAllReduce, std::int64_t{1} << 30), A::kRing);
+  EXPECT_EQ(at("hd", Op::kAllReduce, std::int64_t{1} << 30), A::kHalvingDoubling);
+  // "ring" and "hd" force all_reduce alone: the others stay hierarchical...
+  EXPECT_EQ(at("ring", Op::kAllGather, 8), A::kHierarchical);
+  // ...unless "flat" turns the automatic choice away from the hosts.
+  EXPECT_EQ(at("flat", Op::kAllGather, 8), A::kRing);
+  EXPECT_EQ(at("flat", Op::kReduceScatter, 8), A::kRing);
+  EXPECT_EQ(at("flat", Op::kAllReduce, 1 << 20), A::kRing);
+  EXPECT_EQ(at("flat", Op::kBroadcast, 1 << 20), A::kChain);
+  EXPECT_EQ(at("flat,broadcast=hier", Op::kBroadcast, 8), A::kHierarchical);
+  EXPECT_EQ(at("all_gather=ring", Op::kAllGather, 8), A::kRing);
+  EXPECT_EQ(at("all_gather=ring", Op::kReduceScatter, 8), A::kHierarchical);
+  EXPECT_EQ(at("reduce_scatter=ring", Op::kReduceScatter, 8), A::kRing);
+  EXPECT_EQ(at("all_reduce=hier", Op::kAllReduce, 8), A::kHierarchical);
+  EXPECT_EQ(at("all_reduce=hier", Op::kAllGather, 8), A::kHierarchical);  // automatic anyway
+  EXPECT_EQ(at("hier,all_reduce=auto", Op::kAllReduce, 8), A::kHalvingDoubling);
+}
+
+TEST(ChoiceTest, TheHierarchicalFormsParse) {
+  const AlgoOverride hier = parse_algo_override("hier", "x");
+  EXPECT_EQ(hier.all_reduce, A::kHierarchical);
+  EXPECT_EQ(hier.broadcast, A::kHierarchical);
+  EXPECT_EQ(hier.all_gather, A::kHierarchical);
+  EXPECT_EQ(hier.reduce_scatter, A::kHierarchical);
+  EXPECT_FALSE(hier.flat);
+  EXPECT_TRUE(parse_algo_override("flat", "x").flat);
+  const AlgoOverride mixed =
+      parse_algo_override("all_gather=hier,reduce_scatter=ring,broadcast=hierarchical", "x");
+  EXPECT_EQ(mixed.all_gather, A::kHierarchical);
+  EXPECT_EQ(mixed.reduce_scatter, A::kRing);
+  EXPECT_EQ(mixed.broadcast, A::kHierarchical);
+  EXPECT_FALSE(mixed.all_reduce);
+  for (const char* spec : {"hier=ring", "all_gather=hd", "reduce_scatter=tree", "flat=1",
+                           "all_gather=flat", "hierarchy"}) {
+    try {
+      parse_algo_override(spec, "C10D_ALGO");
+      ADD_FAILURE() << spec << " was accepted";
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string("'") + spec + "'"), std::string::npos) << what;
+      EXPECT_NE(what.find("all_gather=ring|hier|auto"), std::string::npos) << what;
+    }
+  }
 }
 
 TEST(ChoiceTest, ImpossibleSizesAreABug) {

@@ -1,0 +1,186 @@
+#include "algorithms/hierarchical.h"
+
+#include <cstring>
+#include <memory>
+#include <optional>
+
+#include "algorithms/choice.h"
+#include "algorithms/reduce_kernels.h"
+#include "algorithms/reduce_scatter.h"
+#include "algorithms/ring_all_reduce.h"
+#include "algorithms/scratch.h"
+#include "algorithms/tree.h"
+#include "core/check.h"
+#include "transport/sub_transport.h"
+
+namespace c10d::inline v1::algorithms {
+namespace {
+
+// This rank's local group and cross group as transports of their own (SubTransport views of
+// ctx's, which outlives them: the views are made and dropped within one collective), with
+// contexts that carry ctx's tag and deadline.
+class Groups {
+ public:
+  Groups(const Context& ctx, const HostLayout& layout, const char* op)
+      : host_(checked_host(ctx, layout, op)),
+        local_rank_(layout.local_of(ctx.rank())),
+        local_(unowned(ctx), layout.ranks_on(host_)),
+        cross_(unowned(ctx), layout.cross_ranks(local_rank_)),
+        local_ctx_{local_, ctx.tag, ctx.deadline},
+        cross_ctx_{cross_, ctx.tag, ctx.deadline} {}
+
+  int host() const { return host_; }
+  int local_rank() const { return local_rank_; }
+  const Context& local() const { return local_ctx_; }
+  const Context& cross() const { return cross_ctx_; }
+
+ private:
+  static int checked_host(const Context& ctx, const HostLayout& layout, const char* op) {
+    C10D_CHECK(layout.world() == ctx.size() && layout.hierarchical(),
+               "{} on rank {}: a host map of {} ranks on {} hosts ({} per host) for a group of "
+               "{}; the hierarchical collectives need 2 or more hosts of the same 2 or more ranks",
+               op, ctx.rank(), layout.world(), layout.hosts(), layout.per_host(), ctx.size());
+    return layout.host_of(ctx.rank());
+  }
+  // A shared_ptr that owns nothing (the aliasing constructor with an empty owner).
+  static std::shared_ptr<transport::Transport> unowned(const Context& ctx) {
+    return {std::shared_ptr<void>(), &ctx.transport};
+  }
+
+  int host_;
+  int local_rank_;
+  transport::SubTransport local_;
+  transport::SubTransport cross_;
+  Context local_ctx_;
+  Context cross_ctx_;
+};
+
+// The reduction the phases accumulate with: AVG and PREMUL_SUM as plain sums (reduce_kernels.h).
+Reduction accumulating(const Reduction& r) {
+  Reduction acc = r;
+  if (r.op == ReduceOp::kAvg || r.op == ReduceOp::kPremulSum) acc.op = ReduceOp::kSum;
+  return acc;
+}
+
+}  // namespace
+
+void hier_all_reduce(const Context& ctx, const HostLayout& layout, DType dtype,
+                     const Reduction& reduction, void* data, std::int64_t count,
+                     const std::vector<std::int64_t>& host_shares) {
+  C10D_CHECK(count >= 0, "hier_all_reduce on rank {}: count {} is negative", ctx.rank(), count);
+  validate_reduction(dtype, reduction.op);  // fails on every rank alike, before any message
+  const Groups g(ctx, layout, "hier_all_reduce");
+  const HierPattern p(layout, ctx.rank(), count, host_shares);
+  if (reduction.op == ReduceOp::kPremulSum) {
+    premul_in_place(dtype, reduction.premul_factor, data, count);
+  }
+  const Reduction acc = accumulating(reduction);
+  if (count > 0) {
+    const RingOptions local{.blocks = p.local_blocks()};
+    ring_reduce_scatter(g.local(), dtype, acc, data, count, local);
+    ring_all_reduce(g.cross(), dtype, acc, data, p.own_chunk().count,
+                    RingOptions{.blocks = p.cross_blocks()});
+    ring_all_gather(g.local(), dtype, data, count, local);
+  }
+  if (reduction.op == ReduceOp::kAvg) finish_average(dtype, data, count, ctx.size());
+}
+
+void hier_all_gather(const Context& ctx, const HostLayout& layout, std::span<const std::byte> input,
+                     std::span<std::byte> output) {
+  const auto n = static_cast<std::size_t>(ctx.size());
+  const std::size_t block = input.size();
+  C10D_CHECK(output.size() == n * block,
+             "hier_all_gather on rank {}: {} blocks of {} bytes need a {}-byte output, got {}",
+             ctx.rank(), n, block, n * block, output.size());
+  const Groups g(ctx, layout, "hier_all_gather");
+  std::byte* own = output.data() + static_cast<std::size_t>(ctx.rank()) * block;
+  // memmove, not memcpy: the in-place form passes this very block as the input.
+  if (block > 0 && own != input.data()) std::memmove(own, input.data(), block);
+  if (block == 0) return;
+  const auto b = static_cast<std::int64_t>(block);
+  ring_all_gather(g.cross(), DType::kUInt8, output.data(), b * layout.hosts(),
+                  {.blocks = cross_row_blocks(layout, g.local_rank(), b)});
+  // Local rank l now holds the blocks of cross group l, one per host: each host's row in turn.
+  for (int h = 0; h < layout.hosts(); ++h) {
+    ring_all_gather(g.local(), DType::kUInt8, output.data(), b * layout.per_host(),
+                    {.blocks = local_row_blocks(layout, h, b)});
+  }
+}
+
+void hier_reduce_scatter(const Context& ctx, const HostLayout& layout, DType dtype,
+                         const Reduction& reduction, std::span<const void* const> inputs,
+                         void* output, std::int64_t count) {
+  C10D_CHECK(count >= 0, "hier_reduce_scatter on rank {}: count {} is negative", ctx.rank(), count);
+  validate_reduction(dtype, reduction.op);
+  const int n = ctx.size();
+  C10D_CHECK(static_cast<int>(inputs.size()) == n,
+             "hier_reduce_scatter on rank {}: {} input blocks for a group of {} ranks", ctx.rank(),
+             inputs.size(), n);
+  const Groups g(ctx, layout, "hier_reduce_scatter");
+  const std::size_t bytes = static_cast<std::size_t>(count) * element_size(dtype);
+  std::vector<const void*> in(inputs.begin(), inputs.end());
+  std::optional<Scratch> scaled;  // PREMUL_SUM scales a copy: the inputs stay as they were
+  if (reduction.op == ReduceOp::kPremulSum && bytes > 0) {
+    scaled.emplace(ScratchSlot::kInputCopy, bytes * in.size());
+    for (std::size_t r = 0; r < in.size(); ++r) {
+      std::memcpy(scaled->data() + r * bytes, in[r], bytes);
+    }
+    premul_in_place(dtype, reduction.premul_factor, scaled->data(), count * n);
+    in = block_pointers(scaled->data(), n, bytes);
+  }
+  const Reduction acc = accumulating(reduction);
+  if (count > 0) {
+    // The inputs are read only here and the output written only by the cross phase, after
+    // it: they may overlap in any way.
+    const Scratch partial(ScratchSlot::kHierarchy,
+                          bytes * static_cast<std::size_t>(layout.hosts()));
+    for (int h = 0; h < layout.hosts(); ++h) {
+      std::vector<const void*> row;
+      for (int r : layout.ranks_on(h)) row.push_back(in[static_cast<std::size_t>(r)]);
+      ring_reduce_scatter_to(g.local(), dtype, acc, row,
+                             partial.data() + static_cast<std::size_t>(h) * bytes, count);
+    }
+    ring_reduce_scatter_to(g.cross(), dtype, acc,
+                           block_pointers(partial.data(), layout.hosts(), bytes), output, count);
+  }
+  if (reduction.op == ReduceOp::kAvg) finish_average(dtype, output, count, n);
+}
+
+void hier_broadcast(const Context& ctx, const HostLayout& layout, std::span<std::byte> data,
+                    int root) {
+  C10D_CHECK(root >= 0 && root < ctx.size(),
+             "hier_broadcast: root {} is outside a group of size {} (rank {})", root, ctx.size(),
+             ctx.rank());
+  const Groups g(ctx, layout, "hier_broadcast");
+  if (data.empty()) return;
+  const auto bytes = static_cast<std::int64_t>(data.size());
+  const int per_host = layout.per_host();
+  const auto chunk = [&](int l) {
+    const Block b = block_of(bytes, per_host, l);
+    return data.subspan(static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.count));
+  };
+  // 1. The root hands local rank l of its host chunk l.
+  const int root_host = layout.host_of(root);
+  const int root_local = layout.local_of(root);
+  auto& local = g.local().transport;
+  if (ctx.rank() == root) {
+    std::vector<std::unique_ptr<transport::Request>> sends;
+    for (int l = 0; l < per_host; ++l) {
+      if (l != root_local && !chunk(l).empty()) sends.push_back(local.isend(l, ctx.tag, chunk(l)));
+    }
+    transport::wait_all(sends, ctx.deadline);
+  } else if (g.host() == root_host && !chunk(g.local_rank()).empty()) {
+    local.irecv(root_local, ctx.tag, chunk(g.local_rank()))->wait(ctx.deadline);
+  }
+  // 2. Cross group l carries chunk l from the root's host to every other.
+  const std::span<std::byte> mine = chunk(g.local_rank());
+  if (static_cast<std::int64_t>(mine.size()) >= kChainBroadcastMinBytes) {
+    pipelined_broadcast(g.cross(), mine, root_host);
+  } else {
+    tree_broadcast(g.cross(), mine, root_host);
+  }
+  // 3. Every host gathers its chunks (on the root's host, the root receives what it has).
+  ring_all_gather(g.local(), DType::kUInt8, data.data(), bytes);
+}
+
+}  // namespace c10d::inline v1::algorithms
