@@ -97,10 +97,12 @@ class BrokenGroup final : public ProcessGroup {
   std::shared_ptr<ProcessGroup> pg_;
 };
 
-// Runs the suite on `n` threads, one group each; answers every rank's failures.
+// Runs the suite on `n` threads, one group each, the ranks on the pretend hosts of `hosts` (empty:
+// one host); answers every rank's failures.
 std::vector<std::string> run_threads(int n, const Config& config, const std::string& algo = "",
-                                     bool broken = false) {
-  auto world = std::make_shared<transport::InProcWorld>(n);
+                                     bool broken = false, const std::vector<int>& hosts = {}) {
+  auto world = hosts.empty() ? std::make_shared<transport::InProcWorld>(n)
+                             : std::make_shared<transport::InProcWorld>(n, hosts);
   std::vector<std::vector<std::string>> failures(static_cast<std::size_t>(n));
   // Every group stays alive until every rank is done: a rank that finished first must not
   // tear down while its peers still run their last op.
@@ -158,6 +160,31 @@ TEST_P(ThreadsConformanceTest, EveryCasePassesWithTheOtherAlgorithms) {
   EXPECT_TRUE(failures.empty()) << failures.size() << " failures:" << join(failures);
   const auto hd = run_threads(GetParam(), config, "all_reduce=hd,broadcast=tree");
   EXPECT_TRUE(hd.empty()) << hd.size() << " failures:" << join(hd);
+}
+
+// Ranks on pretend hosts (InProcWorld's host map): 2 hosts of 2, 3 of 2, 2 of 3, and 2 of 2 whose
+// ranks interleave; every case with the hierarchical algorithms forced at every count, then
+// chosen automatically (all_gather and reduce_scatter hierarchical, all_reduce and broadcast
+// from their thresholds; the subgroups case sees subgroups of its own layout).
+TEST(ThreadsConformanceHostsTest, EveryCasePassesHierarchicalOnPretendHosts) {
+  for (const std::vector<int>& hosts :
+       {std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 0, 1, 1, 2, 2},
+        std::vector<int>{0, 0, 0, 1, 1, 1}, std::vector<int>{0, 1, 0, 1}}) {
+    const int n = static_cast<int>(hosts.size());
+    for (const char* algo : {"hier", ""}) {
+      Config config;
+      config.large_count = 1 << 18;
+      const auto failures = run_threads(n, config, algo, false, hosts);
+      EXPECT_TRUE(failures.empty()) << "world " << n << " algo '" << algo
+                                    << "': " << failures.size() << " failures:" << join(failures);
+    }
+  }
+  // The flat ring over hosts whose ranks interleave visits them host by host: 0, 2, 1, 3.
+  Config flat;
+  flat.only = {"all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "large_counts"};
+  flat.large_count = 1 << 18;
+  const auto failures = run_threads(4, flat, "flat,all_reduce=ring", false, {0, 1, 0, 1});
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failures:" << join(failures);
 }
 
 TEST(ThreadsConformanceSelfTest, TheSuiteCatchesPlantedBugs) {

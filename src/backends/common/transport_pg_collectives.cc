@@ -9,6 +9,7 @@
 #include "algorithms/barrier.h"
 #include "algorithms/gather_scatter.h"
 #include "algorithms/halving_doubling_all_reduce.h"
+#include "algorithms/hierarchical.h"
 #include "algorithms/reduce_kernels.h"
 #include "algorithms/reduce_scatter.h"
 #include "algorithms/scratch.h"
@@ -192,11 +193,13 @@ std::shared_ptr<Work> TransportProcessGroup::barrier(const BarrierOptions& opts)
 // (kTorus) are the hooks' to run; where they decline, the transport's choice runs instead.
 Algorithm TransportProcessGroup::choose(CollectiveOp op, std::int64_t bytes) const {
   return algorithms::choose_algorithm(op, bytes, size(),
-                                      hooks_ ? Fabric::kTorus : Fabric::kTransport, forced_);
+                                      hooks_ ? Fabric::kTorus : Fabric::kTransport, forced_,
+                                      {layout_.hosts(), layout_.per_host()});
 }
 
 Algorithm TransportProcessGroup::choose_generic(CollectiveOp op, std::int64_t bytes) const {
-  return algorithms::choose_algorithm(op, bytes, size(), Fabric::kTransport, forced_);
+  return algorithms::choose_algorithm(op, bytes, size(), Fabric::kTransport, forced_,
+                                      {layout_.hosts(), layout_.per_host()});
 }
 
 void TransportProcessGroup::all_reduce_one(const Context& ctx, const Tensor& t,
@@ -207,7 +210,9 @@ void TransportProcessGroup::all_reduce_one(const Context& ctx, const Tensor& t,
     if (hooks_->all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel())) return;
     algo = choose_generic(CollectiveOp::kAllReduce, bytes);
   }
-  if (algo == Algorithm::kRing) {
+  if (algo == Algorithm::kHierarchical) {
+    algorithms::hier_all_reduce(ctx, layout_, t.dtype(), r, t.raw_data(), t.numel());
+  } else if (algo == Algorithm::kRing) {
     algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(), ring_);
   } else {
     algorithms::halving_doubling_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel());
@@ -222,7 +227,9 @@ void TransportProcessGroup::broadcast_one(const Context& ctx, std::span<std::byt
     if (hooks_->broadcast(ctx, data, root)) return;
     algo = choose_generic(CollectiveOp::kBroadcast, bytes);
   }
-  if (algo == Algorithm::kChain) {
+  if (algo == Algorithm::kHierarchical) {
+    algorithms::hier_broadcast(ctx, layout_, data, root);
+  } else if (algo == Algorithm::kChain) {
     algorithms::pipelined_broadcast(ctx, data, root);
   } else {
     algorithms::tree_broadcast(ctx, data, root);
@@ -231,23 +238,28 @@ void TransportProcessGroup::broadcast_one(const Context& ctx, std::span<std::byt
 
 void TransportProcessGroup::gather_all(const Context& ctx, std::span<const std::byte> in,
                                        std::span<std::byte> out) const {
-  if (choose(CollectiveOp::kAllGather, static_cast<std::int64_t>(out.size())) ==
-          Algorithm::kTorus &&
-      hooks_->all_gather(ctx, in, out)) {
-    return;
+  const Algorithm algo = choose(CollectiveOp::kAllGather, static_cast<std::int64_t>(out.size()));
+  if (algo == Algorithm::kTorus && hooks_->all_gather(ctx, in, out)) return;
+  if (algo == Algorithm::kHierarchical) {
+    algorithms::hier_all_gather(ctx, layout_, in, out);
+  } else {
+    algorithms::all_gather(ctx, in, out, ring_);
   }
-  algorithms::all_gather(ctx, in, out, ring_);
 }
 
 void TransportProcessGroup::scatter_reduced(const Context& ctx, DType dtype, const Reduction& r,
                                             std::span<const void* const> blocks, void* out,
                                             std::int64_t count) const {
   const auto bytes = count * static_cast<std::int64_t>(element_size(dtype)) * size();
-  if (choose(CollectiveOp::kReduceScatter, bytes) == Algorithm::kTorus &&
-      hooks_->reduce_scatter(ctx, dtype, r, blocks, out, count)) {
+  const Algorithm algo = choose(CollectiveOp::kReduceScatter, bytes);
+  if (algo == Algorithm::kTorus && hooks_->reduce_scatter(ctx, dtype, r, blocks, out, count)) {
     return;
   }
-  algorithms::reduce_scatter_blocks(ctx, dtype, r, blocks, out, count, ring_);
+  if (algo == Algorithm::kHierarchical) {
+    algorithms::hier_reduce_scatter(ctx, layout_, dtype, r, blocks, out, count);
+  } else {
+    algorithms::reduce_scatter_blocks(ctx, dtype, r, blocks, out, count, ring_);
+  }
 }
 
 }  // namespace c10d::inline v1::backends::tpg_detail

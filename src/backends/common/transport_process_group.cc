@@ -33,6 +33,14 @@ std::uint32_t child_group_id(std::uint32_t parent, std::uint32_t index) {
   return 1 + static_cast<std::uint32_t>(z % (transport::kMaxGroups - 1));
 }
 
+algorithms::HostLayout layout_of(const transport::Transport& t) {
+  const std::vector<int> hosts = t.host_of_rank();
+  C10D_CHECK(static_cast<int>(hosts.size()) == t.size(),
+             "rank {}: the transport's host map lists {} ranks for a group of {}", t.rank(),
+             hosts.size(), t.size());
+  return algorithms::HostLayout(hosts);
+}
+
 }  // namespace
 
 TransportProcessGroup::TransportProcessGroup(std::shared_ptr<transport::Transport> transport,
@@ -42,6 +50,7 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<transport::Transpor
       options_(std::move(options)),
       checks_(rank(), size()),
       detail_(options_.detail < 0 ? detail_from_env() : options_.detail > 0),
+      layout_(layout_of(*transport_)),
       runner_(*this, {.name = fmt::format("group {}", options_.group_id),
                       .rank = rank(),
                       .inline_ops = !options_.hooks && inline_from_env(),
@@ -61,6 +70,10 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<transport::Transpor
                "ring order lists {} ranks for a group of {}", options_.ring_order.size(), size());
   }
   ring_.order = options_.ring_order;
+  // Host by host, so that the flat ring crosses between hosts as seldom as it can.
+  if (ring_.order.empty() && layout_.hosts() > 1 && layout_.hosts() < size()) {
+    ring_.order = layout_.ring_order();
+  }
   hooks_ = options_.hooks;
   runner_.start_worker();
 }

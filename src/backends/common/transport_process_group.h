@@ -10,15 +10,22 @@
 // bytes carry transport::make_tag(group id, sequence); send/recv carry transport::user_tag(group
 // id, user tag), so subgroups and point-to-point never mix with collectives.
 //
-// Algorithm choice (per op, the same on every rank since it depends only on the arguments):
+// Algorithm choice (per op, the same on every rank since it depends only on the arguments and
+// the transport's host map; algorithms/choice.h holds the thresholds):
 //   all_reduce   halving-doubling below 256 KiB (latency: 2 log2 n rounds) and at any size over
-//                2 ranks (the same two exchanges as the ring, in fewer messages), ring above
+//                2 ranks below 8 MiB (the same two exchanges as the ring, in fewer messages),
+//                ring above
 //   broadcast    binomial tree below 512 KiB, pipelined chain above
 //   reduce       binomial tree; all_gather, reduce_scatter: ring; all_to_all: pairwise;
 //   gather/scatter: direct; barrier: dissemination
+// Over several hosts with the same number (2 or more) of ranks on each (Transport::host_of_rank),
+// all_reduce takes the hierarchical algorithm where it would take the ring, broadcast where it
+// would take the chain, all_gather and reduce_scatter always (algorithms/hierarchical.h); and
+// the flat ring visits the ranks host by host (unless options.ring_order says otherwise).
 // Options.algo (or C10D_ALGO when empty) forces a choice: "ring" / "hd" alone apply to
-// all_reduce; "all_reduce=ring,broadcast=chain" per collective. Unknown names are rejected
-// when the group is made.
+// all_reduce, "hier" to all four, "flat" keeps the hosts out of the automatic choice;
+// "all_reduce=ring,broadcast=chain" per collective. Unknown names are rejected when the group is
+// made.
 // A backend's hooks (options.hooks, BackendHooks below) may take all_reduce and broadcast (unless
 // forced), all_gather, reduce_scatter and all_to_all with algorithms of their own: the ICI
 // backend runs its torus algorithms there.
@@ -108,7 +115,9 @@ struct TransportProcessGroupOptions {
   std::string algo;                        // forced algorithms; empty: C10D_ALGO
   int detail = -1;                         // 1: fingerprint checks; 0: off; -1: C10D_DEBUG
   std::uint32_t group_id = 0;
-  std::vector<int> ring_order;          // empty: 0..n-1 (the ICI backend passes a torus ring)
+  // Empty: the ranks host by host (Transport::host_of_rank), ascending within a host. The ICI
+  // backend passes a torus ring.
+  std::vector<int> ring_order;
   std::shared_ptr<BackendHooks> hooks;  // null: plain Work, the default algorithms
 };
 

@@ -37,6 +37,7 @@
 
 #include "algorithms/choice.h"
 #include "algorithms/context.h"
+#include "algorithms/hier_pattern.h"
 #include "algorithms/ring_all_reduce.h"
 #include "backends/common/fingerprint.h"
 #include "backends/common/op_checks.h"
@@ -243,6 +244,9 @@ class TransportProcessGroup final : public ProcessGroup,
   const TransportProcessGroupOptions options_;
   const OpChecks checks_;
   const bool detail_;
+  // The transport's host map (transport.h: Hosts), for the hierarchical collectives and the ring
+  // order.
+  const algorithms::HostLayout layout_;
   algorithms::AlgoOverride forced_;  // C10D_ALGO or the algo option
   algorithms::RingOptions ring_;
   std::shared_ptr<BackendHooks> hooks_;  // immutable after construction
