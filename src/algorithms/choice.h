@@ -32,7 +32,9 @@ enum class Algorithm {
   kTree,             // broadcast over a binomial tree: log2(n) hops
   kChain,            // broadcast along a chain, pipelined in segments
   kPairwise,         // all_to_all: every pair exchanges directly
-  kTorus,            // the simulated torus's own plans (src/backends/tpu_ici/torus_plans.h)
+  kTorus,            // the simulated torus's own plans (src/backends/tpu_ici/torus_plans.h),
+                     // which pick their schedule from the slice's axes and links as well
+                     // (backends/tpu_ici/axis_shares.h)
   kHierarchical,     // within each host, across hosts in L parallel rings, within again
 };
 

@@ -34,9 +34,14 @@ std::string tag_string(Tag tag) {
   const auto group = (tag >> 40) & (kMaxGroups - 1);
   if (tag & kUserTagBit) return fmt::format("group {} user tag {}", group, tag & 0xffffffffu);
   if ((tag >> 40) & kMaxGroups) {
-    return fmt::format("group {} control seq {}", group, tag & ((Tag{1} << 40) - 1));
+    return fmt::format("group {} control seq {}", group, tag & kSequenceMask);
   }
-  return fmt::format("group {} seq {}", group, tag & ((Tag{1} << 40) - 1));
+  const int lane = tag_lane(tag);
+  if (lane >= 0) {
+    return fmt::format("group {} seq {} stage {} lane {}", group, tag & kSequenceMask,
+                       (tag >> 32) & 0xf, lane);
+  }
+  return fmt::format("group {} seq {}", group, tag & kSequenceMask);
 }
 
 std::string heard_string(const PeerActivity& heard, std::string_view frame) {

@@ -71,10 +71,27 @@ inline constexpr int kAnySource = -1;
 
 inline constexpr Tag kUserTagBit = Tag{1} << 63;
 
-// Group ids take the top 23 bits below the user bit, sequence numbers the low 40.
+// Group ids take the top 23 bits below the user bit, then 4 bits of lane and 4 of stage (below),
+// sequence numbers the low 32 (they wrap, harmlessly: only ops in flight together must differ).
+inline constexpr Tag kSequenceMask = (Tag{1} << 32) - 1;
 constexpr Tag make_tag(std::uint32_t group, std::uint64_t sequence) {
-  return (static_cast<Tag>(group & 0x7fffff) << 40) | (sequence & ((Tag{1} << 40) - 1));
+  return (static_cast<Tag>(group & 0x7fffff) << 40) | (sequence & kSequenceMask);
 }
+// A collective that runs in stages of independent streams of messages (lanes: the ICI backend's
+// plans) gives every lane of every stage a tag of its own, so two lanes' messages between the
+// same two ranks never take each other's receives. Lane l (0 <= l < kMaxLanes) of stage s
+// (0 <= s < kMaxStages) of the op tagged `tag` carries l + 1 in bits 36-39 and s in bits 32-35;
+// tag_lane gives l back (-1 for a tag of no lane), lane_stage_tag the tag shared by the lanes of
+// that stage, and lane_op_tag the op's own tag.
+inline constexpr int kMaxLanes = 15;
+inline constexpr int kMaxStages = 16;
+constexpr Tag lane_tag(Tag tag, int stage, int lane) {
+  return (tag & ~(Tag{0xff} << 32)) | (static_cast<Tag>(lane + 1) << 36) |
+         (static_cast<Tag>(stage) << 32);
+}
+constexpr int tag_lane(Tag tag) { return static_cast<int>((tag >> 36) & 0xf) - 1; }
+constexpr Tag lane_stage_tag(Tag tag) { return tag & ~(Tag{0xf} << 36); }
+constexpr Tag lane_op_tag(Tag tag) { return tag & ~(Tag{0xff} << 32); }
 constexpr Tag user_tag(std::uint32_t group, std::uint32_t tag) {
   return kUserTagBit | (static_cast<Tag>(group & 0x7fffff) << 40) | tag;
 }

@@ -3,6 +3,7 @@
 // rank's result is checked against its closed form.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -126,11 +127,15 @@ INSTANTIATE_TEST_SUITE_P(
     Tori, PlanDataTest,
     ::testing::Values(std::pair{"1", "all"}, std::pair{"2", "all"}, std::pair{"4", "all"},
                       std::pair{"5", "all"}, std::pair{"5", "none"}, std::pair{"2x3", "all"},
-                      std::pair{"4x2", "1,0"}, std::pair{"2x2x2", "all"}, std::pair{"3x3", "none"}),
+                      std::pair{"4x2", "1,0"}, std::pair{"2x2x2", "all"}, std::pair{"3x3", "none"},
+                      // Unequal axes: lanes of unequal shares, a stage per phase.
+                      std::pair{"4x6", "all"}, std::pair{"2x3x4", "all"}, std::pair{"2x8", "0,1"},
+                      std::pair{"1x4x3", "0,1,1"}),
     [](const auto& p) {
-      return std::string(p.param.first) + "_wrap_" +
-             (std::string(p.param.second) == "1,0" ? std::string("10")
-                                                   : std::string(p.param.second));
+      return std::string(p.param.first) + "_wrap_" + [](std::string wrap) {
+        wrap.erase(std::remove(wrap.begin(), wrap.end(), ','), wrap.end());
+        return wrap;
+      }(p.param.second);
     });
 
 }  // namespace

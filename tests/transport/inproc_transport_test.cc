@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -130,6 +131,42 @@ TEST_F(InProcTransportTest, IndependentTagsDoNotBlockEachOther) {
   rb->wait(soon());
   EXPECT_EQ(got_a, a);
   EXPECT_EQ(got_b, b);
+}
+
+// Lanes of a staged collective (transport.h): every (stage, lane) of an op has a tag of its own,
+// distinct from the op's and from every other op's, that names them.
+TEST(LaneTagTest, EveryLaneOfEveryStageHasATagOfItsOwn) {
+  const Tag op = make_tag(3, 17);
+  std::vector<Tag> seen{op, make_tag(3, 18), make_tag(4, 17), control_tag(3, 17)};
+  for (int stage = 0; stage < kMaxStages; ++stage) {
+    for (int lane = 0; lane < kMaxLanes; ++lane) {
+      const Tag t = lane_tag(op, stage, lane);
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), t), 0) << stage << " " << lane;
+      seen.push_back(t);
+      EXPECT_EQ(tag_lane(t), lane);
+      EXPECT_EQ(lane_op_tag(t), op);
+      EXPECT_EQ(lane_stage_tag(t), lane_stage_tag(lane_tag(op, stage, 0)));
+      EXPECT_NE(lane_stage_tag(t), lane_stage_tag(lane_tag(op, (stage + 1) % kMaxStages, lane)));
+    }
+  }
+  EXPECT_EQ(tag_lane(op), -1);
+  EXPECT_EQ(tag_lane(user_tag(3, 0xffffffffu)), -1);
+  EXPECT_EQ(tag_string(lane_tag(op, 2, 1)), "group 3 seq 17 stage 2 lane 1");
+  EXPECT_EQ(tag_string(op), "group 3 seq 17");
+}
+
+TEST_F(InProcTransportTest, TwoLanesBetweenOnePairMatchTheirOwnReceives) {
+  start(2);
+  const Tag op = make_tag(0, 5);
+  Bytes got0(8), got1(32);
+  auto r0 = rank(1).irecv(0, lane_tag(op, 0, 0), got0);
+  auto r1 = rank(1).irecv(0, lane_tag(op, 0, 1), got1);
+  const Bytes a = pattern(1, 32), b = pattern(2, 8);
+  auto s1 = rank(0).isend(1, lane_tag(op, 0, 1), a);  // lane 1 sends first
+  auto s0 = rank(0).isend(1, lane_tag(op, 0, 0), b);
+  for (auto* r : {&r0, &r1, &s0, &s1}) EXPECT_NO_THROW((*r)->wait(soon()));
+  EXPECT_EQ(got1, a);
+  EXPECT_EQ(got0, b);
 }
 
 TEST_F(InProcTransportTest, ZeroByteMessagesCompleteInBothOrders) {

@@ -55,6 +55,8 @@ int print_validation_table() {
        [&](const Torus& t, double v) { return 2 * 2 * v / (2 * w(t)); }},
       {"v5e 16x16 all_reduce", "16x16", "all", "all_reduce", std::int64_t{1} << 30, "2 V/(2W)",
        [&](const Torus& t, double v) { return 2 * v / (2 * w(t)); }},
+      {"unequal axes all_reduce", "16x16x24", "all", "all_reduce", std::int64_t{1} << 30,
+       "2 V/(3W)", [&](const Torus& t, double v) { return 2 * v / (3 * w(t)); }},
   };
   fmt::print(
       "| case | slice (wrap) | size | closed form | closed form (us) | simulated (us) | "

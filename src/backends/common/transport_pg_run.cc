@@ -109,18 +109,21 @@ TransportProcessGroup::Outcome TransportProcessGroup::run_op(const std::shared_p
 
 // ---- DETAIL checks and the errors of ops that time out ----
 
-// "all_reduce #11" for a tag of one of this group's recent collectives; else tag_string.
+// "all_reduce #11" (or "all_reduce #11 stage 1 lane 2") for a tag of one of this group's recent
+// collectives; else tag_string.
 std::string TransportProcessGroup::frame_name(transport::Tag tag) {
   std::lock_guard lock(mu_);
   return frame_name_locked(tag);
 }
 
 std::string TransportProcessGroup::frame_name_locked(transport::Tag tag) const {
-  const auto seq = tag & ((transport::Tag{1} << 40) - 1);
-  if (tag == transport::make_tag(options_.group_id, seq)) {
+  const auto seq = tag & transport::kSequenceMask;
+  const int lane = transport::tag_lane(tag);
+  if (transport::lane_op_tag(tag) == transport::make_tag(options_.group_id, seq)) {
     const std::string_view name = op_names_[seq % op_names_.size()];
     if (seq < next_sequence_ && seq + op_names_.size() >= next_sequence_ && !name.empty()) {
-      return fmt::format("{} #{}", name, seq);
+      return lane < 0 ? fmt::format("{} #{}", name, seq)
+                      : fmt::format("{} #{} stage {} lane {}", name, seq, (tag >> 32) & 0xf, lane);
     }
   }
   return transport::tag_string(tag);

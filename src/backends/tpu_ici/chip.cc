@@ -32,6 +32,19 @@ void IciTransport::Chip::complete_locked(const std::shared_ptr<Op>& op, std::exc
   cv.notify_all();
 }
 
+double& IciTransport::Chip::clock_locked(Tag tag) {
+  const int lane = transport::tag_lane(tag);
+  if (lane < 0) return now;
+  // A new stage: everything this chip waited for so far is its start.
+  const Tag stage = transport::lane_stage_tag(tag);
+  if (!lane_stage_seen || stage != lane_stage) {
+    lane_stage = stage;
+    lane_stage_seen = true;
+    lane_now.fill(now);
+  }
+  return lane_now[static_cast<std::size_t>(lane)];
+}
+
 void IciTransport::Chip::abort_locked(std::exception_ptr reason, int origin, bool notify) {
   if (aborted) return;
   aborted = reason;

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -143,8 +144,13 @@ struct IciTransport::Chip {
 
   // ---- Shared state ----
   mutable std::mutex mu;
-  std::condition_variable cv;    // an op completed; waits on mu
-  double now = 0;                // GUARDED_BY(mu)
+  std::condition_variable cv;  // an op completed; waits on mu
+  double now = 0;              // GUARDED_BY(mu)
+  // The clocks of the lanes of the stage whose lane tags came last (ici_transport.h);
+  // GUARDED_BY(mu).
+  transport::Tag lane_stage = 0;
+  bool lane_stage_seen = false;
+  std::array<double, transport::kMaxLanes> lane_now{};
   std::vector<LinkClock> links;  // GUARDED_BY(mu); per hop
   // Posted receives and unexpected incoming messages, by source; GUARDED_BY(mu).
   transport::Matcher<std::shared_ptr<Op>, std::shared_ptr<Incoming>> matcher;
@@ -162,6 +168,8 @@ struct IciTransport::Chip {
   std::thread router;
 
   int hops() const { return 2 * torus.ndims(); }
+  // The clock a message tagged `tag` is posted at and moves: now, or its lane's.
+  double& clock_locked(transport::Tag tag);
 
   // ---- Completion and failure ----
   void complete_locked(const std::shared_ptr<Op>& op, std::exception_ptr e, double vtime);

@@ -84,6 +84,8 @@ class IciRequest final : public transport::Request {
   void finish() {
     {
       std::lock_guard lock(chip_->mu);
+      double& lane = chip_->clock_locked(op_->tag);
+      lane = std::max(lane, op_->vtime);
       chip_->now = std::max(chip_->now, op_->vtime);
     }
     if (op_->error) std::rethrow_exception(op_->error);
@@ -144,22 +146,24 @@ std::unique_ptr<transport::Request> IciTransport::isend(int peer, Tag tag,
     if (c.aborted) {
       c.complete_locked(op, c.aborted, c.now);
     } else if (peer == c.rank) {
+      const double at = c.clock_locked(tag);
       PacketHeader h;
       h.src = h.dst = c.rank;
       h.tag = tag;
       h.seq = c.next_seq[static_cast<std::size_t>(peer)]++;
       h.message_bytes = h.payload_bytes = static_cast<std::uint32_t>(data.size());
-      h.head = h.tail = c.now;
+      h.head = h.tail = at;
       c.deliver_locked(h, [&](std::size_t from, std::span<std::byte> to) {
         std::memcpy(to.data(), data.data() + from, to.size());
       });
-      c.complete_locked(op, nullptr, c.now);
+      c.complete_locked(op, nullptr, at);
     } else {
       op->seq = c.next_seq[static_cast<std::size_t>(peer)]++;
       const Hop first = op->route.front();
       LinkClock& link = c.links[first];
+      const double at = c.clock_locked(tag);
       op->times =
-          link.cross(c.torus.link_bandwidth(), c.torus.hop_latency(), data.size(), {c.now, c.now});
+          link.cross(c.torus.link_bandwidth(), c.torus.hop_latency(), data.size(), {at, at});
       op->vtime = link.last_finish();
       c.queues[first].push_back({op, nullptr});
     }

@@ -15,7 +15,12 @@
 // shows); every chip that forwards it hands it to the next link when its first packet arrives.
 // Completing a wait() or test() moves the clock to the request's virtual completion: the
 // arrival of the message's last byte for a receive, its departure from the first link for a
-// send. clock() reads it; link_stats() reports bytes and busy time per outgoing link.
+// send. clock() reads it; link_stats() reports bytes and busy time per outgoing link. Lanes
+// (transport::lane_tag, plan.h) have clocks of their own: a send of a lane is handed over at its
+// lane's clock, and a wait moves its lane's clock as well as the chip's, which stays the latest
+// of all. When a message of a new stage is first posted or awaited, every lane's clock starts
+// at the chip's clock (the caller has waited for the stage before). So lanes that run on their
+// own here also do in virtual time, as in the simulator.
 //
 // Failure: abort(reason) fails every pending and later request of this chip and posts an abort
 // notice in the chip's segment; each router that sees a neighbour's notice aborts its own chip

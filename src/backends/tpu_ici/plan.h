@@ -12,14 +12,22 @@
 //    the end of the step, in transfer order, so a block received in step s is sent on in step
 //    s+1. Every chip lists the transfers of a step in the same canonical order, so the k-th
 //    message from A to B in a step is the k-th receive B posts from A (FIFO matching).
-//  - part: an independent slice of the buffer with its own list of steps; parts are merged
-//    step by step (step t of the plan holds step t of every part), so parts that use different
-//    axes keep every axis busy at once.
+//  - lane: a list of steps that runs on its own: a step waits for the previous step of its own
+//    lane only, so lanes on different axes each keep their axis busy at their own pace (rings
+//    of different lengths take different numbers of steps; in lock step the shorter ones would
+//    wait for the longer). Lanes work on disjoint parts of the buffer and carry their messages
+//    under tags of their own (transport::lane_tag), so the messages of two lanes between the
+//    same two chips never take each other's receives.
+//  - stage: lanes that run at once; a chip starts a stage once every lane of the stage before
+//    is done. Lanes of one stage that use different links never delay each other (a link
+//    carries one message at a time, so a small message behind a lane's large one would wait
+//    for all of it). A plan of one stage of one lane uses the op's tag.
 // Every transfer of a plan has bytes > 0 except all_to_all's, which keep zero-byte messages so
 // that a size mismatch between ranks fails instead of hanging.
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace c10d::inline v1::tpu_ici {
@@ -38,8 +46,16 @@ struct Step {
   std::vector<Transfer> transfers;
 };
 
-struct Plan {
+struct Lane {
   std::vector<Step> steps;
+};
+
+struct Stage {
+  std::vector<Lane> lanes;  // at most transport::kMaxLanes
+};
+
+struct Plan {
+  std::vector<Stage> stages;  // at most transport::kMaxStages
 };
 
 // A range of elements of the op's buffer.
@@ -48,7 +64,7 @@ struct Range {
   std::int64_t count = 0;
 };
 
-// Appends step t of every part to step t of `into`.
-void merge_parts(const std::vector<std::vector<Step>>& parts, Plan& into);
+// A plan of one lane.
+inline Plan single_lane(std::vector<Step> steps) { return {{Stage{{Lane{std::move(steps)}}}}}; }
 
 }  // namespace c10d::inline v1::tpu_ici

@@ -9,13 +9,24 @@
 #include "core/check.h"
 
 namespace c10d::inline v1::tpu_ici {
+namespace {
 
-void run_plan(const algorithms::Context& ctx, const Plan& plan, std::span<std::byte> data,
-              std::span<const std::byte> input, DType dtype, const Reduction& reduction) {
-  // Every transfer fits its buffer, and the largest step's reductions fit the scratch: checked
-  // before the first message.
-  std::int64_t scratch_bytes = 0;
-  for (const Step& step : plan.steps) {
+// One lane being run: its next step, its tag, its part of the scratch, the requests of the step
+// in flight.
+struct LaneRun {
+  const Lane* lane = nullptr;
+  transport::Tag tag = 0;
+  std::byte* scratch = nullptr;
+  std::size_t step = 0;
+  std::vector<std::unique_ptr<transport::Request>> requests;
+  bool done() const { return step == lane->steps.size(); }
+};
+
+// The largest sum of reduced bytes of one step of `lane`: its scratch.
+std::int64_t lane_scratch_bytes(const algorithms::Context& ctx, const Lane& lane,
+                                std::span<std::byte> data, std::span<const std::byte> input) {
+  std::int64_t most = 0;
+  for (const Step& step : lane.steps) {
     std::int64_t step_bytes = 0;
     for (const Transfer& t : step.transfers) {
       const std::size_t size =
@@ -27,40 +38,97 @@ void run_plan(const algorithms::Context& ctx, const Plan& plan, std::span<std::b
           ctx.rank(), t.bytes, t.offset, t.peer, size);
       if (t.kind == TransferKind::kRecvReduce) step_bytes += t.bytes;
     }
-    scratch_bytes = std::max(scratch_bytes, step_bytes);
+    most = std::max(most, step_bytes);
+  }
+  return most;
+}
+
+void post(const algorithms::Context& ctx, LaneRun& run, std::span<std::byte> data,
+          std::span<const std::byte> input) {
+  run.requests.clear();
+  std::size_t at = 0;  // scratch bytes used by this step
+  for (const Transfer& t : run.lane->steps[run.step].transfers) {
+    const auto off = static_cast<std::size_t>(t.offset);
+    const auto len = static_cast<std::size_t>(t.bytes);
+    switch (t.kind) {
+      case TransferKind::kSend:
+        run.requests.push_back(ctx.transport.isend(
+            t.peer, run.tag, t.from_input ? input.subspan(off, len) : data.subspan(off, len)));
+        break;
+      case TransferKind::kRecv:
+        run.requests.push_back(ctx.transport.irecv(t.peer, run.tag, data.subspan(off, len)));
+        break;
+      case TransferKind::kRecvReduce:
+        run.requests.push_back(
+            ctx.transport.irecv(t.peer, run.tag, std::span<std::byte>(run.scratch + at, len)));
+        at += len;
+        break;
+    }
+  }
+}
+
+void finish(const algorithms::Context& ctx, LaneRun& run, std::span<std::byte> data, DType dtype,
+            const Reduction& reduction) {
+  transport::wait_all(run.requests, ctx.deadline);
+  const auto elem = static_cast<std::int64_t>(element_size(dtype));
+  std::size_t at = 0;
+  for (const Transfer& t : run.lane->steps[run.step].transfers) {
+    if (t.kind != TransferKind::kRecvReduce) continue;
+    algorithms::reduce_into(dtype, reduction, data.data() + t.offset, run.scratch + at,
+                            t.bytes / elem);
+    at += static_cast<std::size_t>(t.bytes);
+  }
+  ++run.step;
+}
+
+}  // namespace
+
+void run_plan(const algorithms::Context& ctx, const Plan& plan, std::span<std::byte> data,
+              std::span<const std::byte> input, DType dtype, const Reduction& reduction) {
+  C10D_CHECK(plan.stages.size() <= transport::kMaxStages,
+             "ICI plan on rank {}: {} stages, more than the {} tags have room for", ctx.rank(),
+             plan.stages.size(), transport::kMaxStages);
+  // Every transfer fits its buffer, and each lane's largest step's reductions fit its part of
+  // the scratch (lane l of every stage shares part l): checked before the first message.
+  std::vector<std::int64_t> lane_scratch;
+  for (const Stage& stage : plan.stages) {
+    C10D_CHECK(stage.lanes.size() <= transport::kMaxLanes,
+               "ICI plan on rank {}: a stage of {} lanes, more than the {} tags have room for",
+               ctx.rank(), stage.lanes.size(), transport::kMaxLanes);
+    lane_scratch.resize(std::max(lane_scratch.size(), stage.lanes.size()), 0);
+    for (std::size_t l = 0; l < stage.lanes.size(); ++l) {
+      lane_scratch[l] =
+          std::max(lane_scratch[l], lane_scratch_bytes(ctx, stage.lanes[l], data, input));
+    }
+  }
+  std::vector<std::int64_t> scratch_at(lane_scratch.size() + 1, 0);
+  for (std::size_t l = 0; l < lane_scratch.size(); ++l) {
+    scratch_at[l + 1] = scratch_at[l] + lane_scratch[l];
   }
   const algorithms::Scratch scratch(algorithms::ScratchSlot::kSegments,
-                                    static_cast<std::size_t>(scratch_bytes));
-  const std::size_t elem = element_size(dtype);
-  auto& transport = ctx.transport;
-  std::vector<std::unique_ptr<transport::Request>> requests;
-  for (const Step& step : plan.steps) {
-    requests.clear();
-    std::size_t at = 0;  // scratch bytes used by this step
-    for (const Transfer& t : step.transfers) {
-      const auto off = static_cast<std::size_t>(t.offset);
-      const auto len = static_cast<std::size_t>(t.bytes);
-      switch (t.kind) {
-        case TransferKind::kSend:
-          requests.push_back(transport.isend(
-              t.peer, ctx.tag, t.from_input ? input.subspan(off, len) : data.subspan(off, len)));
-          break;
-        case TransferKind::kRecv:
-          requests.push_back(transport.irecv(t.peer, ctx.tag, data.subspan(off, len)));
-          break;
-        case TransferKind::kRecvReduce:
-          requests.push_back(transport.irecv(t.peer, ctx.tag, scratch.span().subspan(at, len)));
-          at += len;
-          break;
-      }
+                                    static_cast<std::size_t>(scratch_at.back()));
+  const bool plain = plan.stages.size() == 1 && plan.stages[0].lanes.size() == 1;
+  std::vector<LaneRun> runs;
+  for (std::size_t s = 0; s < plan.stages.size(); ++s) {
+    const Stage& stage = plan.stages[s];
+    runs.clear();
+    runs.resize(stage.lanes.size());
+    for (std::size_t l = 0; l < stage.lanes.size(); ++l) {
+      LaneRun& run = runs[l];
+      run.lane = &stage.lanes[l];
+      run.tag =
+          plain ? ctx.tag : transport::lane_tag(ctx.tag, static_cast<int>(s), static_cast<int>(l));
+      run.scratch = scratch.data() + scratch_at[l];
+      if (!run.done()) post(ctx, run, data, input);
     }
-    transport::wait_all(requests, ctx.deadline);
-    at = 0;
-    for (const Transfer& t : step.transfers) {
-      if (t.kind != TransferKind::kRecvReduce) continue;
-      algorithms::reduce_into(dtype, reduction, data.data() + t.offset, scratch.data() + at,
-                              t.bytes / static_cast<std::int64_t>(elem));
-      at += static_cast<std::size_t>(t.bytes);
+    for (bool busy = true; busy;) {
+      busy = false;
+      for (LaneRun& run : runs) {
+        if (run.done()) continue;
+        finish(ctx, run, data, dtype, reduction);
+        if (!run.done()) post(ctx, run, data, input);
+        busy = true;
+      }
     }
   }
 }

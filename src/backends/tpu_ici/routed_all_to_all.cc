@@ -9,8 +9,7 @@ Plan routed_all_to_all(int rank, int n, std::span<const std::int64_t> send_count
                        std::span<const std::int64_t> send_offsets,
                        std::span<const std::int64_t> recv_counts,
                        std::span<const std::int64_t> recv_offsets) {
-  Plan plan;
-  if (n == 1) return plan;
+  if (n == 1) return {};
   Step step;
   for (int k = 1; k < n; ++k) {
     const auto from = static_cast<std::size_t>((rank - k + n) % n);
@@ -22,8 +21,7 @@ Plan routed_all_to_all(int rank, int n, std::span<const std::int64_t> send_count
     step.transfers.push_back(
         {TransferKind::kSend, 1, static_cast<int>(to), send_offsets[to], send_counts[to]});
   }
-  plan.steps.push_back(std::move(step));
-  return plan;
+  return single_lane({std::move(step)});
 }
 
 }  // namespace c10d::inline v1::tpu_ici

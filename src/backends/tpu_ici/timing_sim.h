@@ -4,13 +4,16 @@
 // check that it gives the fabric's own times.
 //
 // Words used here:
-//  - event: a chip starting a step at a virtual time. Events run in time order (ties by rank),
-//    so links serve the messages of different chips in the order they were posted.
-//  - a chip's step: its sends are handed to their routes' links at the step's start time (a
+//  - event: a lane of a chip starting a step at a virtual time. Events run in time order (ties
+//    by rank, then lane), so links serve the messages of different chips in the order they were
+//    posted.
+//  - a lane's step: its sends are handed to their routes' links at the step's start time (a
 //    send is done when it has left its first link); the step ends when every send is done and
-//    every receive has arrived, at the latest of those times; the next step starts then.
-//  - inbox: per (destination, source), the arrival times and sizes of messages not yet
-//    received, oldest first, matched to receives in order as the fabric matches them.
+//    every receive has arrived, at the latest of those times; the lane's next step starts then.
+//    A chip's next stage (plan.h) starts when the last lane of its stage ends; the chip is done
+//    when its last stage is.
+//  - inbox: per (destination, source, stage, lane), the arrival times and sizes of messages not
+//    yet received, oldest first, matched to receives in order as the fabric matches them.
 //
 // Every chip starts at time 0. Not thread-safe; one simulation per object.
 #pragma once

@@ -26,8 +26,8 @@ struct Chain {
 
 Plan torus_broadcast(const Torus& torus, int rank, int root, std::int64_t bytes,
                      std::int64_t segment_bytes) {
-  Plan plan;
-  if (bytes == 0 || torus.size() == 1) return plan;
+  std::vector<Step> steps;
+  if (bytes == 0 || torus.size() == 1) return {};
   const std::int64_t segments = (bytes + segment_bytes - 1) / segment_bytes;
   const auto segment = [&](std::int64_t j) {
     const std::int64_t off = j * segment_bytes;
@@ -81,10 +81,10 @@ Plan torus_broadcast(const Torus& torus, int rank, int root, std::int64_t bytes,
               {TransferKind::kRecv, 0, torus.neighbour(rank, a, -ch->dir), off, len});
         }
       }
-      if (!step.transfers.empty()) plan.steps.push_back(std::move(step));
+      if (!step.transfers.empty()) steps.push_back(std::move(step));
     }
   }
-  return plan;
+  return single_lane(std::move(steps));
 }
 
 }  // namespace c10d::inline v1::tpu_ici

@@ -1,11 +1,14 @@
 // The torus-aware collectives of the ICI backend as plans (plan.h), one builder per algorithm,
 // each in its own file. All take the chip's rank in `torus` and are pure.
 //
-//  multi_axis_all_reduce.cc  all_reduce of `count` elements: the buffer is cut into one part per
-//      axis of more than one chip; part i reduce-scatters along axes i, i+1, ... in turn (each a
-//      line_ring.h ring over the part's current block), then all-gathers back in the reverse
-//      order. At every step the parts use different axes, so the bandwidth term is divided by
-//      the number of axes.
+//  multi_axis_all_reduce.cc  all_reduce of `count` elements: the buffer is cut into one lane
+//      per axis of more than one chip; lane i reduce-scatters along axes i, i+1, ... in turn
+//      (each phase a line_ring.h ring over the lane's current block), then all-gathers back in
+//      the reverse order. In every phase the lanes use different axes, so the bandwidth term is
+//      divided by the number of axes. Large vectors run phase p of every lane as stage p, each
+//      lane's share in proportion to what its first axis carries, so axes of unequal length
+//      finish together; small ones merge the lanes step by step into one, equal shares
+//      (axis_shares.h has the arithmetic and the choice).
 //  torus_all_gather.cc  all_gather of one `block_bytes` block per rank into n blocks in rank
 //      order: along axis 0, then 1, ...; before the phase on axis a each chip holds the blocks of
 //      the chips that share its coordinates above a (contiguous in rank order, axis 0 fastest).
