@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Runs c10d-ddp-bench under c10drun at several world sizes and modes, N times each, and prints
-the medians with the issue-6 ratios: DDP step time over the single-process step time at the
+the medians with two ratios: DDP step time over the single-process step time at the
 same per-rank batch (target <= 1.3 at world 2) and scaling efficiency (samples/s at world W over
 W x samples/s at world 1).
 

@@ -1,4 +1,4 @@
-// c10d-lazy-bench: what the lazy core's fusion buys on one thread (issue 5).
+// c10d-lazy-bench: what the lazy core's fusion buys on one thread.
 //
 // Cases, each timed in this one run as the median of --reps repetitions after one warm-up:
 //   tanh   y = tanh(x*x + 1) * 0.5 over --n float32 elements

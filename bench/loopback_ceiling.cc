@@ -1,6 +1,6 @@
 // c10d-loopback-bench: what loopback TCP itself moves on this host, with no library in the way:
-// the ceiling that the TCP backend and Open MPI's TCP btl both sit under (docs/benchmarks.md,
-// issue 3). Two processes (fork), one TCP connection over 127.0.0.1, one thread each, running a
+// the ceiling that the TCP backend and Open MPI's TCP btl both sit under (docs/benchmarks.md).
+// Two processes (fork), one TCP connection over 127.0.0.1, one thread each, running a
 // poll(2) loop of nonblocking send/recv, as both libraries' progress loops do. Per iteration each
 // process sends SIZE bytes to the other and receives SIZE from it at once (an exchange: the
 // bytes of a 2-rank all_reduce's or all_to_all's step), or, with --one-way, the parent sends

@@ -1,7 +1,7 @@
 // c10d-mlp-bench: one lazy training step of an MLP against the matrix products it contains.
 //
 // Words. A step is zero_grad, forward, cross_entropy, backward, SGD step and mark_step on one
-// fixed batch (issue 5: 784-1024-1024-10, batch 64). The GEMMs of a step are the 8 matrix
+// fixed batch (784-1024-1024-10, batch 64, as train_fmnist). The GEMMs of a step are the 8 matrix
 // products it performs: 3 in the forward pass (X W1^T, H1 W2^T, H2 W3^T) and 5 in the backward
 // pass (dW3 = G3^T H2, dH2 = G3 W3, dW2 = G2^T H1, dH1 = G2 W2, dW1 = G1^T X; the input needs
 // no gradient, so there is no dX). "GEMMs alone" runs exactly those 8 products with Eigen on

@@ -1,4 +1,4 @@
-// c10d-icisim --validate: the closed forms of issue 7 against the timing-only simulator, as the
+// c10d-icisim --validate: the closed forms of docs/ici.md against the timing-only simulator, as the
 // markdown table of docs/ici.md (tests/ici/validation_test.cc asserts the same cases within 3%).
 #pragma once
 
