@@ -1,6 +1,7 @@
 // TCPStore: the client of the TCP store server (frames in wire.h). This file holds the public
 // class: its options and token, the server it may host, and each Store operation as one
 // request; how a request travels is in tcp_store_impl.h and the files it lists.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -26,8 +27,12 @@ using store::deadline_after;
 using store::wire::Kind;
 
 // Extra time a client gives the server beyond a wait's own timeout before it calls the server
-// unresponsive: the server answers a wait that times out itself.
-constexpr Milliseconds kServerGrace{5000};
+// unresponsive (the server answers a wait that times out itself): as long again as the wait,
+// within these bounds. A short wait must fail in about its own time when the server stops
+// answering with the connection open (its host cut off: nothing resets the connection), as a
+// failing rank's 500 ms probe of the store; a long one leaves a busy server 5 s.
+constexpr Milliseconds kMinServerGrace{1000};
+constexpr Milliseconds kMaxServerGrace{5000};
 
 // "[a, b, c]"; long lists are cut after a few keys so messages stay readable.
 std::string keys_text(std::span<const std::string> keys) {
@@ -37,7 +42,8 @@ std::string keys_text(std::span<const std::string> keys) {
 }
 
 Milliseconds plus_grace(Milliseconds t) {
-  return t >= Milliseconds::max() - kServerGrace ? Milliseconds::max() : t + kServerGrace;
+  const Milliseconds grace = std::clamp(t, kMinServerGrace, kMaxServerGrace);
+  return t >= Milliseconds::max() - grace ? Milliseconds::max() : t + grace;
 }
 
 // The option, else C10D_STORE_TOKEN (refused when set but empty), else none.

@@ -95,8 +95,8 @@ struct TCPStore::Impl {
 
   // One request: connect when needed, send the frame that `build` writes, read its answer.
   // `connect_within` bounds the connect on its own: a WAIT or GET may wait `t` at the server
-  // and gives the answer kServerGrace more, but reconnecting to a server that is gone must not
-  // take that grace too (a failing transport probes a dead store with a 500 ms WAIT).
+  // and gives the answer some grace more (plus_grace), but reconnecting to a server that is gone
+  // must not take that grace too (a failing transport probes a dead store with a 500 ms WAIT).
   template <typename Build>
   Response call(Kind kind, Milliseconds timeout, const Build& build, const std::string& context,
                 Milliseconds connect_within = Milliseconds::max()) {

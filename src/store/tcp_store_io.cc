@@ -88,6 +88,8 @@ void TCPStore::Impl::fill(std::size_t need, Clock::time_point start, Clock::time
     const auto now = Clock::now();
     if (now >= deadline) timed_out(start, context);
     const bool spinning = now - spin_start < kSpin;
+    // The last slice ends at the deadline, not up to a whole slice after it.
+    if (!spinning) set_socket_timeout(remaining(deadline));
     ssize_t n =
         ::recv(fd.get(), in.data() + in_end, in.size() - in_end, spinning ? MSG_DONTWAIT : 0);
     if (n < 0 && spinning && (errno == EAGAIN || errno == EWOULDBLOCK)) {
