@@ -149,6 +149,9 @@ struct StallReport {
   };
   int suspect = -1;  // the rank that waits for no one known: the stalled one; -1: a cycle
   std::vector<Hop> chain;
+  // The store did not answer, so the chain could not be followed: `suspect` is only the rank
+  // waited on (on a host cut off from the network, the store is out of reach too).
+  bool store_silent = false;
 };
 
 class Request {

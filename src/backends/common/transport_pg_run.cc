@@ -152,7 +152,12 @@ std::exception_ptr TransportProcessGroup::explain_timeout(const PendingOp& op,
   for (const auto& hop : stall.chain) {
     text += fmt::format("; rank {} waits for rank {} ({})", hop.rank, hop.awaits, hop.doing);
   }
-  if (stall.suspect < 0) {
+  if (stall.store_silent) {
+    text += fmt::format(
+        "; the store does not answer either (this rank may be cut off from it, or it is gone), "
+        "so whom rank {} waits for is unknown",
+        t.peer());
+  } else if (stall.suspect < 0) {
     text +=
         "; the ranks wait for each other (do they all call the same collectives in the "
         "same order? C10D_DEBUG=DETAIL checks)";

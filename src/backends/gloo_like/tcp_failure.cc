@@ -269,11 +269,15 @@ transport::PeerActivity TCPTransport::Impl::heard_from(int peer) const {
 // "<awaited>\n<doing>"; the chain is followed from `peer` until a rank without a record (the
 // stalled one) or a rank met before (a cycle). The outcome is also appended to the job's
 // stall records (transport/stall_record.h), for the launcher. Best effort: a store that does
-// not answer leaves `peer` as the suspect.
+// not answer leaves `peer` as the suspect, and the report says so.
 transport::StallReport TCPTransport::Impl::find_stalled(int peer, std::string_view doing,
                                                         std::chrono::milliseconds window) {
   transport::StallReport report{peer, {}};
-  if (stall_prefix.empty() || !store_reachable()) return report;
+  if (stall_prefix.empty()) return report;
+  if (!store_reachable()) {
+    report.store_silent = true;
+    return report;
+  }
   const auto key = [&](int r) { return stall_prefix + std::to_string(r); };
   int at = peer;
   try {
