@@ -149,8 +149,9 @@ struct StallReport {
   };
   int suspect = -1;  // the rank that waits for no one known: the stalled one; -1: a cycle
   std::vector<Hop> chain;
-  // The store did not answer, so the chain could not be followed: `suspect` is only the rank
-  // waited on (on a host cut off from the network, the store is out of reach too).
+  // The store did not answer, or failed on the way, so the chain could not be followed to its
+  // end: `suspect` is only the last rank known to be waited on (on a host cut off from the
+  // network the store is out of reach too; the store's host may be gone).
   bool store_silent = false;
 };
 

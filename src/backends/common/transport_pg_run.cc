@@ -156,7 +156,7 @@ std::exception_ptr TransportProcessGroup::explain_timeout(const PendingOp& op,
     text += fmt::format(
         "; the store does not answer either (this rank may be cut off from it, or it is gone), "
         "so whom rank {} waits for is unknown",
-        t.peer());
+        stall.suspect >= 0 ? stall.suspect : t.peer());
   } else if (stall.suspect < 0) {
     text +=
         "; the ranks wait for each other (do they all call the same collectives in the "

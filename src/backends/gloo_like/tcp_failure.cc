@@ -269,7 +269,7 @@ transport::PeerActivity TCPTransport::Impl::heard_from(int peer) const {
 // "<awaited>\n<doing>"; the chain is followed from `peer` until a rank without a record (the
 // stalled one) or a rank met before (a cycle). The outcome is also appended to the job's
 // stall records (transport/stall_record.h), for the launcher. Best effort: a store that does
-// not answer leaves `peer` as the suspect, and the report says so.
+// not answer (or fails on the way) ends the chain where it stands, and the report says so.
 transport::StallReport TCPTransport::Impl::find_stalled(int peer, std::string_view doing,
                                                         std::chrono::milliseconds window) {
   transport::StallReport report{peer, {}};
@@ -320,8 +320,14 @@ transport::StallReport TCPTransport::Impl::find_stalled(int peer, std::string_vi
       at = static_cast<int>(*awaits.value);
     }
   } catch (const std::exception& e) {
+    // The store failed (its server gone: node 0's launcher ends with its own ranks, while the
+    // other nodes' ranks are still here). Its next call would reconnect until the store's own
+    // timeout, minutes maybe: it is not asked again.
     C10D_LOG_DEBUG("rank {}: following the ranks' waits in the store stopped: {}", rank, e.what());
+    store_gone.store(true);
+    report.store_silent = true;
   }
+  if (store_gone.load()) return report;
   try {
     const std::string line =
         transport::encode_stall_record({rank, peer, report.suspect, std::string(doing)});
