@@ -15,6 +15,9 @@
 //                   when every total is world size x VALUE, else "MIXED <total>" and exits 4
 //                   (a rank of another job in the group: the file:// tests run two jobs with
 //                   different values).
+//   loop            all_reduces 64 KiB every 5 ms until one fails (a test kills ranks or cuts a
+//                   link): prints "READY <rank> <pid>" after the first, then "FAILED <ms>
+//                   <message>" (ms since the failing op was issued) and exits 3. At most 120 s.
 //   hold            prints "READY" once the group is made and one all_reduce is done, then
 //                   sleeps 60 s (the test kills it, leaving what a killed job leaves).
 //   setup_fail VICTIM HOW
@@ -33,6 +36,7 @@
 // C10D_TIMEOUT_MS).
 #include <fmt/format.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -40,6 +44,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -49,6 +54,16 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+
+// Prints "<what> <ms since `since`> <error>" for the test to read, and returns the exit status
+// of a rank that failed as expected.
+int report_failure(std::string_view what, Clock::time_point since, const c10d::Error& e) {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since).count();
+  fmt::print("{} {} {}\n", what, ms, e.what());
+  std::fflush(stdout);
+  return 3;
+}
 
 int run(const std::string& scenario, int victim, const std::string& how) {
   c10d::InitOptions options;
@@ -63,11 +78,7 @@ int run(const std::string& scenario, int victim, const std::string& how) {
     try {
       c10d::init_process_group(options);
     } catch (const c10d::Error& e) {
-      const auto ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
-      fmt::print("SETUP_FAILED {} {}\n", ms, e.what());
-      std::fflush(stdout);
-      return 3;
+      return report_failure("SETUP_FAILED", started, e);
     }
     fmt::print("UNEXPECTED: the set-up succeeded\n");
     return 1;
@@ -101,6 +112,31 @@ int run(const std::string& scenario, int victim, const std::string& how) {
     }
     fmt::print("SUM {}\n", v.data<float>()[0]);
     return 0;
+  }
+  if (scenario == "loop") {
+    auto v = c10d::Tensor::empty({16384}, c10d::DType::kFloat32);
+    const auto until = Clock::now() + 120s;
+    for (int i = 0; Clock::now() < until; ++i) {
+      float* d = v.data<float>();
+      std::fill(d, d + v.numel(), 1.0f);
+      const auto issued = Clock::now();
+      try {
+        pg->all_reduce({v})->wait(150s);
+      } catch (const c10d::Error& e) {
+        return report_failure("FAILED", issued, e);
+      }
+      if (d[0] != static_cast<float>(pg->size())) {
+        fmt::print("UNEXPECTED: wrong value {} in iteration {}\n", d[0], i);
+        return 1;
+      }
+      if (i == 0) {
+        fmt::print("READY {} {}\n", rank, ::getpid());
+        std::fflush(stdout);
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    fmt::print("UNEXPECTED: nothing failed in 120 s\n");
+    return 1;
   }
   auto t = c10d::Tensor::empty({1 << 20}, c10d::DType::kFloat32);
   if (scenario == "mismatch" || scenario == "split_mismatch") {
@@ -206,11 +242,7 @@ int run(const std::string& scenario, int victim, const std::string& how) {
     try {
       work->wait(30s);
     } catch (const c10d::Error& e) {
-      const auto ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - issued).count();
-      fmt::print("FAILED {} {}\n", ms, e.what());
-      std::fflush(stdout);
-      return 3;
+      return report_failure("FAILED", issued, e);
     }
     if (d[0] != static_cast<float>(pg->size()) || d[t.numel() - 1] != d[0]) {
       fmt::print("UNEXPECTED: wrong value {} in iteration {}\n", d[0], i);
@@ -231,7 +263,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: pg_fault_child kill VICTIM | freeze VICTIM | setup_fail VICTIM shm|host | "
-                 "mismatch | split_mismatch | ok | stall | sum VALUE | hold\n");
+                 "mismatch | split_mismatch | ok | stall | sum VALUE | hold | loop\n");
     return 2;
   }
   try {
