@@ -16,9 +16,12 @@ TEST is one of:
                tries the store and a rank's port during set-up: refused, the job unaffected
   mpirun       mpirun from host 0 across the hosts (emucluster-rsh), the MPI backend's
                conformance suite
+  fmnist       train_fmnist (the demo's DDP training on Fashion-MNIST) across the hosts, one
+               c10drun per host, --epochs epochs: the last test accuracy is at least
+               --min-accuracy and every host's link carried the gradients
 Exit status: 0 passed, 1 failed, 77 skipped (not root, no ip netns: the reason is printed).
 BUILD is the build directory (tools/c10drun, tools/c10d-store, tests/c10d-conformance,
-tests/pg_fault_child).
+tests/pg_fault_child, examples/train_fmnist).
 """
 
 import argparse
@@ -521,8 +524,43 @@ def test_mpirun(a):
             f"{p.text('out').strip().splitlines()[-1] if p.text('out') else ''}")
 
 
+# ---- the demo across hosts ----
+
+def test_fmnist(a):
+    data = os.environ.get("C10D_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
+    if not os.path.exists(os.path.join(data, "train-images-idx3-ubyte.gz")):
+        raise emucluster.Unavailable(f"no Fashion-MNIST in {data} (dataset-fashion-mnist)")
+    with emucluster.Cluster(a.hosts, a.rates) as c:
+        t0 = time.monotonic()
+        job = c.c10drun([os.path.join(a.bin_dir, "examples/train_fmnist"), "--backend", "tcp",
+                         "--epochs", str(a.epochs), "--min-accuracy", str(a.min_accuracy),
+                         "--data", data], nproc_per_node=a.nproc, c10drun=a.c10drun)
+        try:
+            codes = job.wait(a.timeout)
+        except TimeoutError as e:
+            dump(job)
+            raise Failure(str(e))
+        elapsed = time.monotonic() - t0
+        if any(codes):
+            dump(job)
+        check(not any(codes), f"exit statuses {codes}")
+        epochs = job.procs[0].wait_for(
+            r"epoch (\d+) loss (\S+) test accuracy (\S+)% (\d+) samples/s", 1, a.epochs)
+        accuracy = float(epochs[-1].group(3))
+        check(accuracy >= 100 * a.min_accuracy,
+              f"test accuracy {accuracy}% below {100 * a.min_accuracy}%")
+        moved = [veth_bytes(c, i) for i in range(c.n)]
+        # Each epoch all-reduces the gradients (about 2 MB of float32) hundreds of times.
+        check(all(m > 100 << 20 for m in moved), f"bytes over each host's link: {moved}")
+        log(f"fmnist {a.hosts} hosts x {a.nproc} ranks, rates {a.rates}, {a.epochs} epochs: "
+            f"test accuracy {accuracy}% in {elapsed:.1f} s ("
+            f"{', '.join(m.group(4) for m in epochs)} samples/s); MB over each link "
+            f"{[round(m / 1e6) for m in moved]}")
+
+
 TESTS = {"script": test_script, "conformance": test_conformance, "kill": test_kill,
-         "cut": test_cut, "stranger": test_stranger, "mpirun": test_mpirun}
+         "cut": test_cut, "stranger": test_stranger, "mpirun": test_mpirun,
+         "fmnist": test_fmnist}
 
 
 def main():
@@ -543,6 +581,8 @@ def main():
     p.add_argument("--mpirun", default="mpirun", help="mpirun: Open MPI's mpirun")
     p.add_argument("--op-timeout-ms", type=int, default=5000, help="cut: C10D_TIMEOUT_MS")
     p.add_argument("--slack-ms", type=int, default=4000, help="cut: over the op timeout")
+    p.add_argument("--epochs", type=int, default=3, help="fmnist: training epochs")
+    p.add_argument("--min-accuracy", type=float, default=0.85, help="fmnist: the last epoch's")
     a = p.parse_args()
     a.c10drun = os.path.join(a.bin_dir, "tools/c10drun")
     a.store = os.path.join(a.bin_dir, "tools/c10d-store")
