@@ -110,7 +110,7 @@ class Runner:
             sys.exit(f"{variant} {collective} {label(size)}: no in-place row in {rows}")
         if row["wrong"]:
             sys.exit(f"{variant} {collective} {label(size)}: {row['wrong']} wrong values")
-        calls = iters + warmup
+        calls = iters + warmup + 2  # and one untimed call and one checked (nccl_sweep.cc)
         return {"time_us": row["time_us"], "busbw": row["busbw"], "algbw": row["algbw"],
                 "iters": iters, "warmup": warmup, "wall_s": round(wall, 3),
                 # What each host's link carried per call, as a multiple of the vector (set-up
