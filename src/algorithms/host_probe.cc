@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "algorithms/all_gather.h"
-#include "algorithms/barrier.h"
 #include "core/check.h"
 #include "transport/sub_transport.h"
 
@@ -28,21 +27,35 @@ std::vector<double> probe_edge_rates(const Context& ctx, const HostLayout& layou
   transport::SubTransport cross({std::shared_ptr<void>(), &ctx.transport},
                                 layout.cross_ranks(layout.local_of(ctx.rank())));
   std::vector<std::byte> out(bytes), in(bytes);
-  barrier(ctx);  // so that every rank's clock starts with its left neighbour's sending
+  // Each receiver tells its left neighbour to go once its receive is posted and its clock
+  // runs, so no byte arrives before the clock starts (a late receiver would find bytes waiting
+  // and overstate the rate); the clock then also holds the token's one-way trip.
+  const int left = (host + hosts - 1) % hosts;
+  const int right = (host + 1) % hosts;
+  std::byte go{1}, go_in{0};
+  auto recv = cross.irecv(left, ctx.tag, in);
+  auto go_recv = cross.irecv(right, ctx.tag, std::span(&go_in, 1));
   const auto start = std::chrono::steady_clock::now();
-  auto recv = cross.irecv((host + hosts - 1) % hosts, ctx.tag, in);
-  auto send = cross.isend((host + 1) % hosts, ctx.tag, out);
+  cross.isend(left, ctx.tag, std::span(&go, 1))->wait(ctx.deadline);
+  go_recv->wait(ctx.deadline);
+  auto send = cross.isend(right, ctx.tag, out);
   recv->wait(ctx.deadline);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   send->wait(ctx.deadline);
-  const double mine = static_cast<double>(bytes) / std::max(seconds, 1e-9);
+  // Durations, not rates: the L streams of an edge need not overlap exactly (the barrier lets
+  // ranks go a little apart), and a sum of each stream's own rate would count their link up to
+  // L times; L streams' bytes over the longest of their times never overstates it.
   std::vector<double> all(static_cast<std::size_t>(ctx.size()));
-  all_gather(ctx, std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(all)));
-  std::vector<double> edges(static_cast<std::size_t>(hosts), 0.0);
+  all_gather(ctx, std::as_bytes(std::span(&seconds, 1)), std::as_writable_bytes(std::span(all)));
+  std::vector<double> longest(static_cast<std::size_t>(hosts), 0.0);
   for (int r = 0; r < ctx.size(); ++r) {
-    const int into = layout.host_of(r);
-    edges[static_cast<std::size_t>((into + hosts - 1) % hosts)] += all[static_cast<std::size_t>(r)];
+    auto& edge = longest[static_cast<std::size_t>((layout.host_of(r) + hosts - 1) % hosts)];
+    edge = std::max(edge, all[static_cast<std::size_t>(r)]);
+  }
+  std::vector<double> edges;
+  for (double t : longest) {
+    edges.push_back(static_cast<double>(bytes) * per_host / std::max(t, 1e-9));
   }
   return edges;
 }

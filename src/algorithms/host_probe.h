@@ -11,10 +11,11 @@
 namespace c10d::inline v1::algorithms {
 
 // Edge p's rate in bytes per second (host p sends to host p+1 mod H), identical on every rank.
-// After a barrier of ctx, every cross group shifts `bytes_per_host / L` bytes one host to the
+// Every cross group shifts `bytes_per_host / L` bytes one host to the
 // right, all L at once (as the cross rings load the links), each rank timing the receive from
-// its left; then ctx all-gathers the timings, and edge p is the sum of what host p+1's ranks
-// saw. Every rank of ctx calls it alike (hierarchical.h's contract); ctx's tag and deadline.
+// its left from the moment it tells that neighbour to go; then ctx all-gathers the timings, and
+// edge p is the L streams' bytes over the longest time any of host p+1's ranks saw. Every rank of
+// ctx calls it alike (hierarchical.h's contract); ctx's tag and deadline.
 std::vector<double> probe_edge_rates(const Context& ctx, const HostLayout& layout,
                                      std::int64_t bytes_per_host);
 

@@ -29,7 +29,7 @@ namespace c10d::inline v1::algorithms {
 inline constexpr std::int64_t kShareUnit = std::int64_t{1} << 20;
 // Unequal shares only when they cut the predicted cross-ring time by at least this fraction;
 // and a group switches from its current shares only for that much (hysteresis).
-inline constexpr double kMinShareGain = 0.10;
+inline constexpr double kMinShareGain = 0.15;
 
 // e_p = min(R_p, R_{p+1 mod H}): edge p leaves host p and enters host p+1, both links shaped.
 std::vector<double> ring_edge_rates(const std::vector<double>& host_rates);

@@ -209,11 +209,11 @@ Algorithm TransportProcessGroup::choose_generic(CollectiveOp op, std::int64_t by
 }
 
 // From this size a hierarchical all_reduce over 3 or more hosts may re-measure the links: every
-// kShareProbeEvery-th such op, the first included, probes with 1/16 of its bytes (at most
+// kShareProbeEvery-th such op, the first included, probes with 1/8 of its bytes (at most
 // kShareProbeMaxBytes per host), so the probe costs a few percent of one op in that many.
 constexpr std::int64_t kShareProbeMinBytes = 16 << 20;
 constexpr std::uint64_t kShareProbeEvery = 32;
-constexpr std::int64_t kShareProbeMaxBytes = 4 << 20;
+constexpr std::int64_t kShareProbeMaxBytes = 8 << 20;
 
 const std::vector<std::int64_t>& TransportProcessGroup::host_shares(const Context& ctx,
                                                                     std::int64_t bytes) {
@@ -221,8 +221,8 @@ const std::vector<std::int64_t>& TransportProcessGroup::host_shares(const Contex
     return host_shares_;
   }
   if (large_hier_ops_++ % kShareProbeEvery != 0) return host_shares_;
-  const std::vector<double> rates = algorithms::probe_edge_rates(
-      ctx, layout_, std::min(bytes / 16, kShareProbeMaxBytes * layout_.per_host()));
+  const std::vector<double> rates =
+      algorithms::probe_edge_rates(ctx, layout_, std::min(bytes / 8, kShareProbeMaxBytes));
   std::vector<std::int64_t> next = algorithms::next_shares(host_shares_, rates);
   if (next != host_shares_) {
     std::vector<double> mbps;

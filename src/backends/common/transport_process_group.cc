@@ -76,11 +76,17 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<transport::Transpor
   if (ring_.order.empty() && layout_.hosts() > 1 && layout_.hosts() < size()) {
     ring_.order = layout_.ring_order();
   }
-  // A user who knows the links fixes the cross rings' shares (algorithms/host_shares.h).
+  // The cross rings' shares (algorithms/host_shares.h): equal unless C10D_HOST_RATES gives the
+  // links' rates, or says `probe` (the group measures them: on a loaded machine the probe's
+  // noise can pick unequal shares for equal links, so it is not the default).
+  host_shares_fixed_ = true;
   if (const auto rates = core::env_text("C10D_HOST_RATES"); rates && layout_.hierarchical()) {
-    host_shares_ = algorithms::balanced_shares(algorithms::ring_edge_rates(
-        algorithms::parse_host_rates("C10D_HOST_RATES", *rates, layout_.hosts())));
-    host_shares_fixed_ = true;
+    if (*rates == "probe") {
+      host_shares_fixed_ = false;
+    } else {
+      host_shares_ = algorithms::balanced_shares(algorithms::ring_edge_rates(
+          algorithms::parse_host_rates("C10D_HOST_RATES", *rates, layout_.hosts())));
+    }
   }
   hooks_ = options_.hooks;
   runner_.start_worker();
