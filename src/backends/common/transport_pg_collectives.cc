@@ -2,6 +2,9 @@
 // arguments on the caller's thread (InvalidArgument at once, nothing queued) and queues a closure
 // that runs it against a Context; and the algorithm each runs (algorithms/choice.h, forced by
 // C10D_ALGO or the algo option; a backend's hooks may take some with their own).
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include "algorithms/all_gather.h"
@@ -10,11 +13,14 @@
 #include "algorithms/gather_scatter.h"
 #include "algorithms/halving_doubling_all_reduce.h"
 #include "algorithms/hierarchical.h"
+#include "algorithms/host_probe.h"
+#include "algorithms/host_shares.h"
 #include "algorithms/reduce_kernels.h"
 #include "algorithms/reduce_scatter.h"
 #include "algorithms/scratch.h"
 #include "algorithms/tree.h"
 #include "backends/common/transport_process_group_impl.h"
+#include "core/logging.h"
 
 namespace c10d::inline v1::backends::tpg_detail {
 
@@ -202,8 +208,34 @@ Algorithm TransportProcessGroup::choose_generic(CollectiveOp op, std::int64_t by
                                       {layout_.hosts(), layout_.per_host()});
 }
 
+// From this size a hierarchical all_reduce over 3 or more hosts may re-measure the links: every
+// kShareProbeEvery-th such op, the first included, probes with 1/8 of its bytes (at most
+// kShareProbeMaxBytes per host), so the probe costs a few percent of one op in that many.
+constexpr std::int64_t kShareProbeMinBytes = 16 << 20;
+constexpr std::uint64_t kShareProbeEvery = 32;
+constexpr std::int64_t kShareProbeMaxBytes = 8 << 20;
+
+const std::vector<std::int64_t>& TransportProcessGroup::host_shares(const Context& ctx,
+                                                                    std::int64_t bytes) {
+  if (host_shares_fixed_ || layout_.hosts() < 3 || bytes < kShareProbeMinBytes) {
+    return host_shares_;
+  }
+  if (large_hier_ops_++ % kShareProbeEvery != 0) return host_shares_;
+  const std::vector<double> rates =
+      algorithms::probe_edge_rates(ctx, layout_, std::min(bytes / 8, kShareProbeMaxBytes));
+  std::vector<std::int64_t> next = algorithms::next_shares(host_shares_, rates);
+  if (next != host_shares_) {
+    std::vector<double> mbps;
+    for (double x : rates) mbps.push_back(x / 1e6);
+    C10D_LOG_INFO("rank {}: cross-host edge rates {::.1f} MB/s: host shares {} (were {})", rank(),
+                  mbps, next, host_shares_);
+    host_shares_ = std::move(next);
+  }
+  return host_shares_;
+}
+
 void TransportProcessGroup::all_reduce_one(const Context& ctx, const Tensor& t,
-                                           const Reduction& r) const {
+                                           const Reduction& r) {
   const auto bytes = static_cast<std::int64_t>(t.nbytes());
   Algorithm algo = choose(CollectiveOp::kAllReduce, bytes);
   if (algo == Algorithm::kTorus) {
@@ -211,7 +243,8 @@ void TransportProcessGroup::all_reduce_one(const Context& ctx, const Tensor& t,
     algo = choose_generic(CollectiveOp::kAllReduce, bytes);
   }
   if (algo == Algorithm::kHierarchical) {
-    algorithms::hier_all_reduce(ctx, layout_, t.dtype(), r, t.raw_data(), t.numel());
+    algorithms::hier_all_reduce(ctx, layout_, t.dtype(), r, t.raw_data(), t.numel(),
+                                host_shares(ctx, bytes));
   } else if (algo == Algorithm::kRing) {
     algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(), ring_);
   } else {

@@ -6,11 +6,13 @@
 
 #include <cstdlib>
 
+#include "algorithms/host_shares.h"
 #include "backends/common/inline_schedule.h"
 #include "backends/common/transport_process_group_impl.h"
 #include "c10d/errors.h"
 #include "core/check.h"
 #include "core/host.h"
+#include "core/parse.h"
 #include "core/spin_wait.h"
 #include "transport/sub_transport.h"
 
@@ -73,6 +75,18 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<transport::Transpor
   // Host by host, so that the flat ring crosses between hosts as seldom as it can.
   if (ring_.order.empty() && layout_.hosts() > 1 && layout_.hosts() < size()) {
     ring_.order = layout_.ring_order();
+  }
+  // The cross rings' shares (algorithms/host_shares.h): equal unless C10D_HOST_RATES gives the
+  // links' rates, or says `probe` (the group measures them: on a loaded machine the probe's
+  // noise can pick unequal shares for equal links, so it is not the default).
+  host_shares_fixed_ = true;
+  if (const auto rates = core::env_text("C10D_HOST_RATES"); rates && layout_.hierarchical()) {
+    if (*rates == "probe") {
+      host_shares_fixed_ = false;
+    } else {
+      host_shares_ = algorithms::balanced_shares(algorithms::ring_edge_rates(
+          algorithms::parse_host_rates("C10D_HOST_RATES", *rates, layout_.hosts())));
+    }
   }
   hooks_ = options_.hooks;
   runner_.start_worker();

@@ -227,7 +227,10 @@ class TransportProcessGroup final : public ProcessGroup,
 
   Algorithm choose(CollectiveOp op, std::int64_t bytes) const;
   Algorithm choose_generic(CollectiveOp op, std::int64_t bytes) const;
-  void all_reduce_one(const Context& ctx, const Tensor& t, const Reduction& r) const;
+  void all_reduce_one(const Context& ctx, const Tensor& t, const Reduction& r);
+  // The host shares of a hierarchical all_reduce of `bytes` (algorithms/host_shares.h):
+  // equal, C10D_HOST_RATES's, or (`probe`) measured every kShareProbeEvery large ones.
+  const std::vector<std::int64_t>& host_shares(const Context& ctx, std::int64_t bytes);
   void broadcast_one(const Context& ctx, std::span<std::byte> data, int root) const;
   void gather_all(const Context& ctx, std::span<const std::byte> in,
                   std::span<std::byte> out) const;
@@ -249,6 +252,13 @@ class TransportProcessGroup final : public ProcessGroup,
   const algorithms::HostLayout layout_;
   algorithms::AlgoOverride forced_;  // C10D_ALGO or the algo option
   algorithms::RingOptions ring_;
+  // The cross rings' host shares (empty: equal) and whether they are fixed (unless
+  // C10D_HOST_RATES=probe); the
+  // count of large hierarchical all_reduces so far. Only the op that runs touches them (the
+  // runner runs one op at a time), and every rank changes them alike.
+  std::vector<std::int64_t> host_shares_;
+  bool host_shares_fixed_ = true;
+  std::uint64_t large_hier_ops_ = 0;
   std::shared_ptr<BackendHooks> hooks_;  // immutable after construction
 
   // The queue, the worker, the failure latch; its mutex guards this group's state below too.
