@@ -117,7 +117,10 @@ bool ShmTransport::Impl::poll_until(Done&& done, Clock::time_point deadline) {
       }
       next_liveness = now + kSleepSlice;
     }
-    sleep(done, std::min(deadline, next_liveness));
+    auto until = std::min(deadline, next_liveness);
+    // A parked single-copy message is copied into a buffer after its grace by whoever polls.
+    if (parked.load(std::memory_order_relaxed) > 0) until = std::min(until, now + kParkGrace);
+    sleep(done, until);
     last_moved = Clock::now();  // poll hot again once woken
   }
   return true;
