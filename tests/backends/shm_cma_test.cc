@@ -14,6 +14,7 @@
 #include <functional>
 #include <latch>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "../algorithms/ranks.h"
@@ -33,20 +34,23 @@ using transport::Clock;
 constexpr std::size_t kMin = kDefaultSingleCopyMinBytes;
 std::atomic<int> group_counter{0};
 
-// `n` thread ranks over shared memory (1 MiB rings); `single_copy` as the option says.
+// `n` thread ranks over shared memory (1 MiB rings); `single_copy` and `min_bytes` (0: the
+// default) as the options say.
 void run_ranks(int n, const std::function<void(int, ShmTransport&)>& fn,
-               std::optional<bool> single_copy = std::nullopt) {
+               std::optional<bool> single_copy = std::nullopt, std::size_t min_bytes = 0) {
   auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
   const std::string group = "shmcma" + std::to_string(group_counter++);
   std::vector<ShmTransport*> shms(static_cast<std::size_t>(n));
   algorithms::testing::run_ranks(
       n,
       [&](int r) {
-        auto t = std::make_unique<ShmTransport>(store, r, n,
-                                                ShmTransportOptions{.group_name = group,
-                                                                    .timeout = 20s,
-                                                                    .ring_bytes = 1 << 20,
-                                                                    .single_copy = single_copy});
+        auto t =
+            std::make_unique<ShmTransport>(store, r, n,
+                                           ShmTransportOptions{.group_name = group,
+                                                               .timeout = 20s,
+                                                               .ring_bytes = 1 << 20,
+                                                               .single_copy = single_copy,
+                                                               .single_copy_min_bytes = min_bytes});
         shms[static_cast<std::size_t>(r)] = t.get();
         return t;
       },
@@ -87,35 +91,38 @@ TEST(ShmSingleCopyTest, SizesAroundTheThresholdUnalignedAndManyInFlightArriveExa
   });
 }
 
-// A send of the threshold and more, though its ring has room, completes only once the receiver
-// copied it (the receiver does not poll meanwhile: nothing copies the message into a buffer);
-// then its buffer may be unmapped, and what the receiver got is exact.
+// A send of the threshold and more (here 256 KiB), though its ring has room, completes only once
+// the receiver copied it (the receiver does not poll meanwhile: nothing copies the message into
+// a buffer); then its buffer may be unmapped, and what the receiver got is exact.
 TEST(ShmSingleCopyTest, ASendCompletesOnlyOnceItsReceiverCopiedItAndItsBufferMayGoThen) {
   constexpr std::size_t kBytes = 512 << 10;  // half the ring
   std::latch go(1);
-  run_ranks(2, [&](int r, ShmTransport& t) {
-    if (r == 0) {
-      void* mem =
-          ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      ASSERT_NE(mem, MAP_FAILED);
-      const auto data = pattern(kBytes, 9);
-      std::memcpy(mem, data.data(), kBytes);
-      auto send = t.isend(1, 1, {static_cast<const std::byte*>(mem), kBytes});
-      std::this_thread::sleep_for(100ms);
-      EXPECT_FALSE(send->test()) << "the receive is not even posted";
-      go.count_down();
-      send->wait(soon());
-      std::memset(mem, 0xee, kBytes);
-      ::munmap(mem, kBytes);
-      t.isend(1, 3, pattern(8, 2))->wait(soon());  // the buffer is gone
-    } else {
-      go.wait();
-      std::vector<std::byte> done(8), got(kBytes);
-      t.irecv(0, 1, got)->wait(soon());
-      t.irecv(0, 3, done)->wait(soon());
-      EXPECT_EQ(got, pattern(kBytes, 9));
-    }
-  });
+  run_ranks(
+      2,
+      [&](int r, ShmTransport& t) {
+        if (r == 0) {
+          void* mem =
+              ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+          ASSERT_NE(mem, MAP_FAILED);
+          const auto data = pattern(kBytes, 9);
+          std::memcpy(mem, data.data(), kBytes);
+          auto send = t.isend(1, 1, {static_cast<const std::byte*>(mem), kBytes});
+          std::this_thread::sleep_for(100ms);
+          EXPECT_FALSE(send->test()) << "the receive is not even posted";
+          go.count_down();
+          send->wait(soon());
+          std::memset(mem, 0xee, kBytes);
+          ::munmap(mem, kBytes);
+          t.isend(1, 3, pattern(8, 2))->wait(soon());  // the buffer is gone
+        } else {
+          go.wait();
+          std::vector<std::byte> done(8), got(kBytes);
+          t.irecv(0, 1, got)->wait(soon());
+          t.irecv(0, 3, done)->wait(soon());
+          EXPECT_EQ(got, pattern(kBytes, 9));
+        }
+      },
+      std::nullopt, 256 << 10);
 }
 
 // Each rank waits for its own send before it posts its receive: the other's message, parked
@@ -132,9 +139,11 @@ TEST(ShmSingleCopyTest, RanksThatWaitForTheirSendsBeforeReceivingDoNotDeadlock) 
   });
 }
 
-// Off by option, or by C10D_SHM_CMA=0 (read at set-up): a send of the threshold and more goes
-// through the ring, completing while the receive is not posted yet.
+// Off by option, or by C10D_SHM_CMA=0 (read at set-up): a send of the threshold (here 256 KiB)
+// and more goes through the ring, completing while the receive is not posted yet.
 TEST(ShmSingleCopyTest, TurnedOffByOptionOrEnvironmentLargeSendsGoThroughTheRing) {
+  const char* was = std::getenv("C10D_SHM_CMA");
+  const std::optional<std::string> saved = was ? std::optional<std::string>(was) : std::nullopt;
   for (const bool by_env : {false, true}) {
     if (by_env) ::setenv("C10D_SHM_CMA", "0", 1);
     run_ranks(
@@ -152,8 +161,12 @@ TEST(ShmSingleCopyTest, TurnedOffByOptionOrEnvironmentLargeSendsGoThroughTheRing
             EXPECT_EQ(got, pattern(512 << 10, 0));
           }
         },
-        by_env ? std::nullopt : std::optional<bool>(false));
-    ::unsetenv("C10D_SHM_CMA");
+        by_env ? std::nullopt : std::optional<bool>(false), 256 << 10);
+    if (saved) {
+      ::setenv("C10D_SHM_CMA", saved->c_str(), 1);
+    } else {
+      ::unsetenv("C10D_SHM_CMA");
+    }
   }
 }
 
@@ -179,7 +192,7 @@ TEST(ShmSingleCopyTest, ADeadlineInTheMiddleOfACopyHoldsAndTheCopyGoesOn) {
 // A send whose request goes away before its receiver copied it (its wait timed out) takes the
 // message back: the receive that later takes it fails, naming the sender, and the stream goes on.
 TEST(ShmSingleCopyTest, ASendTakenBackBeforeItsCopyFailsItsReceiveAndTheStreamGoesOn) {
-  constexpr std::size_t kBytes = 1 << 20;
+  constexpr std::size_t kBytes = kMin;
   run_ranks(2, [&](int r, ShmTransport& t) {
     if (r == 0) {
       {

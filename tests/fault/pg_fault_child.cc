@@ -57,7 +57,7 @@ int run_large(c10d::ProcessGroup& pg) {
   const int rank = pg.rank();
   const int n = pg.size();
   for (const std::int64_t bytes :
-       {(256 << 10) - 4, 256 << 10, (256 << 10) + 4, (4 << 20) + 4, 16 << 20}) {
+       {(2 << 20) - 4, 2 << 20, (2 << 20) + 4, (4 << 20) + 4, 16 << 20}) {
     const std::int64_t count = bytes / 4;
     auto t = c10d::Tensor::from_vector(std::vector<float>(count, 0.0f), c10d::DType::kFloat32);
     float* d = t.data<float>();

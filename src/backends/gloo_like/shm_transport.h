@@ -128,8 +128,9 @@ struct ShmTransportOptions {
   std::size_t single_copy_min_bytes = 0;  // 0: kDefaultSingleCopyMinBytes
 };
 
-// The size from which messages go single-copy by default (measured: docs/benchmarks.md).
-inline constexpr std::size_t kDefaultSingleCopyMinBytes = std::size_t{256} << 10;
+// The size from which messages go single-copy by default: above the algorithms' 1 MiB pipeline
+// segments, which a ring moves faster than process_vm_readv pins 4 KiB pages (docs/benchmarks.md).
+inline constexpr std::size_t kDefaultSingleCopyMinBytes = std::size_t{2} << 20;
 
 // This host's identity for finding same-host peers: C10D_SHM_HOST when set (tests use it to make
 // one machine look like several), else the host name, the kernel's boot id and the device and
