@@ -23,15 +23,22 @@ calling MPI_Allreduce (or all_reduce(...)->wait()) does.
 
 The comparison uses the in-place columns for all_reduce and broadcast (the c10d API is in
 place) and the out-of-place columns for all_to_all (its API is out of place).
+
+The last column is a floor for the large rows: the time this machine takes to copy the row's
+bytes once with memcpy (between two buffers of that size, touched before, the best of 5), which
+no transfer of those bytes between processes beats by much (a single-copy transfer is one such
+copy; a ring in shared memory is two, pipelined over two cores).
 """
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 CASES = {  # backend: (collective, sizes in bytes, in_place)
     "tcp": [
@@ -46,6 +53,20 @@ CASES = {  # backend: (collective, sizes in bytes, in_place)
         ("all_to_all", [64 << 10, 16 << 20], False),
     ],
 }
+
+
+def memcpy_us(size, reps=5):
+    """The best time of `reps` memcpys of `size` bytes between two touched buffers, in µs."""
+    src = (ctypes.c_char * size)()
+    dst = (ctypes.c_char * size)()
+    ctypes.memset(src, 1, size)
+    ctypes.memset(dst, 2, size)
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        ctypes.memmove(dst, src, size)
+        best = min(best, time.perf_counter() - start)
+    return best * 1e6
 
 
 def run(cmd, env=None):
@@ -109,8 +130,10 @@ def main():
     print("| collective | ranks | size | c10d time (µs) | c10d busbw (GB/s) | Open MPI time (µs) "
           f"| Open MPI busbw | Open MPI, {variant_label}: time (µs) | busbw | c10d / Open MPI "
           f"| c10d / {variant_label} |"
-          + (f" overhead over Open MPI | over {variant_label} |" if overhead else ""))
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if overhead else ""))
+          + (f" overhead over Open MPI | over {variant_label} |" if overhead else "")
+          + " one memcpy (µs) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if overhead else "")
+          + "---:|")
     for world in [int(w) for w in args.worlds.split(",")]:
         for collective, sizes, in_place in CASES[args.backend]:
             for size in sizes:
@@ -146,7 +169,9 @@ def main():
                       f"{med['variant'][0]:.1f} | {med['variant'][1]:.2f} | {ratio:.2f}x | "
                       f"{ratio_variant:.2f}x |" + (
                           f" {over(med['c10d'][0], med['mpi'][0])} |"
-                          f" {over(med['c10d'][0], med['variant'][0])} |" if overhead else ""),
+                          f" {over(med['c10d'][0], med['variant'][0])} |" if overhead else "")
+                      # Small rows: a call from Python costs more than the copy; no floor.
+                      + (f" {memcpy_us(size):.1f} |" if size >= 1 << 20 else " - |"),
                       flush=True)
 
 

@@ -9,6 +9,9 @@
 //   +64   atomic u64 tail: bytes produced, written only by the writer (its own cache line)
 //   +72   atomic u32 writer waiting: set by a writer that found the ring full (room_for), taken
 //         by the reader once it made room (take_writer_waiting), which then wakes the writer
+//   +80   atomic u64 writer word: the framing's own, written only by the writer (the TCP
+//         backend's same-host channel keeps there which single-copy messages the writer took
+//         back, backends/gloo_like/shm_layout.h; the ICI fabric leaves it 0)
 //   +128  data: `capacity` bytes (a power of two), byte i of the stream at i mod capacity
 //
 // head and tail only grow (mod 2^64); tail - head is what the ring holds, at most capacity. The
@@ -42,9 +45,12 @@ struct ShmRingHeader {
   alignas(64) std::atomic<std::uint64_t> head;
   alignas(64) std::atomic<std::uint64_t> tail;
   std::atomic<std::uint32_t> writer_waiting;
+  std::atomic<std::uint64_t> writer_word;
 };
 static_assert(sizeof(ShmRingHeader) == kShmRingHeaderBytes && offsetof(ShmRingHeader, head) == 0 &&
-              offsetof(ShmRingHeader, tail) == 64 && offsetof(ShmRingHeader, writer_waiting) == 72);
+              offsetof(ShmRingHeader, tail) == 64 &&
+              offsetof(ShmRingHeader, writer_waiting) == 72 &&
+              offsetof(ShmRingHeader, writer_word) == 80);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
               std::atomic<std::uint32_t>::is_always_lock_free);
 

@@ -10,6 +10,8 @@
 //   split_mismatch  the same, but rank 1 calls all_to_all with (even) split sizes while the
 //                   others pass none (the MPI backend calls MPI_Alltoallv and MPI_Alltoall).
 //   ok              20 all_reduces, checked; prints "OK" and exits 0.
+//   large           all_reduce, broadcast and send/recv of sizes around the shared-memory
+//                   single-copy threshold and of several MiB, checked; prints "OK", exits 0.
 //   sum VALUE       prints "READY" once the group is made, sleeps C10D_TEST_HOLD_MS (default
 //                   0), then all_reduces VALUE five times: prints "SUM <total>" and exits 0
 //                   when every total is world size x VALUE, else "MIXED <total>" and exits 4
@@ -65,6 +67,48 @@ int report_failure(std::string_view what, Clock::time_point since, const c10d::E
   return 3;
 }
 
+// The "large" scenario: every rank's bytes reach the others exact, whichever way they went.
+int run_large(c10d::ProcessGroup& pg) {
+  const int rank = pg.rank();
+  const int n = pg.size();
+  for (const std::int64_t bytes :
+       {(2 << 20) - 4, 2 << 20, (2 << 20) + 4, (4 << 20) + 4, 16 << 20}) {
+    const std::int64_t count = bytes / 4;
+    auto t = c10d::Tensor::from_vector(std::vector<float>(count, 0.0f), c10d::DType::kFloat32);
+    float* d = t.data<float>();
+    for (std::int64_t j = 0; j < count; ++j) d[j] = static_cast<float>(rank + j % 7);
+    pg.all_reduce({t})->wait(30s);
+    for (std::int64_t j = 0; j < count; ++j) {
+      if (d[j] != static_cast<float>(n * (n - 1) / 2 + n * (j % 7))) {
+        fmt::print("UNEXPECTED: all_reduce of {} bytes: {} at {}\n", bytes, d[j], j);
+        return 1;
+      }
+    }
+    for (std::int64_t j = 0; j < count; ++j) d[j] = rank == 0 ? static_cast<float>(j) : -1.0f;
+    pg.broadcast({t})->wait(30s);
+    if (d[count - 1] != static_cast<float>(count - 1) ||
+        d[count / 2] != static_cast<float>(count / 2)) {
+      fmt::print("UNEXPECTED: broadcast of {} bytes\n", bytes);
+      return 1;
+    }
+    // Rank r sends to r + 1 and receives from r - 1 (a ring of sends).
+    for (std::int64_t j = 0; j < count; ++j) d[j] = static_cast<float>(rank * 1000 + j % 11);
+    auto got = c10d::Tensor::from_vector(std::vector<float>(count, 0.0f), c10d::DType::kFloat32);
+    auto recv = pg.recv({got}, (rank + n - 1) % n);
+    pg.send({t}, (rank + 1) % n)->wait(30s);
+    recv->wait(30s);
+    const float* g = got.data<float>();
+    for (std::int64_t j = 0; j < count; ++j) {
+      if (g[j] != static_cast<float>((rank + n - 1) % n * 1000 + j % 11)) {
+        fmt::print("UNEXPECTED: recv of {} bytes: {} at {}\n", bytes, g[j], j);
+        return 1;
+      }
+    }
+  }
+  fmt::print("OK\n");
+  return 0;
+}
+
 int run(const std::string& scenario, int victim, const std::string& how) {
   c10d::InitOptions options;
   if (std::getenv("C10D_TIMEOUT_MS") == nullptr) options.timeout = 30s;
@@ -85,6 +129,7 @@ int run(const std::string& scenario, int victim, const std::string& how) {
   }
   auto pg = c10d::init_process_group(options);
   const int rank = pg->rank();
+  if (scenario == "large") return run_large(*pg);
   if (scenario == "sum" || scenario == "hold") {
     const float value = static_cast<float>(victim);
     auto v = c10d::Tensor::from_vector(std::vector<float>(16, value), c10d::DType::kFloat32);
@@ -263,7 +308,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: pg_fault_child kill VICTIM | freeze VICTIM | setup_fail VICTIM shm|host | "
-                 "mismatch | split_mismatch | ok | stall | sum VALUE | hold | loop\n");
+                 "mismatch | split_mismatch | ok | large | stall | sum VALUE | hold | loop\n");
     return 2;
   }
   try {

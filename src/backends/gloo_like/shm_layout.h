@@ -3,11 +3,19 @@
 // messages in a ring. Host byte order (little-endian, checked at compile time): segments never
 // leave the host. Set-up meets through the store under "<group>/shm/<N>/" (N: the set-up's
 // number, backends/common/setup_watch.h): host/<rank> (the host key), segment/<rank> (the
-// segment's name), mapped/<rank> (every peer's segment is mapped).
+// segment's name), cma/<rank> (one character per rank, '1' for each peer whose single-copy
+// messages this rank can read, shm_cma.cc), mapped/<rank> (every peer's segment is mapped).
 //
 // A message header is checked before it is used (check_message_header): the ring is writable by
-// another process, so a header whose magic, version, sequence or length is wrong fails the
+// another process, so a header whose magic, version, sequence, kind or length is wrong fails the
 // channel, and nothing is allocated for the length a header claims (shm_rings.cc).
+//
+// Kinds of message (MessageHeader::kind): kData, the payload follows in the ring; kSingleCopy, a
+// descriptor of a payload the receiver copies straight out of the sender's memory
+// (process_vm_readv: pid, address and bytes; nothing follows in the ring), allowed only from a
+// peer this rank said it can read (set-up's probe, shm_cma.cc); kAck, the receiver's answer to a
+// kSingleCopy message (`acked`: its sequence number; `status`: 0 once copied or dropped, else the
+// errno of the copy that failed), after which the sender's request completes.
 #pragma once
 
 #include <fmt/format.h>
@@ -26,7 +34,7 @@ static_assert(std::endian::native == std::endian::little, "shared memory layout:
 
 inline constexpr std::uint32_t kSegmentMagic = 0x4d533143;  // "C1SM"
 inline constexpr std::uint32_t kMessageMagic = 0x48533143;  // "C1SH"
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
 inline constexpr std::size_t kSegmentHeaderBytes = 4096;
 inline constexpr std::size_t kRingHeaderBytes = 128;
 inline constexpr std::size_t kMessageHeaderBytes = 64;
@@ -40,6 +48,11 @@ struct SegmentHeader {
   std::uint32_t rings;
   std::uint64_t ring_bytes;
   std::int32_t pid;
+  // Where a peer reads cma_probe_value in this process with process_vm_readv at set-up, to learn
+  // whether it may copy single-copy messages out of this process (shm_cma.cc); 0: this rank
+  // sends none (C10D_SHM_CMA=0).
+  std::uint64_t cma_probe_address;
+  std::uint64_t cma_probe_value;
   alignas(64) std::atomic<std::uint32_t> doorbell;
   alignas(64) std::atomic<std::uint32_t> sleepers;
 };
@@ -51,13 +64,20 @@ static_assert(offsetof(SegmentHeader, doorbell) == 64 && offsetof(SegmentHeader,
 using RingHeader = transport::ShmRingHeader;
 static_assert(kRingHeaderBytes == transport::kShmRingHeaderBytes);
 
+enum MessageKind : std::uint32_t { kData = 0, kSingleCopy = 1, kAck = 2 };
+
 struct MessageHeader {
   std::uint32_t magic = kMessageMagic;
   std::uint32_t version = kVersion;
   std::uint64_t tag = 0;
-  std::uint64_t bytes = 0;     // payload bytes; the payload is padded to 64 in the ring
-  std::uint64_t sequence = 0;  // per ordered pair of ranks, from 0
-  std::byte pad[32] = {};
+  std::uint64_t bytes = 0;     // payload bytes (kData: padded to 64 in the ring; kAck: 0)
+  std::uint64_t sequence = 0;  // per ordered pair of ranks, from 0, every kind counted
+  std::uint32_t kind = kData;
+  std::int32_t pid = 0;       // kSingleCopy: the sender's process
+  std::uint64_t address = 0;  // kSingleCopy: where its `bytes` bytes start there
+  std::uint64_t acked = 0;    // kAck: the sequence number of the kSingleCopy message answered
+  std::uint32_t status = 0;   // kAck: 0, or the errno of the copy that failed
+  std::uint32_t pad = 0;
 };
 static_assert(sizeof(MessageHeader) == kMessageHeaderBytes);
 
@@ -68,9 +88,16 @@ constexpr std::size_t ring_offset(std::size_t i, std::size_t ring_bytes) {
   return kSegmentHeaderBytes + i * (kRingHeaderBytes + ring_bytes);
 }
 
+// What a peer's message headers may say besides the layout's limits.
+struct HeaderRules {
+  bool single_copy = false;  // kSingleCopy messages are allowed (this rank can read the peer)
+  std::int32_t pid = 0;      // the peer's process, as its segment says
+};
+
 // What is wrong with a message header read from a ring, given the sequence number the next
 // message must carry: empty when nothing is. Pure, never throws.
-inline std::string check_message_header(const MessageHeader& h, std::uint64_t sequence) {
+inline std::string check_message_header(const MessageHeader& h, std::uint64_t sequence,
+                                        const HeaderRules& rules = {}) {
   if (h.magic != kMessageMagic || h.version != kVersion) {
     return fmt::format("magic {:#x} version {} (expected {:#x} version {})", h.magic, h.version,
                        kMessageMagic, kVersion);
@@ -81,7 +108,27 @@ inline std::string check_message_header(const MessageHeader& h, std::uint64_t se
   if (h.bytes > kMaxMessageBytes) {
     return fmt::format("a message of {} bytes, over the limit of {}", h.bytes, kMaxMessageBytes);
   }
-  return "";
+  switch (h.kind) {
+    case kData:
+      return "";
+    case kSingleCopy:
+      if (!rules.single_copy) {
+        return "a single-copy message, which this rank does not take from it (set-up's probe)";
+      }
+      if (h.pid != rules.pid) {
+        return fmt::format("a single-copy message from pid {}, not the peer's pid {}", h.pid,
+                           rules.pid);
+      }
+      if (h.bytes == 0 || h.address == 0 || h.address > ~std::uint64_t{0} - h.bytes) {
+        return fmt::format("a single-copy message of {} bytes at {:#x}", h.bytes, h.address);
+      }
+      return "";
+    case kAck:
+      if (h.bytes != 0) return fmt::format("an acknowledgement of {} bytes", h.bytes);
+      return "";
+    default:
+      return fmt::format("a message of kind {}", h.kind);
+  }
 }
 
 }  // namespace c10d::inline v1::gloo_like::shm

@@ -1,5 +1,6 @@
 // ShmTransport's rings (shm_transport_impl.h): under Impl::mu, whoever moves bytes writes each
-// same-host peer's queued sends into the ring in that peer's segment, in chunks as room appears,
+// same-host peer's queued sends into the ring in that peer's segment, in chunks as room appears
+// (large ones as single-copy descriptors, shm_cma.cc, which also copies those it receives),
 // and reads the messages in its own segment's rings, each into its posted receive or, when none
 // is posted yet, into an unexpected buffer of its own (bounded per peer), ringing the doorbell
 // of whoever may wait for the bytes or the room.
@@ -25,12 +26,23 @@ constexpr std::uint64_t kChunk = std::uint64_t{128} << 10;
 
 // ---- Writing ----
 
-// Under mu: writes the peer's queued sends while its ring has room. True when bytes moved.
+// Under mu: writes the acknowledgements owed to the peer and its queued sends (descriptors for
+// single-copy ones, shm_cma.cc) while its ring has room. True when bytes moved.
 bool ShmTransport::Impl::write_locked(Peer& p) {
-  if (p.sends.empty()) return false;
+  if (p.sends.empty() && p.acks.empty()) return false;
   ShmRing::Writer w = p.out.writer();
   bool moved = false;
-  while (!p.sends.empty()) {
+  for (;;) {
+    if (p.send_pos == 0) {  // between messages
+      if (!p.acks.empty()) moved |= write_acks_locked(p, w);
+      if (!p.acks.empty() || p.sends.empty()) break;
+      Op& front = *p.sends.front();
+      if (p.cma_out && front.bytes >= cma_min_bytes && front.send_data != nullptr) {
+        if (!write_single_copy_locked(p, w, front)) break;
+        moved = true;
+        continue;
+      }
+    }
     Op& op = *p.sends.front();
     const std::uint64_t total = kMessageHeaderBytes + padded(op.bytes);
     if (p.send_pos == 0) {
@@ -144,7 +156,9 @@ bool ShmTransport::Impl::read_locked(Peer& p) {
       if (r.available() < kMessageHeaderBytes) break;
       MessageHeader h;
       r.peek(0, std::as_writable_bytes(std::span(&h, 1)));
-      if (const std::string bad = check_message_header(h, p.next_in_sequence); !bad.empty()) {
+      if (const std::string bad =
+              check_message_header(h, p.next_in_sequence, {.single_copy = p.cma_in, .pid = p.pid});
+          !bad.empty()) {
         abort_locked(C10D_ERROR(NetworkError,
                                 "rank {}: corrupt message header from rank {} in shared memory: {}",
                                 rank, p.rank, bad));
@@ -155,6 +169,14 @@ bool ShmTransport::Impl::read_locked(Peer& p) {
       moved = true;
       p.heard = {true, {}, h.tag};
       p.heard_at = Clock::now();
+      if (h.kind == kAck) {  // nothing follows these two in the ring
+        if (!take_ack_locked(p, h)) return true;
+        continue;
+      }
+      if (h.kind == kSingleCopy) {
+        if (!begin_single_copy_locked(p, h)) return true;
+        continue;
+      }
       if (!begin_message_locked(p, h)) return true;
     }
     const std::uint64_t total = padded(p.reading_bytes);
@@ -196,6 +218,10 @@ bool ShmTransport::Impl::progress_locked() {
     if (failure) break;
     moved |= read_locked(p);
     if (failure) break;
+    if (p.pulls.empty() && p.parked.empty()) continue;
+    moved |= pull_locked(p);
+    if (failure) break;
+    if (!p.acks.empty()) write_locked(p);  // the sender waits for them
   }
   // A thread of this rank may sleep on a request this one completed.
   if (moved && own_header->sleepers.load(std::memory_order_seq_cst) != 0) {

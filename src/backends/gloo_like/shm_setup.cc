@@ -90,7 +90,8 @@ bool shm_enabled_from_env() { return core::env_flag("C10D_SHM").value_or(true); 
 // core::fault_point marks each step where a process that dies leaves something different
 // behind (tests/fault/setup_leak_test.cc kills a rank at each):
 //   shm:before_create, shm:after_create, shm:after_publish, shm:after_map,
-//   shm:after_all_mapped.
+//   shm:after_all_mapped; and shm:cma_probe, where ":fail" makes the single-copy probe of a
+//   peer fail (shm_cma.cc).
 void ShmTransport::Impl::setup(Store& store, backends::SetupWatch& watch,
                                const ShmTransportOptions& options) {
   const auto deadline = Clock::now() + options.timeout;  // timeout checked: no overflow
@@ -139,10 +140,11 @@ void ShmTransport::Impl::setup(Store& store, backends::SetupWatch& watch,
   h->rings = rings;
   h->ring_bytes = ring_bytes;
   h->pid = ::getpid();
+  own_header = h;  // the log lines of setup_single_copy name this rank
+  setup_single_copy(options, *h);
   for (std::size_t i = 0; i < rings; ++i) {
     ShmRing::create(own.data() + ring_offset(i, ring_bytes), ring_bytes);
   }
-  own_header = h;
   store.set(key("segment", rank), own.name());
   core::fault_point("shm:after_publish");
 
@@ -177,14 +179,25 @@ void ShmTransport::Impl::setup(Store& store, backends::SetupWatch& watch,
     p.out = ring_at(p.segment.data(), ring_of(rank, q));
     p.in = ring_at(own.data(), ring_of(q, rank));
     peer_index[static_cast<std::size_t>(q)] = static_cast<int>(peers.size() - 1);
+    probe_single_copy(p);
   }
   core::fault_point("shm:after_map");
+  // Which peers this rank copies single-copy messages out of, before it says it mapped them.
+  store.set(key("cma", rank), single_copy_sources());
   store.set(key("mapped", rank), "1");
   std::vector<std::string> mapped;
+  std::vector<std::string> cma;
   for (int q : local) {
-    if (q != rank) mapped.push_back(key("mapped", q));
+    if (q == rank) continue;
+    mapped.push_back(key("mapped", q));
+    cma.push_back(key("cma", q));
   }
   watch.wait(mapped, deadline);
+  const std::vector<Bytes> sources = store.multi_get(cma);
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    learn_single_copy(peers[i], std::string_view(reinterpret_cast<const char*>(sources[i].data()),
+                                                 sources[i].size()));
+  }
   core::fault_point("shm:after_all_mapped");
   own.unlink();  // every same-host peer holds its mapping now
 }

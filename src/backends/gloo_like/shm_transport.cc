@@ -19,6 +19,7 @@ namespace c10d::inline v1::gloo_like {
 namespace {
 
 using namespace shm_detail;
+using Pull = shm_detail::Pull;
 
 class ShmRequest final : public transport::Request {
  public:
@@ -99,10 +100,22 @@ std::shared_ptr<Op> ShmTransport::Impl::post_recv(int peer_rank, Tag tag, std::s
   std::shared_ptr<Unexpected> u = matcher.take(*found);
   matcher.release(p.rank, u->held());
   op->source.store(p.rank, std::memory_order_relaxed);
+  if (u->error) {  // its single-copy message could not be copied
+    op->complete(u->error);
+    return op;
+  }
   const bool arriving = p.reading_unexpected == u;
+  const bool single_copy = u->copy != Unexpected::Copy::kNone;  // not all copied yet
   if (u->data.size() != op->bytes) {
     if (arriving) p.reading_unexpected.reset();  // the rest is dropped as it comes
+    if (single_copy) drop_single_copy_locked(p, *u);
     op->complete(size_mismatch(*op, p.rank, u->data.size()));
+    return op;
+  }
+  if (single_copy) {  // the rest straight from the sender into the receive's buffer
+    pull_into_locked(p, u, op);
+    pull_locked(p);
+    write_locked(p);
     return op;
   }
   u->data.copy_to({op->recv_data, static_cast<std::size_t>(u->got)});
@@ -141,6 +154,10 @@ void ShmTransport::Impl::cancel(const std::shared_ptr<Op>& op) {
   if (op->done.load(std::memory_order_relaxed)) return;
   if (op->is_send) {
     Peer& p = peer(op->peer);
+    if (op->single_copy) {  // the peer may be copying it: void it before the buffer goes
+      revoke_locked(p, op->sequence + 1);
+      return;
+    }
     if (!p.sends.empty() && p.sends.front() == op && p.send_pos > 0) {
       op->send_data = nullptr;
       return;
@@ -152,6 +169,9 @@ void ShmTransport::Impl::cancel(const std::shared_ptr<Op>& op) {
   if (const int from = op->source.load(std::memory_order_relaxed); from >= 0) {
     Peer& p = peer(from);
     if (p.reading_op == op) p.reading_op.reset();
+    for (Pull& pull : p.pulls) {
+      if (pull.op == op) pull.op.reset();  // the rest is dropped
+    }
     return;
   }
   matcher.cancel(op->peer, op);
@@ -168,7 +188,18 @@ void ShmTransport::Impl::abort_locked(std::exception_ptr reason) {
     if (p.reading_op) p.reading_op->complete(failure);
     p.sends.clear();
     p.reading_op.reset();
+    // Single-copy sends fail now and their buffers may go: void their descriptors first.
+    if (!p.cma_sent.empty()) revoke_locked(p, p.next_sequence);
+    for (auto& op : p.cma_sent) op->complete(failure);
+    for (Pull& pull : p.pulls) {
+      if (pull.op) pull.op->complete(failure);
+    }
+    p.cma_sent.clear();
+    p.pulls.clear();
+    p.parked.clear();
+    p.acks.clear();
   }
+  parked.store(0, std::memory_order_relaxed);
   if (own_header != nullptr) ring_doorbell(own_header);
 }
 
@@ -183,13 +214,16 @@ bool ShmTransport::serves(int peer) const {
 int ShmTransport::same_host_peers() const { return static_cast<int>(impl_->peers.size()); }
 
 std::vector<int> ShmTransport::host_of_rank() const { return impl_->host_of_rank; }
+bool ShmTransport::single_copy_to(int peer) const {
+  return serves(peer) && impl_->peer(peer).cma_out;  // set at set-up, read-only after
+}
 
 bool ShmTransport::has_pending() const {
   // Polled in a TCP waiter's loop (routed_transport.cc): a held mutex means someone moves bytes
   // now, so count it as pending rather than wait for it, as progress() does with try_lock.
   std::unique_lock lock(impl_->mu, std::try_to_lock);
   if (!lock.owns_lock()) return true;
-  return impl_->matcher.receives() > 0 ||
+  return impl_->matcher.receives() > 0 || impl_->single_copy_pending_locked() ||
          std::any_of(impl_->peers.begin(), impl_->peers.end(),
                      [](const Peer& p) { return !p.sends.empty() || p.reading_op != nullptr; });
 }

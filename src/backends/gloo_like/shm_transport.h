@@ -24,8 +24,10 @@
 // shm_layout.h):
 //
 //   offset 0   SegmentHeader (4096 bytes)
-//              +0  u32 magic "C1SM"   +4  u32 version (1)   +8  i32 rank   +12 u32 rings
+//              +0  u32 magic "C1SM"   +4  u32 version (2)   +8  i32 rank   +12 u32 rings
 //              +16 u64 ring bytes (a power of two)          +24 i32 pid
+//              +32 u64 probe address  +40 u64 probe value: where a peer reads this process at
+//                   set-up to learn whether it can copy single-copy messages out of it (0: none)
 //              +64  atomic u32 doorbell (own cache line): bumped by every rank that wrote into
 //                   one of this rank's rings or freed room in a ring this rank writes; futex word
 //              +128 atomic u32 sleepers: threads of this rank asleep on the doorbell
@@ -35,23 +37,34 @@
 //              +0  atomic u64 head: bytes consumed (the reader's cache line)
 //              +64 atomic u64 tail: bytes produced (the writer's)
 //              +72 atomic u32 writer waiting: always 0 here (a reader rings the doorbell anyway)
+//              +80 atomic u64 writer word: the single-copy messages below this sequence number
+//                  are taken back (shm_cma.cc)
 //              +128 data, wrapping at the ring size
 //
 // A ring is a byte stream of messages in send order: a 64-byte MessageHeader (u32 magic "C1SH",
-// u32 version, u64 tag, u64 payload bytes, u64 sequence number per pair, padding) and then the
-// payload, padded to 64 bytes so that every header starts a cache line. A message may be larger
-// than its ring: the writer copies it in chunks as room appears and the reader copies it out as
-// it arrives, each publishing its position per chunk (kChunk), so both copies overlap.
+// u32 version, u64 tag, u64 payload bytes, u64 sequence number per pair, u32 kind, i32 pid, u64
+// address, u64 acked, u32 status, padding) and then the payload, padded to 64 bytes so that every
+// header starts a cache line. A message may be larger than its ring: the writer copies it in
+// chunks as room appears and the reader copies it out as it arrives, each publishing its
+// position per chunk (kChunk), so both copies overlap.
+//
+// Single-copy (shm_cma.cc): a message of single_copy_min_bytes or more to a peer that can read
+// this process (set-up probes each direction with process_vm_readv; C10D_SHM_CMA=0 turns it off)
+// is only a header in the ring, of kind kSingleCopy, naming the sender's pid and buffer; the
+// receiver copies the bytes straight from there into its receive's buffer, a chunk per progress
+// turn, and answers with a kAck header in its own ring, on which the send completes.
 //
 // Matching is transport.h's, by transport/matcher.h (any-source receives, from any same-host peer,
 // included). A message whose receive is not posted yet is copied out of the ring into a buffer of
 // its own (so that it never blocks the messages behind it), in chunks allocated as its bytes come
 // out (never at the size its header claims: transport/unexpected_buffer.h), and from there when the
 // receive is posted; if the receive comes while the message is still arriving, the rest goes
-// straight into its buffer. What one peer's unexpected messages hold is bounded
-// (max_unexpected_bytes): a peer past it fails the transport with a NetworkError naming it, the
-// bytes and the limit. A send completes once its last byte is in the ring; a receive once its last
-// byte is in the caller's buffer.
+// straight into its buffer. A single-copy message whose receive is not posted waits as its
+// header alone for 20 ms, then is copied into such a buffer too. What one peer's unexpected
+// messages hold is bounded (max_unexpected_bytes): a peer past it fails the transport with a
+// NetworkError naming it, the bytes and the limit. A send completes once its last byte is in the
+// ring (single-copy: once the receiver copied it); a receive once its last byte is in the caller's
+// buffer.
 //
 // Progress and threads: no thread of its own. Whoever posts, tests or waits moves the bytes of
 // every pair of this rank (one mutex, taken with try_lock by waiters). A waiter polls while
@@ -64,10 +77,12 @@
 // The channel cannot see a peer that dies; the TCP connections that the backend keeps to every
 // rank do (TCPTransportOptions::on_abort passes their failure here), and a sleeping waiter
 // also checks every 100 ms that each same-host peer's process still exists. A message header
-// with the wrong magic, version or sequence number, or claiming more than 2^40 bytes, aborts the
-// transport with a NetworkError naming the peer. A request that times out throws
-// transport::PeerTimeout with when this rank last read a message header from the peer and its
-// tag.
+// with the wrong magic, version, sequence number or kind, claiming more than 2^40 bytes, or a
+// single-copy header this pair did not agree on (or naming another pid, or an empty or wrapping
+// span), aborts the transport with a NetworkError naming the peer; a single-copy span that cannot
+// be read fails its receive, naming the peer, the span and the errno. A request that times out
+// throws transport::PeerTimeout with when this rank last read a message header from the peer and
+// its tag.
 #pragma once
 
 #include <chrono>
@@ -106,7 +121,17 @@ struct ShmTransportOptions {
   // The arrival stamps (transport/matcher.h) this transport shares with the TCP transport of the
   // same rank under a RoutedTransport (routed_transport.h compares them); null: its own.
   std::shared_ptr<transport::ArrivalClock> arrivals;
+  // Messages of single_copy_min_bytes and more to a peer that can read this process go
+  // single-copy: the receiver copies them straight out of the sender's buffer with
+  // process_vm_readv, and the send completes once it did (shm_cma.cc). nullopt: C10D_SHM_CMA,
+  // else on. A pair whose set-up probe fails (permissions, seccomp) uses the ring.
+  std::optional<bool> single_copy;
+  std::size_t single_copy_min_bytes = 0;  // 0: kDefaultSingleCopyMinBytes
 };
+
+// The size from which messages go single-copy by default: above the algorithms' 1 MiB pipeline
+// segments, which a ring moves faster than process_vm_readv pins 4 KiB pages (docs/benchmarks.md).
+inline constexpr std::size_t kDefaultSingleCopyMinBytes = std::size_t{2} << 20;
 
 // This host's identity for finding same-host peers: C10D_SHM_HOST when set (tests use it to make
 // one machine look like several), else the host name, the kernel's boot id and the device and
@@ -134,6 +159,9 @@ class ShmTransport final : public transport::Transport {
   // The group's host map from the host keys the set-up exchanged (host_map.h): serves(peer)
   // exactly when the peer's host is this rank's.
   std::vector<int> host_of_rank() const override;
+  // Whether messages of single_copy_min_bytes and more to `peer` go single-copy (set-up's probe
+  // found that it can read this process).
+  bool single_copy_to(int peer) const;
   // Whether a request of this transport is still pending (routed_transport.h polls this
   // transport while it waits on the other one, so that no pair stalls behind a full ring).
   bool has_pending() const;

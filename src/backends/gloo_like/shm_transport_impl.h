@@ -5,6 +5,8 @@
 //   shm_rings.cc       the send and receive rings: writing queued sends, reading messages into
 //                      their receives or unexpected buffers, progress
 //   shm_wait.cc        waiters: polling, sleeping on the doorbell, peers' liveness, timeouts
+//   shm_cma.cc         single-copy messages: the set-up's probe, descriptors, copying straight
+//                      out of the sender's memory, acknowledgements
 // The segment and message layouts are in shm_layout.h. Requests hold Impl by shared_ptr, and so
 // may outlive the ShmTransport that made them.
 #pragma once
@@ -13,6 +15,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -21,6 +24,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/gloo_like/shm_layout.h"
@@ -39,6 +43,10 @@ using transport::Clock;
 using transport::ShmRing;
 using transport::Tag;
 
+// How long a single-copy message waits for its receive before it is copied into a buffer
+// (shm_cma.cc); a waiter sleeps no longer while one waits.
+inline constexpr auto kParkGrace = std::chrono::milliseconds(20);
+
 // Bumps `h`'s doorbell, and wakes its sleepers if it has any.
 inline void ring_doorbell(SegmentHeader* h) { transport::ring_doorbell(h->doorbell, h->sleepers); }
 
@@ -54,6 +62,10 @@ struct Op {
   std::atomic<bool> done{false};
   std::exception_ptr error;     // written before `done`
   std::atomic<int> source{-1};  // a receive's sender, set under Impl::mu when it matched
+  // A send that went single-copy: complete once the receiver acknowledged its copy (shm_cma.cc);
+  // `sequence` is its descriptor's.
+  bool single_copy = false;
+  std::uint64_t sequence = 0;
   // A part of an any-source receive posted on the TCP transport too (routed_transport.h); null
   // for every other op. Taken before the op takes a message (transport/matcher.h).
   std::shared_ptr<transport::SourceClaim> claim;
@@ -87,6 +99,37 @@ struct Unexpected {
   std::uint64_t got = 0;  // bytes in `data` so far
   // What it counts against the peer's limit (Impl::matcher's hold) while it is queued.
   std::uint64_t held() const { return data.allocated() + transport::kUnexpectedOverheadBytes; }
+
+  // A single-copy message (shm_cma.cc): kParked while its bytes are all in the sender's memory
+  // at `address` (a receive that takes it copies them straight into its buffer), kPulling while
+  // they are copied into `data` (no receive came within the grace); kNone once they all are, or
+  // for a message of the ring. `error`: its copy failed; the receive that takes it fails so.
+  enum class Copy { kNone, kParked, kPulling } copy = Copy::kNone;
+  std::uint64_t sequence = 0;
+  std::uint64_t address = 0;
+  Tag tag = 0;
+  Clock::time_point arrived{};
+  std::exception_ptr error;
+};
+
+// A single-copy message being copied out of its sender's memory, into the receive `op`, or into
+// `unexpected`'s buffer while no receive has taken it; with neither (its receive went away, or
+// its size did not match) the rest is dropped.
+struct Pull {
+  Tag tag = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t address = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t done = 0;  // bytes copied
+  std::shared_ptr<Op> op;
+  std::shared_ptr<Unexpected> unexpected;
+};
+
+// An acknowledgement owed to the sender of a single-copy message.
+struct Ack {
+  std::uint64_t sequence = 0;
+  Tag tag = 0;
+  std::uint32_t status = 0;  // 0, or the errno of the copy that failed
 };
 
 struct Peer {
@@ -112,6 +155,15 @@ struct Peer {
   // that times out waiting for this peer reports.
   transport::PeerActivity heard;
   Clock::time_point heard_at{};
+
+  // Single-copy messages (shm_cma.cc), decided per direction at set-up.
+  bool cma_out = false;  // sends of Impl::cma_min_bytes and more go single-copy to the peer
+  bool cma_in = false;   // the peer may send single-copy messages (this rank can read it)
+  std::deque<std::shared_ptr<Op>> cma_sent;        // sent single-copy, awaiting their acks
+  std::deque<Pull> pulls;                          // being copied from the peer, oldest first
+  std::deque<std::shared_ptr<Unexpected>> parked;  // single-copy, without a receive yet
+  std::deque<Ack> acks;                            // owed to the peer, written before its next
+                                                   // message
 };
 
 }  // namespace shm_detail
@@ -120,6 +172,7 @@ struct ShmTransport::Impl {
   using Op = shm_detail::Op;
   using Peer = shm_detail::Peer;
   using Unexpected = shm_detail::Unexpected;
+  using Pull = shm_detail::Pull;
   using MessageHeader = shm::MessageHeader;
   using SegmentHeader = shm::SegmentHeader;
   using Clock = transport::Clock;
@@ -136,6 +189,14 @@ struct ShmTransport::Impl {
   std::vector<int> peer_index;    // by rank: index into peers, or -1
   std::vector<int> host_of_rank;  // the group's host map (host_map.h), set up once
   std::deque<Peer> peers;         // stable addresses
+
+  // Single-copy messages (shm_cma.cc): whether this rank takes part, and from what size.
+  bool cma_enabled = false;
+  std::uint64_t cma_min_bytes = 0;
+  std::uint64_t cma_probe_word = 0;  // what peers read at set-up (SegmentHeader::cma_probe_*)
+  // Whether single-copy messages wait for their receive (Peer::parked), under mu; read without it
+  // by a waiter about to sleep, which then sleeps no longer than their grace.
+  std::atomic<int> parked{0};
 
   mutable std::mutex mu;
   std::exception_ptr failure;  // GUARDED_BY(mu)
@@ -157,6 +218,22 @@ struct ShmTransport::Impl {
   bool read_locked(Peer& p);
   bool progress_locked();
   bool progress();
+
+  // ---- Single-copy messages (shm_cma.cc) ----
+  void setup_single_copy(const ShmTransportOptions& options, SegmentHeader& own_h);
+  void probe_single_copy(Peer& p);
+  std::string single_copy_sources() const;
+  void learn_single_copy(Peer& p, std::string_view theirs);
+  bool write_single_copy_locked(Peer& p, ShmRing::Writer& w, Op& op);
+  bool write_acks_locked(Peer& p, ShmRing::Writer& w);
+  bool take_ack_locked(Peer& p, const MessageHeader& h);
+  bool begin_single_copy_locked(Peer& p, const MessageHeader& h);
+  void pull_into_locked(Peer& p, const std::shared_ptr<Unexpected>& u, std::shared_ptr<Op> op);
+  void drop_single_copy_locked(Peer& p, const Unexpected& u);
+  void finish_pull_locked(Peer& p, Pull& pull, int err);
+  bool pull_locked(Peer& p);
+  void revoke_locked(Peer& p, std::uint64_t below);
+  bool single_copy_pending_locked() const;
 
   // ---- Posting, cancelling and failure (shm_transport.cc) ----
   bool admit_locked(Op& op);
