@@ -200,21 +200,7 @@ inline std::function<bool()> progress_of(transport::Request& req) {
   };
 }
 
-// The error of type E that `req` fails with.
-template <typename E>
-std::string error_of(transport::Request& req) {
-  try {
-    req.wait(Clock::now() + 10s);
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not the expected type: " << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "the request succeeded";
-  return "";
-}
-
-inline std::string network_error(transport::Request& req) { return error_of<NetworkError>(req); }
+using testing::error_of;
+using testing::network_error;
 
 }  // namespace c10d::inline v1::gloo_like::shm_fake

@@ -29,6 +29,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using c10d::testing::memory_kib;
+using c10d::testing::network_error;
 using c10d::testing::pattern;
 using c10d::testing::soon;
 using testing::connect_as_rank;
@@ -66,20 +67,6 @@ Met meet_raw_peer(TCPTransportOptions options = {}) {
   }
   if (error) std::rethrow_exception(error);
   return m;
-}
-
-// The NetworkError `req` fails with before `deadline` (a failure of the test otherwise).
-std::string network_error(transport::Request& req, Clock::time_point deadline) {
-  try {
-    req.wait(deadline);
-  } catch (const NetworkError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a NetworkError: " << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "the request succeeded";
-  return "";
 }
 
 std::int64_t grown_kib(const char* field, std::uint64_t before) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -18,6 +19,7 @@
 #include "algorithms/context.h"
 #include "algorithms/halving_doubling_all_reduce.h"
 #include "algorithms/ring_all_reduce.h"
+#include "c10d/errors.h"
 #include "transport/transport.h"
 
 namespace c10d::inline v1::testing {
@@ -103,6 +105,30 @@ inline void expect_heard_names_the_last_message(int r, transport::Transport& t) 
   EXPECT_FALSE(pending->test());
   EXPECT_EQ(pending->heard().tag, 5u);
   t.isend(0, 6, data)->wait(soon());
+}
+
+// The error of type E that `req` fails with before `deadline`; a failure of the test when it
+// fails otherwise or succeeds.
+template <typename E>
+std::string error_of(transport::Request& req,
+                     transport::Clock::time_point deadline = transport::Clock::now() +
+                                                             std::chrono::seconds(10)) {
+  try {
+    req.wait(deadline);
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not the expected type: " << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "the request succeeded";
+  return "";
+}
+
+inline std::string network_error(transport::Request& req,
+                                 transport::Clock::time_point deadline = transport::Clock::now() +
+                                                                         std::chrono::seconds(10)) {
+  return error_of<NetworkError>(req, deadline);
 }
 
 }  // namespace c10d::inline v1::testing

@@ -205,6 +205,20 @@ def _root_address():
     return m.group(1) if m else "127.0.0.1"
 
 
+def wait_all_passed(job, timeout, t0):
+    """Waits for every host's launcher to exit 0 (printing their output otherwise); returns the
+    seconds since t0."""
+    try:
+        codes = job.wait(timeout)
+    except TimeoutError as e:
+        dump(job)
+        raise Failure(str(e))
+    if any(codes):
+        dump(job)
+    check(not any(codes), f"exit statuses {codes}")
+    return time.monotonic() - t0
+
+
 # ---- conformance ----
 
 def conformance_args(a):
@@ -217,15 +231,7 @@ def test_conformance(a):
         t0 = time.monotonic()
         job = c.c10drun([os.path.join(a.bin_dir, "tests/c10d-conformance"), *args],
                         nproc_per_node=a.nproc, c10drun=a.c10drun)
-        try:
-            codes = job.wait(a.timeout)
-        except TimeoutError as e:
-            dump(job)
-            raise Failure(str(e))
-        elapsed = time.monotonic() - t0
-        if any(codes):
-            dump(job)
-        check(not any(codes), f"exit statuses {codes}")
+        elapsed = wait_all_passed(job, a.timeout, t0)
         moved = [veth_bytes(c, i) for i in range(c.n)]
         check(all(m > 1 << 20 for m in moved), f"bytes over each host's link: {moved}")
         passed = job.procs[0].wait_for(r"\[rank 0\]: (.*)", 1)[-1].group(1)
@@ -535,15 +541,7 @@ def test_fmnist(a):
         job = c.c10drun([os.path.join(a.bin_dir, "examples/train_fmnist"), "--backend", "tcp",
                          "--epochs", str(a.epochs), "--min-accuracy", str(a.min_accuracy),
                          "--data", data], nproc_per_node=a.nproc, c10drun=a.c10drun)
-        try:
-            codes = job.wait(a.timeout)
-        except TimeoutError as e:
-            dump(job)
-            raise Failure(str(e))
-        elapsed = time.monotonic() - t0
-        if any(codes):
-            dump(job)
-        check(not any(codes), f"exit statuses {codes}")
+        elapsed = wait_all_passed(job, a.timeout, t0)
         epochs = job.procs[0].wait_for(
             r"epoch (\d+) loss (\S+) test accuracy (\S+)% (\d+) samples/s", 1, a.epochs)
         accuracy = float(epochs[-1].group(3))

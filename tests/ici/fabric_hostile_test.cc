@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "../backends/transport_test_util.h"
 #include "backends/tpu_ici/fabric_layout.h"
 #include "backends/tpu_ici/ici_transport.h"
 #include "backends/tpu_ici/shm_segment.h"
@@ -173,18 +174,7 @@ Met meet_fake_chip(std::uint64_t max_unexpected_bytes = 0) {
   return m;
 }
 
-std::string network_error(transport::Request& req) {
-  try {
-    req.wait(Clock::now() + 10s);
-  } catch (const NetworkError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a NetworkError: " << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "the request succeeded";
-  return "";
-}
+using testing::network_error;
 
 constexpr transport::Tag kProbeTag = 7;
 constexpr transport::Tag kOtherTag = 100;
