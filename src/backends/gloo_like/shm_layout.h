@@ -34,7 +34,8 @@ static_assert(std::endian::native == std::endian::little, "shared memory layout:
 
 inline constexpr std::uint32_t kSegmentMagic = 0x4d533143;  // "C1SM"
 inline constexpr std::uint32_t kMessageMagic = 0x48533143;  // "C1SH"
-inline constexpr std::uint32_t kVersion = 2;
+// Version 3 added `closed`.
+inline constexpr std::uint32_t kVersion = 3;
 inline constexpr std::size_t kSegmentHeaderBytes = 4096;
 inline constexpr std::size_t kRingHeaderBytes = 128;
 inline constexpr std::size_t kMessageHeaderBytes = 64;
@@ -55,9 +56,13 @@ struct SegmentHeader {
   std::uint64_t cma_probe_value;
   alignas(64) std::atomic<std::uint32_t> doorbell;
   alignas(64) std::atomic<std::uint32_t> sleepers;
+  // Set (release) by the owner as it closes its transport in order: a process that exits after
+  // that has finished, not failed (ShmTransport::Impl::lost_peer).
+  alignas(64) std::atomic<std::uint32_t> closed;
 };
 static_assert(sizeof(SegmentHeader) <= kSegmentHeaderBytes);
-static_assert(offsetof(SegmentHeader, doorbell) == 64 && offsetof(SegmentHeader, sleepers) == 128);
+static_assert(offsetof(SegmentHeader, doorbell) == 64 && offsetof(SegmentHeader, sleepers) == 128 &&
+              offsetof(SegmentHeader, closed) == 192);
 
 // A ring is transport/shm_ring.h's: head at +0, tail at +64; its writer-waiting word (+72) stays
 // 0 here, as a reader rings the writer's doorbell after every read it makes anyway.

@@ -4,6 +4,7 @@
 // it reads there) and unlinks its own name once all have mapped it.
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -176,6 +177,7 @@ void ShmTransport::Impl::setup(Store& store, backends::SetupWatch& watch,
                  kSegmentMagic, kVersion, q, rings, ring_bytes);
     }
     p.pid = ph.pid;
+    p.pidfd = core::Fd(static_cast<int>(::syscall(SYS_pidfd_open, p.pid, 0)));
     p.out = ring_at(p.segment.data(), ring_of(rank, q));
     p.in = ring_at(own.data(), ring_of(q, rank));
     peer_index[static_cast<std::size_t>(q)] = static_cast<int>(peers.size() - 1);

@@ -24,13 +24,14 @@
 // shm_layout.h):
 //
 //   offset 0   SegmentHeader (4096 bytes)
-//              +0  u32 magic "C1SM"   +4  u32 version (2)   +8  i32 rank   +12 u32 rings
+//              +0  u32 magic "C1SM"   +4  u32 version (3)   +8  i32 rank   +12 u32 rings
 //              +16 u64 ring bytes (a power of two)          +24 i32 pid
 //              +32 u64 probe address  +40 u64 probe value: where a peer reads this process at
 //                   set-up to learn whether it can copy single-copy messages out of it (0: none)
 //              +64  atomic u32 doorbell (own cache line): bumped by every rank that wrote into
 //                   one of this rank's rings or freed room in a ring this rank writes; futex word
 //              +128 atomic u32 sleepers: threads of this rank asleep on the doorbell
+//              +192 atomic u32 closed: set as this rank closes its transport in order
 //   4096 + i * (128 + ring bytes)   ring i: the bytes from the i-th other same-host rank (in
 //              ascending rank order) to this one; written only by that rank, read only by this;
 //              a transport/shm_ring.h ring:
@@ -174,6 +175,9 @@ class ShmTransport final : public transport::Transport {
   // Rings this rank's doorbell: a thread in poll_until looks at done() again (for a done() that
   // another transport's thread makes true). Lock-free; may be called under any lock.
   void wake();
+  // Whether a same-host peer has not closed its transport yet (and so may still send). A peer
+  // that closes rings this rank's doorbell. Lock-free; cheap enough for a poll_until's done().
+  bool peers_open() const;
 
   std::unique_ptr<transport::Request> isend(int peer, transport::Tag tag,
                                             std::span<const std::byte> data) override;

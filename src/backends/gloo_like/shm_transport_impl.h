@@ -29,6 +29,7 @@
 
 #include "backends/gloo_like/shm_layout.h"
 #include "backends/gloo_like/shm_transport.h"
+#include "core/fd.h"
 #include "transport/matcher.h"
 #include "transport/shared_memory.h"
 #include "transport/unexpected_buffer.h"
@@ -135,6 +136,9 @@ struct Ack {
 struct Peer {
   int rank = -1;
   pid_t pid = 0;
+  // The peer's process as a pidfd, readable once it has ended (a zombie too: Impl::lost_peer);
+  // none where the kernel has no pidfd_open, and then kill(pid, 0) is asked.
+  core::Fd pidfd;
   transport::SharedSegment segment;  // the peer's, holding the ring this rank writes
   SegmentHeader* header = nullptr;   // of that segment
   ShmRing out;                       // this rank -> peer, in the peer's segment
@@ -197,6 +201,10 @@ struct ShmTransport::Impl {
   // Whether single-copy messages wait for their receive (Peer::parked), under mu; read without it
   // by a waiter about to sleep, which then sleeps no longer than their grace.
   std::atomic<int> parked{0};
+
+  // When a sleeping waiter next looks whether the same-host peers' processes exist (Clock
+  // ticks; any waiter, relaxed: a look more or less is harmless).
+  std::atomic<Clock::rep> next_liveness_check{0};
 
   mutable std::mutex mu;
   std::exception_ptr failure;  // GUARDED_BY(mu)

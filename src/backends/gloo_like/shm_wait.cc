@@ -3,12 +3,14 @@
 // sleeping on its segment's doorbell (a futex that every peer writing to it or freeing room for
 // it rings), looking every kSleepSlice that each same-host peer's process still exists; and the
 // error of a request that times out.
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <vector>
 
 #include "backends/gloo_like/shm_transport_impl.h"
 #include "c10d/errors.h"
@@ -39,10 +41,23 @@ transport::PeerActivity ShmTransport::Impl::heard_from(int r) const {
   return heard;
 }
 
-// A same-host peer whose process is gone, as an error; null when all are there.
+// A same-host peer whose process is gone, as an error; null when all are there. One that closed
+// its transport first finished (as a TCP goodbye says): its going fails nothing. A process that
+// exited is gone before its parent reaps it (it may never, while this rank waits: a launcher
+// that waits for its children in order): its pidfd says so, where kill(pid, 0) would find the
+// zombie there. One poll(2) looks at every peer.
 std::exception_ptr ShmTransport::Impl::lost_peer() const {
+  std::vector<pollfd> fds;
   for (const Peer& p : peers) {
-    if (::kill(p.pid, 0) != 0 && errno == ESRCH) {
+    if (p.pidfd.valid()) fds.push_back({p.pidfd.get(), POLLIN, 0});
+  }
+  if (!fds.empty()) ::poll(fds.data(), fds.size(), 0);
+  std::size_t polled = 0;
+  for (const Peer& p : peers) {
+    const bool ended =
+        p.pidfd.valid() ? fds[polled++].revents != 0 : ::kill(p.pid, 0) != 0 && errno == ESRCH;
+    if (p.header->closed.load(std::memory_order_acquire) != 0) continue;
+    if (ended) {
       return C10D_ERROR(NetworkError, "rank {}: same-host peer rank {} (pid {}) is gone", rank,
                         p.rank, p.pid);
     }
@@ -89,7 +104,6 @@ bool ShmTransport::Impl::poll_until(Done&& done, Clock::time_point deadline) {
   const auto hot_window =
       hot ? std::chrono::microseconds(kHotWindow) : std::chrono::microseconds(0);
   auto last_moved = Clock::now();
-  auto next_liveness = last_moved + kSleepSlice;
   bool moved = false;
   for (unsigned polls = 1; !done(); ++polls) {
     const bool moved_now = progress();
@@ -114,13 +128,18 @@ bool ShmTransport::Impl::poll_until(Done&& done, Clock::time_point deadline) {
       if (hot) sched_yield();  // else yielded above
       continue;
     }
+    // When the peers were last looked at is the transport's, not this wait's: a caller that
+    // waits in short slices (ring_all_reduce looks at its sends every 50 ms) must not put the
+    // look off for ever.
+    Clock::time_point next_liveness{Clock::duration(next_liveness_check.load())};
     if (now >= next_liveness) {
+      next_liveness = now + kSleepSlice;
+      next_liveness_check.store(next_liveness.time_since_epoch().count());
       if (auto lost = lost_peer()) {
         std::lock_guard lock(mu);
         abort_locked(lost);
         continue;  // the abort failed what `done` waits for, or it waits for more
       }
-      next_liveness = now + kSleepSlice;
     }
     auto until = std::min(deadline, next_liveness);
     // A parked single-copy message is copied into a buffer after its grace by whoever polls.
@@ -141,6 +160,13 @@ bool ShmTransport::poll_until(const std::function<bool()>& done,
 
 void ShmTransport::wake() {
   if (impl_->own_header != nullptr) ring_doorbell(impl_->own_header);
+}
+
+bool ShmTransport::peers_open() const {
+  for (const shm_detail::Peer& p : impl_->peers) {
+    if (p.header->closed.load(std::memory_order_acquire) == 0) return true;
+  }
+  return false;
 }
 
 }  // namespace c10d::inline v1::gloo_like
