@@ -90,7 +90,8 @@ class C10D_API ProcessGroup {
   // A subgroup of `ranks` (ranks of this group, distinct, any order: position i becomes rank i
   // of the subgroup). Every rank of this group calls new_group with the same list, in the same
   // order relative to its other new_group calls, as torch.distributed.new_group; members get the
-  // subgroup, the others nullptr. The subgroup has its own sequence numbers and worker thread.
+  // subgroup, the others nullptr. Only the members meet (if at all): a non-member's call returns
+  // at once, whatever the others do. The subgroup has its own sequence numbers and worker thread.
   virtual std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) = 0;
 
   // Fails every pending and later op of this group with an Error and releases every waiter.

@@ -95,23 +95,36 @@ ProcessGroupMPI::~ProcessGroupMPI() {
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroupMPI::new_group(const std::vector<int>& ranks) {
-  checks_.new_group(ranks);
-  const auto at = std::find(ranks.begin(), ranks.end(), rank());
-  const bool member = at != ranks.end();
-  const int key = member ? static_cast<int>(at - ranks.begin()) : 0;
-  std::lock_guard split_lock(split_mu_);  // one split at a time on control_
+  const bool member = checks_.new_group(ranks);
+  std::lock_guard split_lock(split_mu_);  // one at a time on control_
+  // Counted on every rank, members or not, so that the members agree on the tag below.
   const std::uint32_t index = next_child_++;
+  // A non-member takes no part: MPI_Comm_create_group is collective over the new group's
+  // members only (MPI_Comm_split and MPI_Comm_create are collective over this whole group, so a
+  // rank outside the subgroup would wait for every other rank to get there).
+  if (!member) return nullptr;
   MPI_Comm child = MPI_COMM_NULL;
   {
     MpiLock lock;
-    // Blocking and collective over this group: MPI has no nonblocking split.
-    const int rc = MPI_Comm_split(control_, member ? 0 : MPI_UNDEFINED, key, &child);
+    MPI_Group all = MPI_GROUP_NULL;
+    MPI_Group members = MPI_GROUP_NULL;
+    int rc = MPI_Comm_group(control_, &all);
+    // Position i of `ranks` becomes rank i of the subgroup.
+    if (rc == MPI_SUCCESS) {
+      rc = MPI_Group_incl(all, static_cast<int>(ranks.size()), ranks.data(), &members);
+    }
+    // Concurrent creations on control_ are told apart by their tags (the index, which every
+    // member derives alike), bounded by MPI_TAG_UB's least guaranteed value.
+    if (rc == MPI_SUCCESS) {
+      rc = MPI_Comm_create_group(control_, members, static_cast<int>(index % 32768), &child);
+    }
+    if (members != MPI_GROUP_NULL) MPI_Group_free(&members);
+    if (all != MPI_GROUP_NULL) MPI_Group_free(&all);
     if (rc != MPI_SUCCESS) {
-      C10D_THROW(NetworkError, "rank {}: new_group of group {}: MPI_Comm_split failed: {}", rank(),
-                 name_, mpi_error_text(rc));
+      C10D_THROW(NetworkError, "rank {}: new_group of group {}: MPI_Comm_create_group failed: {}",
+                 rank(), name_, mpi_error_text(rc));
     }
   }
-  if (!member) return nullptr;
   int child_rank = 0;
   int child_size = 0;
   {

@@ -32,8 +32,9 @@
 // algorithms::premul_in_place (on a scratch copy when the input must stay unchanged) and sums.
 //
 // Communicators: each group owns three duplicates of its communicator: collectives, point-to-
-// point, and control (MPI_Comm_split for new_group, called on the caller's thread, so it never
-// interleaves with the worker's collectives). Every communicator has MPI_ERRORS_RETURN; an
+// point, and control (MPI_Comm_create_group for new_group, collective over the subgroup's members
+// only, so a non-member returns at once; called on the caller's thread, so it never interleaves
+// with the worker's collectives). Every communicator has MPI_ERRORS_RETURN; an
 // error code becomes a NetworkError naming the rank, the op, its sequence number and
 // MPI_Error_string's text.
 //
@@ -41,7 +42,7 @@
 // every pending and later op fails with that error. abort() never calls MPI_Abort: it only fails
 // this group's ops (the watchdog above is the one caller).
 //
-// Threads: the caller's threads check, queue, (new_group only) split communicators, and run
+// Threads: the caller's threads check, queue, (new_group only) create communicators, and run
 // the collectives they wait for (above); one worker per group runs every other MPI call; with
 // blocking collectives, one watchdog thread per group (deadline_watchdog.h).
 // Thread-safety: every method may be called from any thread. Lifetime: the destructor fails
@@ -187,7 +188,7 @@ class ProcessGroupMPI final : public ProcessGroup,
   const std::string name_;
   const bool detail_ = backends::detail_from_env();
   Comms comms_;  // after construction, read by the worker and by waiters (run_inline)
-  MPI_Comm control_ = MPI_COMM_NULL;  // new_group's splits, on the caller's thread
+  MPI_Comm control_ = MPI_COMM_NULL;  // new_group's MPI_Comm_create_group, on the caller's thread
   std::mutex split_mu_;               // serializes new_group
   std::uint32_t next_child_ = 0;      // GUARDED_BY(split_mu_)
 
