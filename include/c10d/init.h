@@ -24,8 +24,9 @@
 // naming it, instead of waiting out the timeout.
 //
 // Blocking: init_process_group() and make_process_group_*() are collective: they return once
-// every rank of the group has joined (rendezvous, connections and their handshakes, shared
-// memory), at most `timeout` after the call. Thread-safety: they may be called from several
+// every rank of the group has joined (rendezvous, shared memory; the TCP backend's connections
+// are made at first use, with C10D_TCP_CONNECT=eager here, handshakes and all), at most
+// `timeout` after the call. Thread-safety: they may be called from several
 // threads at once, each call making a group of its own (threads as ranks, as the tests do);
 // they read the environment, which no thread may change during the call. The group returned
 // may be shared by threads (process_group.h). Lifetime: the group keeps its store alive;
@@ -66,9 +67,8 @@ struct ProcessGroupTCPOptions {
   std::string store_host;
   std::string algo;  // empty: C10D_ALGO
   std::string group_name = "default";
-  // Ranks on the same host exchange bytes through shared memory instead of loopback TCP (the
-  // TCP connections stay, for the other hosts and to notice a rank that dies). C10D_SHM=0 turns
-  // it off for the whole job; every rank must agree.
+  // Ranks on the same host exchange bytes through shared memory instead of loopback TCP (TCP
+  // stays for the other hosts). C10D_SHM=0 turns it off for the whole job; every rank must agree.
   bool shared_memory = true;
   // The secret the ranks prove they know when they connect to each other (HMAC-SHA256 over
   // nonces; never sent). Empty: C10D_STORE_TOKEN, else a random secret kept in the store, which
@@ -77,7 +77,8 @@ struct ProcessGroupTCPOptions {
 };
 
 // A ProcessGroup of `world_size` ranks over TCP, meeting through `store`. Blocks until every
-// rank has connected (bounded by options.timeout).
+// rank has published its address (bounded by options.timeout); each connection is made when
+// first used (C10D_TCP_CONNECT=eager: every one before this returns).
 C10D_API std::shared_ptr<ProcessGroup> make_process_group_tcp(
     std::shared_ptr<Store> store, int rank, int world_size,
     const ProcessGroupTCPOptions& options = {});

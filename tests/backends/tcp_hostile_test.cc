@@ -41,7 +41,9 @@ constexpr transport::Tag kOtherTag = transport::make_tag(1, 100);
 
 std::atomic<int> group_counter{0};
 
-// Rank 0 of a two-rank group, real, and rank 1 played by a RawPeer.
+// Rank 0 of a two-rank group, real, and rank 1 played by a RawPeer. The real rank connects
+// eagerly: the raw peer waits for its connection in set-up (the read side, under test, is the
+// same either way).
 struct Met {
   std::shared_ptr<HashStore> store;
   std::unique_ptr<TCPTransport> rank0;
@@ -54,6 +56,7 @@ Met meet_raw_peer(TCPTransportOptions options = {}) {
   const std::string group = "hostile" + std::to_string(group_counter++);
   options.host = "127.0.0.1";
   options.timeout = 20s;
+  options.connect = TCPConnect::kEager;
   std::exception_ptr error;
   {
     std::jthread real([&] {  // joined however connect_as_rank ends
@@ -222,6 +225,7 @@ TEST(TCPHostileTest, ARankThatMadeNoProgressIsNamedSoByTheRanksTheNoticeIsRelaye
   const std::string group = "relay" + std::to_string(group_counter++);
   TCPTransportOptions options{"127.0.0.1", 20s};
   options.fail_all_on_peer_loss = true;
+  options.connect = TCPConnect::kEager;  // the raw peer waits for the real ranks' connections
   std::unique_ptr<TCPTransport> real[2];
   std::exception_ptr errors[2];
   std::vector<RawPeer> raw;

@@ -46,6 +46,7 @@ void run_ranks(int n, const std::function<void(int, transport::Transport&)>& fn)
       fn);
 }
 
+using c10d::testing::open_sockets;
 using c10d::testing::pattern;
 using c10d::testing::soon;
 
@@ -53,18 +54,24 @@ C10D_ANY_SOURCE_TESTS(TCPTransportAnySourceTest, run_ranks)
 
 // A peer that closed its transport does not fail an any-source receive while another may still
 // send; once the last one closed, a pending one fails naming the loss, and so does a later one.
+// (A rank that connects on first use knows of a peer that has connected to it: one that never
+// did may still send, so every peer here first says hello.)
 TEST(TCPTransportTest, AnySourceOutlivesAClosedPeerAndFailsWhenNoPeerIsLeft) {
   using c10d::testing::any_source::await;
   using c10d::testing::any_source::kGo;
+  using c10d::testing::any_source::kSync;
   using c10d::testing::any_source::kTag;
   using c10d::testing::any_source::signal;
   run_ranks(3, [](int r, transport::Transport& t) {
+    if (r != 0) signal(t, 0, kSync);
     if (r == 1) return;  // closes at once: a goodbye to the others
     if (r == 2) {
       await(t, 0, kGo);
       t.isend(0, kTag, pattern(8, 2))->wait(soon());
       return;  // the last peer of rank 0 closes
     }
+    await(t, 1, kSync);
+    await(t, 2, kSync);
     std::vector<std::byte> got(8);
     auto first = t.irecv_any(kTag, got);
     std::this_thread::sleep_for(200ms);  // rank 1's goodbye has come
@@ -330,61 +337,58 @@ TEST(TCPTransportTest, EightRankRing) {
   });
 }
 
-// Open sockets of this process: the links in /proc/self/fd that name a socket.
-int open_sockets() {
-  int n = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    std::error_code ec;
-    const auto target = std::filesystem::read_symlink(e.path(), ec);
-    if (!ec && target.string().starts_with("socket:")) ++n;
-  }
-  return n;
-}
-
-// Two connections per pair, one per direction: with every rank in this process, n ranks hold
-// n(n-1) connections, each with both its ends here. Each carries bytes one way only, so a ring
-// both ways round still delivers.
+// Two connections per pair, one per direction: with every rank in this process, n ranks of an
+// eager transport hold n(n-1) connections from set-up on, each with both its ends here. Each
+// carries bytes one way only, so a ring both ways round still delivers.
 TEST(TCPTransportTest, TwoConnectionsPerPairOnePerDirection) {
   const int n = 4;
   const int before = open_sockets();
   std::latch up(n);
   std::latch counted(1);
   int during = 0;
-  run_ranks(n, [&](int r, transport::Transport& t) {
-    up.arrive_and_wait();
-    if (r == 0) {
-      during = open_sockets();
-      counted.count_down();
-    }
-    counted.wait();
-    const auto mine = pattern(100000, r);
-    std::vector<std::byte> left(mine.size()), right(mine.size());
-    auto from_left = t.irecv((r + n - 1) % n, 7, left);
-    auto from_right = t.irecv((r + 1) % n, 7, right);
-    auto to_right = t.isend((r + 1) % n, 7, mine);
-    auto to_left = t.isend((r + n - 1) % n, 7, mine);
-    for (auto* q : {&from_left, &from_right, &to_right, &to_left}) (*q)->wait(soon());
-    EXPECT_EQ(left, pattern(100000, (r + n - 1) % n));
-    EXPECT_EQ(right, pattern(100000, (r + 1) % n));
-  });
+  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
+  TCPTransportOptions eager{"127.0.0.1", 20s};
+  eager.connect = TCPConnect::kEager;
+  algorithms::testing::run_ranks(
+      n, [&](int r) { return std::make_unique<TCPTransport>(store, r, n, "pairs", eager); },
+      [&](int r, transport::Transport& t) {
+        up.arrive_and_wait();
+        if (r == 0) {
+          during = open_sockets();
+          counted.count_down();
+        }
+        counted.wait();
+        const auto mine = pattern(100000, r);
+        std::vector<std::byte> left(mine.size()), right(mine.size());
+        auto from_left = t.irecv((r + n - 1) % n, 7, left);
+        auto from_right = t.irecv((r + 1) % n, 7, right);
+        auto to_right = t.isend((r + 1) % n, 7, mine);
+        auto to_left = t.isend((r + n - 1) % n, 7, mine);
+        for (auto* q : {&from_left, &from_right, &to_right, &to_left}) (*q)->wait(soon());
+        EXPECT_EQ(left, pattern(100000, (r + n - 1) % n));
+        EXPECT_EQ(right, pattern(100000, (r + 1) % n));
+      });
   EXPECT_EQ(during - before, 2 * n * (n - 1));
 }
 
-// A rank keeps 2(n-1) sockets: a low soft limit on open files is raised as far as they and some
-// headroom need (up to the hard limit), and a hard limit too low fails the setup at once naming
-// both limits. In a child process, since
-// a lowered hard limit cannot be raised again.
+// A rank keeps up to 2(n-1) sockets: a low soft limit on open files is raised as far as they
+// and some headroom need (up to the hard limit), and a hard limit too low fails an eager setup at
+// once naming both limits. A lazy one, which may never need them, goes on. In a child process,
+// since a lowered hard limit cannot be raised again.
 TEST(TCPTransportTest, TheOpenFileLimitIsRaisedOrNamed) {
-  const auto child = [](rlim_t soft, rlim_t hard) {
+  const auto child = [](rlim_t soft, rlim_t hard, TCPConnect mode) {
     const pid_t pid = ::fork();
     if (pid != 0) return pid;
     const rlimit low{soft, hard};
     if (::setrlimit(RLIMIT_NOFILE, &low) != 0) ::_exit(10);
     auto store = std::make_shared<HashStore>(std::chrono::milliseconds(200));
     try {
-      // Rank 0 of 60 connects to no lower rank: it would wait to accept, so the short timeout
-      // ends the raised case, and only the open-file check can end the other.
-      TCPTransport t(store, 0, 60, "limits", TCPTransportOptions{"127.0.0.1", 200ms});
+      // Rank 0 of 60 connects to no lower rank: it would wait to accept (or for the others'
+      // addresses), so the short timeout ends the raised case, and only the open-file check can
+      // end the other.
+      TCPTransportOptions o{"127.0.0.1", 200ms};
+      o.connect = mode;
+      TCPTransport t(store, 0, 60, "limits", o);
       ::_exit(11);
     } catch (const NetworkError& e) {
       const std::string what = e.what();
@@ -395,7 +399,8 @@ TEST(TCPTransportTest, TheOpenFileLimitIsRaisedOrNamed) {
     } catch (const TimeoutError&) {
       rlimit now{};
       ::getrlimit(RLIMIT_NOFILE, &now);
-      ::_exit(now.rlim_cur == 118 + 256 ? 21 : 13);  // the sockets and 256 files of headroom
+      // The sockets and 256 files of headroom, or as many as the hard limit lets it have.
+      ::_exit(now.rlim_cur == 118 + 256 ? 21 : now.rlim_cur == hard ? 22 : 13);
     } catch (...) {
       ::_exit(14);
     }
@@ -405,8 +410,14 @@ TEST(TCPTransportTest, TheOpenFileLimitIsRaisedOrNamed) {
     ::waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   };
-  EXPECT_EQ(status_of(child(64, 100)), 20) << "a hard limit of 100 fails naming the limits";
-  EXPECT_EQ(status_of(child(64, 1000)), 21) << "a soft limit of 64 is raised to 374";
+  EXPECT_EQ(status_of(child(64, 100, TCPConnect::kEager)), 20)
+      << "a hard limit of 100 fails naming the limits";
+  EXPECT_EQ(status_of(child(64, 1000, TCPConnect::kEager)), 21)
+      << "a soft limit of 64 is raised to 374";
+  EXPECT_EQ(status_of(child(64, 1000, TCPConnect::kLazy)), 21)
+      << "lazily too, a soft limit of 64 is raised to 374";
+  EXPECT_EQ(status_of(child(64, 100, TCPConnect::kLazy)), 22)
+      << "lazily, the soft limit is raised to the hard limit of 100, and set-up goes on";
 }
 
 TEST(TCPTransportTest, RingAndHalvingDoublingAllReduceClosedForms) {

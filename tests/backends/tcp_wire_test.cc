@@ -26,7 +26,7 @@ TEST(TCPWireTest, GreetingsCarryMagicVersionAndNonceOnly) {
   const auto hello = encode_greeting(n);
   ASSERT_EQ(hello.size(), kGreetingBytes);
   EXPECT_EQ(std::memcmp(hello.data(), "C10T", 4), 0);
-  EXPECT_EQ(get_le<std::uint16_t>(hello.data() + 4), 3);
+  EXPECT_EQ(get_le<std::uint16_t>(hello.data() + 4), kHandshakeVersion);
   Nonce back{};
   const HandshakeDecode d = decode_greeting(hello, back);
   ASSERT_TRUE(d.ok());
@@ -49,7 +49,7 @@ TEST(TCPWireTest, GreetingsCarryMagicVersionAndNonceOnly) {
   HandshakeDecode v = decode_greeting(std::span(other).first(kPreambleBytes), back);
   EXPECT_EQ(v.code, HandshakeCode::kBadVersion);
   EXPECT_EQ(v.value, 2u);
-  EXPECT_EQ(describe(v), "handshake version 2, this rank speaks version 3");
+  EXPECT_EQ(describe(v), "handshake version 2, this rank speaks version 4");
   other[0] = std::byte{'X'};
   v = decode_greeting(std::span(other).first(4), back);  // told at 4 bytes, without waiting
   EXPECT_EQ(v.code, HandshakeCode::kBadMagic);
@@ -203,33 +203,37 @@ TEST(TCPWireTest, AHeardNoticeKeepsARankThatMadeNoProgressAndDropsGarbage) {
 // The failure record in the store is read strictly: anyone who can write the store can write
 // it, and "3abc" once passed as rank 3 (std::stoi) while "x" threw std::invalid_argument.
 TEST(TCPWireTest, FailureRecordsRoundTripAndGarbageIsNoRecord) {
-  EXPECT_EQ(encode_failure_record({3, "rank 0: peer rank 3 is gone", false}),
-            "3\nrank 0: peer rank 3 is gone");
-  EXPECT_EQ(encode_failure_record({2, "why", true}), "-4\nwhy");
-  const auto gone = decode_failure_record("3\nrank 0: peer rank 3 is gone");
+  EXPECT_EQ(encode_failure_record({{3, "rank 0: connection to peer rank 3 lost", false}, 0}),
+            "3\n0\nrank 0: connection to peer rank 3 lost");
+  EXPECT_EQ(encode_failure_record({{2, "why", true}, 1}), "-4\n1\nwhy");
+  const auto gone = decode_failure_record("3\n0\nrank 0: connection to peer rank 3 lost");
   ASSERT_TRUE(gone);
-  EXPECT_EQ(gone->lost_rank, 3);
-  EXPECT_FALSE(gone->stalled);
-  EXPECT_EQ(gone->message, "rank 0: peer rank 3 is gone");
-  const auto stalled = decode_failure_record(encode_failure_record({2, "why", true}));
+  EXPECT_EQ(gone->notice.lost_rank, 3);
+  EXPECT_FALSE(gone->notice.stalled);
+  EXPECT_EQ(gone->notice.message, "rank 0: connection to peer rank 3 lost");
+  EXPECT_EQ(gone->from, 0);
+  const auto stalled = decode_failure_record(encode_failure_record({{2, "why", true}, 5}));
   ASSERT_TRUE(stalled);
-  EXPECT_EQ(stalled->lost_rank, 2);
-  EXPECT_TRUE(stalled->stalled);
-  const auto none = decode_failure_record("-1\nrank 0 aborted");
+  EXPECT_EQ(stalled->notice.lost_rank, 2);
+  EXPECT_TRUE(stalled->notice.stalled);
+  EXPECT_EQ(stalled->from, 5);
+  const auto none = decode_failure_record("-1\n0\nrank 0 aborted");
   ASSERT_TRUE(none);
-  EXPECT_EQ(none->lost_rank, -1);
-  EXPECT_FALSE(none->stalled);
-  for (const std::string_view bad : {"3abc\nm", "x\nm", " 3\nm", "+3\nm", "3 \nm", "\nm", "3", "",
-                                     "2147483648\nm", "99999999999999999999\nm", "0x3\nm"}) {
+  EXPECT_EQ(none->notice.lost_rank, -1);
+  EXPECT_FALSE(none->notice.stalled);
+  for (const std::string_view bad :
+       {"3abc\n0\nm", "x\n0\nm", " 3\n0\nm", "+3\n0\nm", "3 \n0\nm", "\n0\nm", "3", "",
+        "2147483648\n0\nm", "99999999999999999999\n0\nm", "0x3\n0\nm", "3\nm", "3\n-1\nm",
+        "3\n1x\nm", "3\n\nm", "3\n2147483648\nm"}) {
     EXPECT_FALSE(decode_failure_record(bad)) << "'" << bad << "'";
   }
   // The message is bounded and printable.
-  const auto long_one = decode_failure_record("1\n" + std::string(10000, 'x') + "\x1b[2J");
+  const auto long_one = decode_failure_record("1\n0\n" + std::string(10000, 'x') + "\x1b[2J");
   ASSERT_TRUE(long_one);
-  EXPECT_EQ(long_one->message.size(), kMaxAbortMessageBytes);
-  const auto escapes = decode_failure_record("1\nred\x1b[31m\nline");
+  EXPECT_EQ(long_one->notice.message.size(), kMaxAbortMessageBytes);
+  const auto escapes = decode_failure_record("1\n0\nred\x1b[31m\nline");
   ASSERT_TRUE(escapes);
-  EXPECT_EQ(escapes->message, "red?[31m?line");
+  EXPECT_EQ(escapes->notice.message, "red?[31m?line");
 }
 
 // A seeded random driver over the handshake decoders: valid frames mutated (bytes flipped,

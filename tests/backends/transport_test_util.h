@@ -1,7 +1,7 @@
-// What the transport tests share: a deadline far enough off for any of them, a byte pattern
-// that differs per seed and per 512-byte block (so a shifted or swapped chunk shows), this
-// process's memory as the kernel counts it, the all-reduce algorithms checked against closed
-// forms over a transport, and what a pending receive's heard() says.
+// What the transport tests share: this process's open sockets, a deadline far enough off for any
+// of them, a byte pattern that differs per seed and per 512-byte block (so a shifted or swapped
+// chunk shows), this process's memory as the kernel counts it, the all-reduce algorithms checked
+// against closed forms over a transport, and what a pending receive's heard() says.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -23,6 +24,17 @@
 #include "transport/transport.h"
 
 namespace c10d::inline v1::testing {
+
+// Open sockets of this process: the links in /proc/self/fd that name a socket.
+inline int open_sockets() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink(e.path(), ec);
+    if (!ec && target.string().starts_with("socket:")) ++n;
+  }
+  return n;
+}
 
 inline transport::Clock::time_point soon() {
   return transport::Clock::now() + std::chrono::seconds(20);

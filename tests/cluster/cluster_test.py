@@ -360,7 +360,8 @@ def test_cut(a):
 
 # ---- stranger ----
 
-HELLO = struct.pack("<IH", 0x54303143, 3)
+# The transport handshake's hello (tcp_wire.h: magic "C10T", version 4), before its nonce.
+HELLO = struct.pack("<IH", 0x54303143, 4)
 
 
 def stranger_garbage(addr, port):

@@ -1,5 +1,6 @@
 // Fault tests of the TCP process group with real processes: a rank killed with SIGKILL in the
-// middle of an all_reduce makes every other rank fail within 5 s with an error naming it, and
+// middle of an all_reduce makes every other rank fail within 5 s with an error naming it (those
+// with no connection to it too), and
 // c10drun exit non-zero naming it; a rank that fails its set-up makes the others' set-up fail
 // within seconds naming it and its reason; a rank stopped with SIGSTOP is named by the ranks
 // that time out waiting for it, and by c10drun, as the rank that made no progress; mismatched
@@ -33,6 +34,16 @@ std::string launcher_path() { return (test::build_dir() / "tools" / "c10drun").s
 TEST(ProcessGroupFaultTest, KilledRankFailsEveryOtherRankQuicklyNamingIt) {
   constexpr int kVictim = 2;
   Ranks ranks(4, {"kill", std::to_string(kVictim)});
+  test::expect_killed_rank_named_by_the_others(ranks, kVictim);
+}
+
+// Over TCP alone, connected on first use: the 4 MiB all_reduce is a ring, so rank 0 never
+// connects to rank 2, the rank killed. It learns of the loss from its neighbours' abort notices
+// (their connections to rank 2 broke) or from the failure record in the store, as quickly, and
+// names rank 2 alike.
+TEST(ProcessGroupFaultTest, KilledRankIsNamedByRanksThatHadNoConnectionToIt) {
+  constexpr int kVictim = 2;
+  Ranks ranks(4, {"kill", std::to_string(kVictim)}, {{"C10D_SHM", "0"}});
   test::expect_killed_rank_named_by_the_others(ranks, kVictim);
 }
 

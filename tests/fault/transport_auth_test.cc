@@ -86,11 +86,14 @@ TEST_F(TransportAuthTest, AStrangerClaimingRankOneFirstIsRefusedAndTheJobRunsExa
       << rank0->err();
 }
 
-// An open store (no token): whoever reaches it can write a rank's address. The rank that
-// connects there fails naming itself and the address instead of joining the stranger.
+// An open store (no token): whoever reaches it can write a rank's address (and its host key, which
+// set-up reads beside the addresses: host_map.h). The rank that connects there (at its first
+// all_reduce, connecting on first use) fails naming itself and the address instead of joining
+// the stranger.
 TEST_F(TransportAuthTest, AnAddressOverwrittenInAnOpenStoreFailsTheConnectingRankNamingIt) {
   serve("");
   StrangerListener listener;
+  store_->set("default/hosts/1/host/0", std::string_view("the stranger's host"));
   store_->set("default/addr/0", listener.address());
   std::jthread stranger([&] {
     StrangerSocket s = listener.accept(20s);
@@ -106,7 +109,7 @@ TEST_F(TransportAuthTest, AnAddressOverwrittenInAnOpenStoreFailsTheConnectingRan
   auto rank1 = start_rank(1);
   const auto exit = rank1->wait(std::chrono::steady_clock::now() + 30s);
   stranger.join();
-  EXPECT_TRUE(exit.exited && exit.code == 1) << rank1->describe();
+  EXPECT_TRUE(exit.exited && exit.code == 3) << rank1->describe();  // its op failed
   const std::string out = rank1->out();
   EXPECT_NE(out.find("rank 1: the process at " + listener.address() +
                      ", published as rank 0's address, did not prove it belongs to this job"),

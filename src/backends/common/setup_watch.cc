@@ -67,6 +67,7 @@ std::exception_ptr SetupWatch::recorded() {
 }
 
 void SetupWatch::check() {
+  std::lock_guard lock(mu_);
   if (thrown_) std::rethrow_exception(thrown_);
   const auto now = Clock::now();
   if (now < next_check_) return;
@@ -96,6 +97,7 @@ void SetupWatch::wait(std::span<const std::string> keys, Clock::time_point deadl
       store_->wait(keys, slice);
       return;
     } catch (const TimeoutError&) {
+      std::lock_guard lock(mu_);
       next_check_ = {};  // a slice went by: look at once
     }
   }
@@ -119,6 +121,7 @@ bool SetupWatch::store_answers() {
 }
 
 void SetupWatch::fail(std::exception_ptr error) {
+  std::lock_guard lock(mu_);
   if (thrown_) std::rethrow_exception(thrown_);  // another rank's failure, or reported already
   thrown_ = error;
   if (store_answers()) {

@@ -23,13 +23,15 @@
 // record and reports it, rather than blaming the connection.
 //
 // Writes are best effort and bounded: a store that does not answer a short probe is not asked.
-// Not thread-safe: one set-up uses it from one thread.
+// Thread-safe: a set-up uses it from one thread, and a transport that connects on first use
+// keeps looking at it from its connector threads (tcp_connect.cc).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 
@@ -75,6 +77,7 @@ class SetupWatch {
   std::string attempt_key_;
   std::int64_t attempt_ = 0;
   std::string failure_key_;
+  std::mutex mu_;  // guards the three below; held across the store's calls, which it serializes
   Clock::time_point next_check_{};
   std::exception_ptr thrown_;  // what fail() threw, or what check() found
   bool store_gone_ = false;

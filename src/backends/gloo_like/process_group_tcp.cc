@@ -56,6 +56,12 @@ std::shared_ptr<ProcessGroup> set_up(std::shared_ptr<Store> store, int rank, int
       transport_options.on_abort = [weak = std::weak_ptr(shm)](std::exception_ptr e) {
         if (auto s = weak.lock()) s->abort(std::move(e));
       };
+      // Same-host peers may have no TCP connection between them: the TCP transport looks for
+      // a failure record while either channel has requests pending.
+      transport_options.pending_elsewhere = [weak = std::weak_ptr(shm)] {
+        const auto s = weak.lock();
+        return s && s->has_pending();
+      };
       transport_options.arrivals = std::move(arrivals);
     }
   } else {

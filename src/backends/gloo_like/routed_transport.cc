@@ -57,8 +57,8 @@ class AnySourceRequest final : public transport::Request {
     if (error_) std::rethrow_exception(error_);
     shm_->progress();
     if (completed()) return true;
-    if (auto why = claim_->given_up(); why && !claim_->taken()) {
-      // The TCP channel has no peer left (see last_look): after a grace for the rings, fail.
+    if (auto why = claim_->given_up(); why && !claim_->taken() && !shm_->peers_open()) {
+      // Neither channel has a peer left (see last_look): after a grace for the rings, fail.
       const auto now = transport::Clock::now();
       if (gave_up_seen_ == transport::Clock::time_point{}) gave_up_seen_ = now;
       if (now - gave_up_seen_ >= kLastLook && claim_->take(this)) fail(why);
@@ -81,7 +81,7 @@ class AnySourceRequest final : public transport::Request {
       }
       const auto now = transport::Clock::now();
       if (now >= deadline) break;
-      if (auto why = claim_->given_up(); why && !claim_->taken()) {
+      if (auto why = claim_->given_up(); why && !claim_->taken() && !shm_->peers_open()) {
         last_look(why, deadline);
         continue;
       }
@@ -90,7 +90,9 @@ class AnySourceRequest final : public transport::Request {
       // processes), while the io thread moves the TCP sockets' bytes for it; the TCP part's
       // completion rings the doorbell (claim->on_complete).
       const TCPTransport::AnySourceSleep sleep(*tcp_);
-      shm_->poll_until([&] { return claim_->taken() || claim_->given_up() != nullptr; }, deadline);
+      shm_->poll_until(
+          [&] { return claim_->taken() || (claim_->given_up() != nullptr && !shm_->peers_open()); },
+          deadline);
     }
     if (test()) return;
     throw transport::any_source_timeout(what_, tag_, posted_at_);
@@ -179,6 +181,11 @@ RoutedTransport::RoutedTransport(std::shared_ptr<ShmTransport> shm,
              "transport::ArrivalClock (ShmTransportOptions::arrivals, "
              "TCPTransportOptions::arrivals): an any-source receive compares their arrival stamps",
              tcp_->rank());
+  std::vector<int> same_host;
+  for (int p = 0; p < tcp_->size(); ++p) {
+    if (shm_->serves(p)) same_host.push_back(p);
+  }
+  tcp_->carried_elsewhere(same_host);
 }
 
 std::unique_ptr<transport::Request> RoutedTransport::over_tcp(

@@ -15,10 +15,12 @@
 // already wait in both channels, the one that arrived first is taken: the part of that channel is
 // posted first (the two channels stamp arrivals from one transport::ArrivalClock, given to both
 // in their options; the constructor checks), and the second part, finding the claim taken,
-// completes at once. It fails when a part fails (an abort fails both), or when the TCP part
-// gives up because every peer's connection is gone: a same-host peer wrote what it sent into its
-// ring before it closed its connection, so the shared-memory part gets a last look of 10 ms at
-// the rings, then the receive fails with the TCP part's error.
+// completes at once. It fails when a part fails (an abort fails both), or when no peer is left
+// on either channel: the TCP part gives up once every other host's peer is gone (the
+// constructor tells the TCP transport which peers it does not carry), and every same-host peer
+// has closed its transport (ShmTransport::peers_open); a same-host peer wrote what it sent into
+// its ring before it closed, so the shared-memory part gets a last look of 10 ms at the rings,
+// then the receive fails with the TCP part's error.
 //
 // Progress: the shared-memory channel moves bytes only when a thread of this rank polls it, so
 // a thread that waits on a TCP request while shared-memory requests are pending polls both (a

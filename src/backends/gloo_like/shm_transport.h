@@ -1,8 +1,8 @@
 // ShmTransport: the Transport of transport.h between the ranks of one host, through POSIX shared
 // memory. The TCP backend sends to its same-host peers this way (routed_transport.h picks the
-// channel per peer) and keeps TCP for the other hosts and for noticing a peer that dies: over
-// loopback, TCP moves about 3 GB/s per direction and wakes a sleeping reader in tens of µs,
-// while a ring in shared memory costs two memcpys and a poll of one cache line.
+// channel per peer) and keeps TCP for the other hosts: over loopback, TCP moves about 3 GB/s per
+// direction and wakes a sleeping reader in tens of µs, while a ring in shared memory costs two
+// memcpys and a poll of one cache line.
 //
 // Set-up (in the constructor, every rank of the group takes part; bounded by options.timeout):
 // each rank publishes its host key (shm_host_key) in the store under
@@ -75,9 +75,11 @@
 // rings (a system call only when someone sleeps).
 //
 // Failure: abort(reason) fails every pending and later request and wakes this rank's sleepers.
-// The channel cannot see a peer that dies; the TCP connections that the backend keeps to every
-// rank do (TCPTransportOptions::on_abort passes their failure here), and a sleeping waiter
-// also checks every 100 ms that each same-host peer's process still exists. A message header
+// The channel cannot see a peer that dies by itself, and the same-host ranks have no TCP
+// connection between them: a sleeping waiter checks every 100 ms (the transport's clock) that
+// each same-host peer's process still exists, unless the peer closed its transport in order
+// (`closed`); the TCP transport passes on the failures it sees, its own and those other ranks
+// recorded in the store (TCPTransportOptions::on_abort, pending_elsewhere). A message header
 // with the wrong magic, version, sequence number or kind, claiming more than 2^40 bytes, or a
 // single-copy header this pair did not agree on (or naming another pid, or an empty or wrapping
 // span), aborts the transport with a NetworkError naming the peer; a single-copy span that cannot

@@ -3,14 +3,36 @@
 // it); an op is *in flight* once a thread is writing it or reading its payload; an *unexpected*
 // entry is a message that arrived before its irecv.
 //
-// Who moves a socket's bytes, and when. A peer has two sockets (Connection): read_fd, which the
-// peer connected and writes to, and write_fd, which this rank connected and writes to. Three
-// kinds of thread touch them: the *poster* (in isend/irecv, TCPTransport::Impl::submit), a
-// *waiter* (in TCPRequest::wait/test, polling or driving; tcp_wait.cc) and the *io thread*
-// (Asio handlers and timers). Each flag below names its owner(s) and what guards it; `mu_` is
-// TCPTransport::Impl::mu_, which also guards all matching state.
+// A peer's sockets, and their states. A peer has up to two sockets (Connection): read_fd, which
+// the peer connected and writes its frames to, and write_fd, which this rank connected and
+// writes to. Each exists from the moment its handshake succeeds until the transport is freed:
 //
-//   Read side of read_fd: one owner at a time, the holder of `read_owner` (try_drain).
+//   write side:  kNone --(first isend to the peer, or first irecv from it while the peer has
+//                        not connected here)--> kConnecting --(handshake done)--> kOpen
+//                kConnecting --(connect or handshake failed)--> kFailed (the peer's loss, below)
+//                An eager transport (TCPTransportOptions::connect) opens every one at set-up.
+//   read side:   read_fd -1 --(the peer connected and proved itself to the io thread's
+//                acceptor)--> attached (set once, never changed)
+//   either side: `dead` once the connection is lost (end of stream, a goodbye, an abort notice,
+//                a bad frame, a failed connect): no more bytes are moved, queued ops fail.
+//
+// Frames go forward, from the connecting rank to the accepting one; the accepting rank writes
+// nothing back after the handshake but, when its transport goes down, its last frame (a goodbye
+// or an abort notice), which always fits since nothing else ever went that way. So a rank that
+// only sends to a peer still learns that the peer finished or failed: while its read side is not
+// attached the io thread watches write_fd for that frame (through a duplicate descriptor,
+// reverse_fd, registered for input only, so that room to write never wakes it); once the peer's
+// own connection is there its forward frames say the same.
+//
+// Who moves a socket's bytes, and when. Three kinds of thread touch them: the *poster* (in
+// isend/irecv, TCPTransport::Impl::submit), a *waiter* (in TCPRequest::wait/test, polling or
+// driving; tcp_wait.cc) and the *io thread* (Asio handlers and timers); connector threads
+// (tcp_connect.cc) only make write sides and hand them over. Each flag below names its owner(s)
+// and what guards it; `mu_` is TCPTransport::Impl::mu_, which also guards all matching state.
+//
+//   Read side of read_fd: one owner at a time, the holder of `read_owner` (try_drain), and only
+//   once read_fd is attached (stored with release by the io thread, read with acquire by
+//   everyone; a thread that finds -1 leaves it alone).
 //   - read_owner: atomic, taken with exchange(true) by any thread and cleared by its holder: a
 //     waiter reading its own message, or the io thread (read_fd readable, a park timer, a
 //     receive posted for a parked message). Not a mutex: a thread that finds it taken leaves.
@@ -28,8 +50,10 @@
 //   - claimed: mu_. heard_at, heard_tag: atomic (relaxed), written by the read_owner holder and
 //     read by a waiter that timed out, for its report only.
 //
-//   Write side of write_fd: one writer at a time, chosen under mu_.
-//   - sends, writing, failed_write: mu_. A thread that takes the send in front sets `writing`
+//   Write side of write_fd: one writer at a time, chosen under mu_, and only while write_side is
+//   kOpen (sends posted before wait in `sends` for it).
+//   - write_side, connect_began, sends, writing, failed_write: mu_. A thread that takes the send in
+//   front sets `writing`
 //     under mu_, writes outside it, and clears it under mu_: the io thread (write_next) or a
 //     waiter (progress_sends). The poster writes a small send itself only on an idle connection
 //     (!writing, `sends` empty), all under mu_, without setting `writing`: mu_ keeps the others
@@ -49,6 +73,10 @@
 //   by waiters (TCPRequest::wait) and read by the io thread, which watches read_fd only while no
 //   waiter polls it; the last poller to leave while a receive sleeps has it watched at once.
 //
+//   The reverse watch (tcp_connect.cc): reverse_fd, reverse_reactor and last_frame are the io
+//   thread's alone; reverse_fd is closed by the io thread once read_fd is attached (no other
+//   thread ever uses it).
+//
 //   `dead`: mu_. Sockets are shut down (kill_locked, close_all) and closed only by ~Connection,
 //   when the transport is freed: a thread still reading or writing never meets a reused number.
 #pragma once
@@ -66,6 +94,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "store/asio.h"
 #include "transport/matcher.h"
@@ -145,10 +174,11 @@ struct Unexpected {
 };
 
 // One peer: its two sockets and what reads and writes them (the contract at the top).
+// The states of a write side (the contract at the top).
+enum class WriteSide { kNone, kConnecting, kOpen, kFailed };
+
 struct Connection {
-  // Takes the sockets out of the io_context's epoll (see read_reactor).
-  Connection(boost::asio::ip::tcp::socket in, boost::asio::ip::tcp::socket out)
-      : read_fd(in.release()), write_fd(out.release()) {}
+  explicit Connection(int peer_rank) : peer(peer_rank) {}
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -158,11 +188,21 @@ struct Connection {
   // take the same socket's lock, and acknowledgements interleave with the data; with the
   // pipelined ring a 2-rank 16 MiB all_reduce took 4.5-5.1 ms against 5.6-6.9
   // (docs/benchmarks.md).
-  // Shut down, never closed, before the transport goes (kill_locked).
-  const int read_fd;
-  const int write_fd;
+  // Shut down, never closed, before the transport goes (kill_locked); -1 until made. Taken out
+  // of the io_context's epoll when they are attached (see read_reactor).
+  const int peer;
+  std::atomic<int> read_fd{-1};
+  std::atomic<int> write_fd{-1};
+  WriteSide write_side = WriteSide::kNone;       // GUARDED_BY(Impl::mu_)
+  transport::Clock::time_point connect_began{};  // GUARDED_BY(Impl::mu_): for a timeout's report
 
-  // ---- The io thread's epoll registration (tcp_wait.cc). ----
+  // ---- The reverse watch (tcp_connect.cc), io thread only. ----
+  // A duplicate of write_fd, watched for the peer's last frame while read_fd is not attached.
+  int reverse_fd = -1;
+  std::optional<boost::asio::posix::stream_descriptor> reverse_reactor;
+  std::vector<std::byte> last_frame;  // what has come of it
+
+  // ---- The io thread's epoll registration (tcp_watch.cc). ----
   // Io thread only: read_fd (write_fd) registered with the io thread's epoll, only while the io
   // thread waits on it (read_watched; write_waiting; Impl::register_read and settle). Asio
   // registers a socket for input edge-triggered whether or not anything waits, so a registered
@@ -199,7 +239,7 @@ struct Connection {
   std::atomic<bool> drain_again{false};  // set by a thread that found read_owner taken
   std::atomic<bool> read_closed{false};  // end of stream or error seen; nothing more to read
 
-  // ---- Who polls, and whether the io thread watches (tcp_wait.cc). ----
+  // ---- Who polls, and whether the io thread watches (tcp_wait.cc, tcp_watch.cc). ----
   // Threads polling this connection in Request::wait, and how many waits have polled it. While
   // any polls, or one did since the io thread last looked, the io thread does not watch the
   // socket (its wake-ups would only take the core from the poller; measured in
@@ -233,8 +273,9 @@ struct Connection {
   // `target` nor `entry`).
   std::unique_ptr<std::byte[]> sink;
   transport::Clock::time_point park_deadline{};
-  // Bytes read from the socket but not consumed yet: [ahead_begin, ahead_end) of `ahead`.
-  std::unique_ptr<std::byte[]> ahead = std::make_unique_for_overwrite<std::byte[]>(kReadAhead);
+  // Bytes read from the socket but not consumed yet: [ahead_begin, ahead_end) of `ahead`, made
+  // when read_fd is attached.
+  std::unique_ptr<std::byte[]> ahead;
   std::size_t ahead_begin = 0;
   std::size_t ahead_end = 0;
 };

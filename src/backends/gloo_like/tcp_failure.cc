@@ -1,6 +1,7 @@
 // The transport's failures: a lost peer (kill_locked), an abort with its last frame (an abort
-// notice naming the first cause, or a goodbye), and the records a failing rank leaves in the
-// store for its peers: why it failed (publish_failure), and whom it waits for (find_stalled).
+// notice naming the first cause, or a goodbye) on every connection, in both directions, and the
+// end of a connection as its last frame says (the peer's goodbye, its abort notice, a frame of
+// no protocol). The records in the store are tcp_records.cc's.
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -9,24 +10,24 @@
 #include "backends/gloo_like/tcp_transport_impl.h"
 #include "core/check.h"
 #include "core/logging.h"
-#include "core/parse.h"
-#include "transport/stall_record.h"
 
 namespace c10d::inline v1::gloo_like {
 namespace asio = boost::asio;
 using transport::Clock;
 
-namespace {
-
-// How long a failing transport waits for the store to answer (Impl::store_reachable).
-constexpr std::chrono::milliseconds kFailureStoreTimeout{500};
-// StallReport::suspect when the ranks wait for each other.
-constexpr int kWaitCycle = -1;
-
-}  // namespace
-
 using core::what_of;
 using tcp_detail::PeerEnd;
+using tcp_detail::WriteSide;
+
+namespace {
+
+// Shuts `fd` down, once it is made (-1: nothing yet).
+void shut(const std::atomic<int>& fd, int how) {
+  const int n = fd.load(std::memory_order_acquire);
+  if (n >= 0) ::shutdown(n, how);
+}
+
+}  // namespace
 
 // Requires mu_. Fails the queued ops of `c` (peer `peer`). Messages that arrived whole stay
 // receivable unless `arrived` drops them: a peer that sent and then closed its end has still
@@ -62,7 +63,7 @@ void TCPTransport::Impl::kill_locked(int peer, const error_code& ec) {
   kill_locked(peer, PeerLoss{.ec = ec});
 }
 
-// Requires mu_; io thread. Marks the connection to `peer` dead with `loss.why` (or, when null, a
+// Requires mu_. Marks the connection to `peer` dead with `loss.why` (or, when null, a
 // loss caused by `loss.ec`), closes it and fails its queued ops. A failure (a loss or an abort
 // frame, not a goodbye) aborts the whole transport when fail_all_on_peer_loss is set.
 // `loss.blame` is whom this rank's abort notice will name, passed on from the notice or record
@@ -71,8 +72,8 @@ void TCPTransport::Impl::kill_locked(int peer, PeerLoss loss) {
   Connection& c = conn(peer);
   // Shut down, never closed before the transport goes: another thread may be reading the fd,
   // and a closed fd number can be reused.
-  ::shutdown(c.read_fd, SHUT_RDWR);
-  ::shutdown(c.write_fd, SHUT_RDWR);
+  shut(c.read_fd, SHUT_RDWR);
+  shut(c.write_fd, SHUT_RDWR);
   if (!c.dead) {
     c.dead = loss.why ? std::move(loss.why)
                       : C10D_ERROR(NetworkError, "rank {}: connection to peer rank {} lost: {}",
@@ -93,7 +94,7 @@ void TCPTransport::Impl::defer_write_failure_locked(int peer, std::shared_ptr<Op
                                                     const error_code& ec) {
   Connection& c = conn(peer);
   c.failed_write = std::move(op);
-  ::shutdown(c.write_fd, SHUT_WR);
+  shut(c.write_fd, SHUT_WR);
   auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::seconds(1));
   timer->async_wait([self = shared_from_this(), timer, peer, ec](error_code) {
     std::lock_guard lock(self->mu_);
@@ -110,20 +111,96 @@ std::string TCPTransport::Impl::describe_failure(const AbortNotice& notice, int 
   return fmt::format("{} (rank {} reports: {})", cause, peer, notice.message);
 }
 
-// Io thread, as a transport goes down: `frame` (a goodbye or an abort notice, tcp_wire.h) on
-// every connection that is idle, then close. A connection mid-write just closes; its peer then
-// sees a loss.
-void TCPTransport::Impl::send_last_frame_and_close(const std::vector<std::byte>& frame) {
+// The losses a peer's last frames make, read off its connection (tcp_reader.cc) or back on the
+// one this rank made (end_of_last_frame): a goodbye ends only that peer's connection; an abort
+// notice names the first cause as the peer heard it (a lost rank outside the group, or this one,
+// is a peer's garbage and blames no one: heard_abort_notice); a header of no protocol ends the
+// connection as a loss of the peer, naming the fault.
+tcp_detail::PeerLoss TCPTransport::Impl::goodbye_loss(int peer) const {
+  return PeerLoss{.why = C10D_ERROR(NetworkError,
+                                    "rank {}: peer rank {} closed its transport (it finished or "
+                                    "destroyed its group)",
+                                    rank, peer),
+                  .end = PeerEnd::kGoodbye};
+}
+tcp_detail::PeerLoss TCPTransport::Impl::notice_loss(int peer,
+                                                     std::span<const std::byte> payload) const {
+  const AbortNotice notice =
+      heard_abort_notice(decode_abort_notice(payload), rank, static_cast<int>(conns.size()));
+  return PeerLoss{
+      .why = C10D_ERROR(NetworkError, "rank {}: {}", rank, describe_failure(notice, peer)),
+      .blame = Blame{notice.lost_rank, notice.stalled}};
+}
+tcp_detail::PeerLoss TCPTransport::Impl::fault_loss(int peer, FrameFault fault,
+                                                    const FrameHeader& h) const {
+  return PeerLoss{.why = C10D_ERROR(NetworkError,
+                                    "rank {}: peer rank {} sent a frame header that is not of "
+                                    "this protocol: {}",
+                                    rank, peer, describe_frame_fault(fault, h))};
+}
+
+// Io thread: the reverse watch of `peer` ended with `frame`, its last frame whole, or what came of
+// it before the stream ended (`ec`). Ends the connection as the frame says; a stream that ended
+// without one is a loss, explained by a record in the store when there is one (as read_failed).
+void TCPTransport::Impl::end_of_last_frame(int peer, std::span<const std::byte> frame,
+                                           const error_code& ec) {
+  Connection& c = conn(peer);
   {
     std::lock_guard lock(mu_);
-    for (auto& c : conns) {
-      if (!c || c->writing || c->dead) continue;
-      // One attempt: a frame the socket does not take whole arrives cut, as a loss.
-      [[maybe_unused]] const ssize_t n =
-          ::send(c->write_fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (c.dead) {  // ended already (this rank shut it down, or the peer's own connection told)
+      stop_reverse(c);
+      return;
     }
-    close_all();  // under mu_: a thread writing directly (submit) never sees a closed fd
   }
+  std::optional<PeerLoss> loss;
+  if (frame.size() >= kFrameHeaderBytes) {
+    FrameHeader h;
+    const FrameFault fault = decode_frame_header(frame.first<kFrameHeaderBytes>(), h);
+    if (fault != FrameFault::kNone) {
+      loss = fault_loss(peer, fault, h);
+    } else if (h.kind == FrameKind::kGoodbye) {
+      loss = goodbye_loss(peer);
+    } else if (h.kind == FrameKind::kAbort && frame.size() == kFrameHeaderBytes + h.length) {
+      loss = notice_loss(peer, frame.subspan(kFrameHeaderBytes));
+    } else if (h.kind == FrameKind::kData) {
+      loss = PeerLoss{.why = C10D_ERROR(NetworkError,
+                                        "rank {}: peer rank {} sent a message on the connection "
+                                        "this rank made to it, which carries none",
+                                        rank, peer)};
+    }
+  }
+  if (!loss) {
+    auto [why, blame] = published_failure(peer);
+    const bool explained = why != nullptr;
+    loss = PeerLoss{.why = std::move(why),
+                    .ec = ec ? ec : error_code(asio::error::eof),
+                    .blame = explained ? std::optional<Blame>(blame) : std::nullopt};
+  }
+  stop_reverse(c);
+  std::lock_guard lock(mu_);
+  kill_locked(peer, std::move(*loss));
+}
+
+// Io thread, as a transport goes down: `frame` (a goodbye or an abort notice, tcp_wire.h) on
+// every connection, then close. Forward on the connections this rank made, when idle (one
+// mid-write just closes: its peer then sees a loss); back on the ones its peers made, which
+// carried nothing that way, so the frame always fits (tcp_connection.h).
+void TCPTransport::Impl::send_last_frame_and_close(const std::vector<std::byte>& frame) {
+  stop_accepting();
+  std::lock_guard lock(mu_);
+  for (auto& c : conns) {
+    if (!c || c->dead) continue;
+    // One attempt each: a frame the socket does not take whole arrives cut, as a loss.
+    if (c->write_side == WriteSide::kOpen && !c->writing) {
+      [[maybe_unused]] const ssize_t n =
+          ::send(c->write_fd.load(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    if (const int in = c->read_fd.load(std::memory_order_acquire); in >= 0) {
+      [[maybe_unused]] const ssize_t n =
+          ::send(in, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+  }
+  close_all();  // under mu_: a thread writing directly (submit) never sees a closed fd
 }
 
 // An exception escaped `where` (a handler of the io thread, or a read): abort the transport
@@ -136,11 +213,14 @@ void TCPTransport::Impl::fail_on_exception(const std::exception_ptr& e, const st
       C10D_ERROR(NetworkError, "rank {}: {} of the TCP transport failed: {}", rank, where, what));
 }
 
-void TCPTransport::Impl::close_all() {  // under mu_; see kill_locked for why nothing is closed
+// Io thread, under mu_; see kill_locked for why nothing is closed but the reverse watch's own
+// descriptors (stop_reverse).
+void TCPTransport::Impl::close_all() {
   for (auto& c : conns) {
     if (!c) continue;
-    ::shutdown(c->read_fd, SHUT_RDWR);
-    ::shutdown(c->write_fd, SHUT_RDWR);
+    shut(c->read_fd, SHUT_RDWR);
+    shut(c->write_fd, SHUT_RDWR);
+    stop_reverse(*c);
   }
 }
 
@@ -165,6 +245,9 @@ void TCPTransport::Impl::abort(std::exception_ptr reason, LastFrame last) {
 void TCPTransport::Impl::abort_locked(std::exception_ptr reason, Blame blame, LastFrame last) {
   if (aborted) return;
   aborted = std::move(reason);
+  closing.store(true);  // connects under way give up; the connector threads leave
+  connect_cv.notify_all();
+  failure_watch_cv.notify_all();
   if (on_abort) {
     // A callback that throws must not leave the abort half done (or unwind the io thread).
     try {
@@ -193,151 +276,6 @@ void TCPTransport::Impl::abort_locked(std::exception_ptr reason, Blame blame, La
     if (notice) self->publish_failure(*notice);
     self->send_last_frame_and_close(frame);
   });
-}
-
-// Io thread, outside mu_, before any connection closes: records why this rank fails, unless
-// another rank recorded its cause first. A connection in the middle of a frame cannot carry
-// the abort notice, so the peer on its other end reads the cause here (published_failure).
-// Best effort: a store that cannot be reached leaves the peers to report a plain loss.
-void TCPTransport::Impl::publish_failure(const AbortNotice& notice) {
-  const std::string value =
-      encode_failure_record({notice.lost_rank, describe_failure(notice, rank), notice.stalled});
-  const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(value.data()),
-                                            value.size());
-  if (!store_reachable()) return;
-  try {
-    store->compare_set(failure_key, {}, bytes);
-  } catch (const std::exception& e) {
-    C10D_LOG_WARN("rank {}: could not record the failure in the store: {}", rank, e.what());
-  }
-}
-
-// Whether the store answers within kFailureStoreTimeout: a bounded wait for a key this rank
-// set at setup. The store's own calls reconnect until the store's timeout (minutes) when the
-// server is gone (it may have lived in a rank that died), which must not hold up a failing
-// transport; after one miss the store is not asked again.
-bool TCPTransport::Impl::store_reachable() {
-  if (store_gone.load()) return false;
-  try {
-    store->wait(std::span<const std::string>(&own_key, 1), kFailureStoreTimeout);
-    return true;
-  } catch (const std::exception& e) {
-    C10D_LOG_DEBUG("rank {}: the store does not answer: {}", rank, e.what());
-    store_gone.store(true);
-    return false;
-  }
-}
-
-// The cause another rank published (encode_failure_record): the error to report and whom
-// it blames, or none. Not under mu_: a store round trip, only when a connection has ended. A
-// record that is not one (anyone who can write the store can write it) is logged, naming the
-// key, and ignored: the peer is then reported gone.
-std::pair<std::exception_ptr, tcp_detail::Blame> TCPTransport::Impl::published_failure(int peer) {
-  if (!store_reachable()) return {nullptr, {}};
-  try {
-    const std::string key = failure_key;
-    if (!store->check(std::span<const std::string>(&key, 1))) return {nullptr, {}};
-    const Bytes v = store->get(failure_key);
-    const std::string text(v.begin(), v.end());
-    const std::optional<AbortNotice> record = decode_failure_record(text);
-    if (!record) {
-      C10D_LOG_WARN(
-          "rank {}: the failure record in the store ('{}') is not \"<rank>\\n<message>\" "
-          "({} bytes); ignored",
-          rank, failure_key, text.size());
-      return {nullptr, {}};
-    }
-    const AbortNotice heard = heard_abort_notice(*record, rank, static_cast<int>(conns.size()));
-    return {C10D_ERROR(NetworkError, "rank {}: connection to peer rank {} closed; {}", rank, peer,
-                       heard.message),
-            Blame{heard.lost_rank, heard.stalled}};
-  } catch (const std::exception& e) {
-    C10D_LOG_DEBUG("rank {}: no failure cause from the store: {}", rank, e.what());
-    return {nullptr, {}};
-  }
-}
-
-transport::PeerActivity TCPTransport::Impl::heard_from(int peer) const {
-  const Connection& c = conn(peer);
-  const Clock::rep at = c.heard_at.load(std::memory_order_relaxed);
-  if (at == 0) return {};
-  return {true, Clock::now() - Clock::time_point(Clock::duration(at)),
-          c.heard_tag.load(std::memory_order_relaxed)};
-}
-
-// Transport::find_stalled over the store: this rank's record under stall_prefix + rank is
-// "<awaited>\n<doing>"; the chain is followed from `peer` until a rank without a record (the
-// stalled one) or a rank met before (a cycle). The outcome is also appended to the job's
-// stall records (transport/stall_record.h), for the launcher. Best effort: a store that does
-// not answer (or fails on the way) ends the chain where it stands, and the report says so.
-transport::StallReport TCPTransport::Impl::find_stalled(int peer, std::string_view doing,
-                                                        std::chrono::milliseconds window) {
-  transport::StallReport report{peer, {}};
-  if (stall_prefix.empty()) return report;
-  if (!store_reachable()) {
-    report.store_silent = true;
-    return report;
-  }
-  const auto key = [&](int r) { return stall_prefix + std::to_string(r); };
-  int at = peer;
-  try {
-    store->set(key(rank), fmt::format("{}\n{}", peer, doing));
-    const auto until = Clock::now() + window;
-    std::vector<char> seen(conns.size(), 0);
-    seen[static_cast<std::size_t>(rank)] = 1;
-    for (;;) {
-      if (at < 0 || at >= static_cast<int>(conns.size()) || seen[static_cast<std::size_t>(at)]) {
-        report.suspect = kWaitCycle;
-        break;
-      }
-      seen[static_cast<std::size_t>(at)] = 1;
-      report.suspect = at;
-      const std::string k = key(at);
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
-      try {
-        store->wait(std::span<const std::string>(&k, 1),
-                    std::max(left, std::chrono::milliseconds(1)));
-      } catch (const TimeoutError&) {
-        break;  // `at` waits for no one known: the stalled rank
-      }
-      const Bytes v = store->get(k);
-      const std::string text(v.begin(), v.end());
-      const auto nl = text.find('\n');
-      const auto awaits = core::parse_int(std::string_view(text).substr(0, nl), 0,
-                                          static_cast<std::int64_t>(conns.size()) - 1);
-      if (!awaits.value) {
-        // Not a record find_stalled writes: `at` waits, for whom is not known.
-        C10D_LOG_WARN(
-            "rank {}: the stall record '{}' names no rank of the group: {}; the chain "
-            "ends at rank {}",
-            rank, k, awaits.error, at);
-        break;
-      }
-      report.chain.push_back({at, static_cast<int>(*awaits.value),
-                              nl == std::string::npos
-                                  ? std::string()
-                                  : transport::stall_doing(std::string_view(text).substr(nl + 1))});
-      at = static_cast<int>(*awaits.value);
-    }
-  } catch (const std::exception& e) {
-    // The store failed (its server gone: node 0's launcher ends with its own ranks, while the
-    // other nodes' ranks are still here). Its next call would reconnect until the store's own
-    // timeout, minutes maybe: it is not asked again.
-    C10D_LOG_DEBUG("rank {}: following the ranks' waits in the store stopped: {}", rank, e.what());
-    store_gone.store(true);
-    report.store_silent = true;
-  }
-  if (store_gone.load()) return report;
-  try {
-    const std::string line =
-        transport::encode_stall_record({rank, peer, report.suspect, std::string(doing)});
-    store->append(transport::kStallRecordsKey,
-                  std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(line.data()),
-                                                line.size()));
-  } catch (const std::exception& e) {
-    C10D_LOG_DEBUG("rank {}: could not record the stall for the launcher: {}", rank, e.what());
-  }
-  return report;
 }
 
 }  // namespace c10d::inline v1::gloo_like

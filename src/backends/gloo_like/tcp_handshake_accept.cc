@@ -31,53 +31,6 @@ std::string endpoint_string(const tcp::endpoint& ep) {
                               : fmt::format("{}:{}", host, ep.port());
 }
 
-std::string remote_of(const tcp::socket& s) {
-  error_code ec;
-  const tcp::endpoint ep = s.remote_endpoint(ec);
-  return ec ? std::string("an unknown address") : endpoint_string(ep);
-}
-
-// Logs refused connections by address: the first kLoggedRefusals one by one, then only how
-// many more, so a flood of strangers cannot fill the log.
-class RefusalLog {
- public:
-  explicit RefusalLog(std::uint32_t rank) : rank_(rank) {}
-  RefusalLog(const RefusalLog&) = delete;
-  RefusalLog& operator=(const RefusalLog&) = delete;
-  ~RefusalLog() {
-    if (count_ <= kLoggedRefusals) return;
-    try {
-      C10D_LOG_WARN("rank {}: refused {} connections during setup, {} of them not logged", rank_,
-                    count_, count_ - kLoggedRefusals);
-    } catch (...) {  // a destructor must not throw; the count is only news
-    }
-  }
-
-  void refused(const std::string& from, const std::string& why) {
-    ++count_;
-    if (count_ <= kLoggedRefusals) {
-      C10D_LOG_WARN("rank {}: refused connection from {}: {}", rank_, from, why);
-    }
-    if (count_ == kLoggedRefusals) {
-      C10D_LOG_WARN("rank {}: further refused connections are counted, not logged", rank_);
-    }
-  }
-
- private:
-  std::uint32_t rank_;
-  int count_ = 0;
-};
-
-// An accepted connection whose handshake is under way. Setup reads every one as its bytes come,
-// so one that sends nothing, or dribbles, never holds up a real peer's handshake behind it.
-struct PendingHandshake {
-  tcp::socket socket;
-  std::string from;         // its remote address, for logs
-  bool challenged = false;  // the Hello is in and the Challenge sent: the Proof comes next
-  Nonces nonces;
-  std::vector<std::byte> bytes;  // what has arrived of the current frame
-};
-
 // Writes a frame of a handshake frame's size to a connection that has never had one written:
 // it fits the socket's send buffer at once, so a peer that never reads holds up no one.
 bool write_small(tcp::socket& s, std::span<const std::byte> frame) {
@@ -95,12 +48,35 @@ void finish_sending(tcp::socket& s) {
   s.read_some(asio::buffer(sink), ec);
 }
 
-// One step of the accepting side's handshake on `p` (tcp_wire.h): reads what has arrived and
-// answers. Returns the peer's rank once it proved itself and was accepted; nullopt while the
-// handshake goes on (`done` false) or when it ended in a refusal (`done` true; the connection is
-// then to be closed).
+}  // namespace
+
+std::string remote_of(const tcp::socket& s) {
+  error_code ec;
+  const tcp::endpoint ep = s.remote_endpoint(ec);
+  return ec ? std::string("an unknown address") : endpoint_string(ep);
+}
+
+RefusalLog::~RefusalLog() {
+  if (count_ <= kLoggedRefusals) return;
+  try {
+    C10D_LOG_WARN("rank {}: refused {} connections {}, {} of them not logged", rank_, count_,
+                  during_, count_ - kLoggedRefusals);
+  } catch (...) {  // a destructor must not throw; the count is only news
+  }
+}
+
+void RefusalLog::refused(const std::string& from, const std::string& why) {
+  ++count_;
+  if (count_ <= kLoggedRefusals) {
+    C10D_LOG_WARN("rank {}: refused connection from {}: {}", rank_, from, why);
+  }
+  if (count_ == kLoggedRefusals) {
+    C10D_LOG_WARN("rank {}: further refused connections are counted, not logged", rank_);
+  }
+}
+
 std::optional<std::uint32_t> accept_step(PendingHandshake& p, const SetupContext& ctx,
-                                         const std::vector<std::optional<tcp::socket>>& ins,
+                                         const std::function<bool(std::uint32_t)>& joined,
                                          RefusalLog& log, bool& done) {
   done = false;
   error_code ec;
@@ -162,7 +138,7 @@ std::optional<std::uint32_t> accept_step(PendingHandshake& p, const SetupContext
   // A proven member of the job from here on: it is told why when it is refused.
   AcceptStatus status = judge_proof(ctx.self, proof);
   const std::uint32_t peer = proof.connector.rank;
-  if (status == AcceptStatus::kAccepted && ins[peer]) status = AcceptStatus::kDuplicate;
+  if (status == AcceptStatus::kAccepted && joined(peer)) status = AcceptStatus::kDuplicate;
   const bool sent = write_small(p.socket, encode_accept({ctx.self, status}, ctx.key, p.nonces));
   if (status != AcceptStatus::kAccepted) {
     C10D_LOG_WARN("rank {}: refused rank {} from {}: {}", ctx.self.rank, peer, p.from,
@@ -176,14 +152,12 @@ std::optional<std::uint32_t> accept_step(PendingHandshake& p, const SetupContext
   return peer;
 }
 
-}  // namespace
-
 std::vector<std::optional<tcp::socket>> accept_peers(tcp::acceptor& acceptor,
                                                      const SetupContext& ctx) {
   const auto rank = ctx.self.rank;
   const auto world_size = ctx.self.world_size;
   std::vector<std::optional<tcp::socket>> ins(world_size);
-  RefusalLog log(rank);
+  RefusalLog log(rank, "during setup");
   std::vector<PendingHandshake> pending;
   std::vector<pollfd> fds;
   for (std::uint32_t accepted = 0; accepted < world_size - 1;) {
@@ -207,7 +181,8 @@ std::vector<std::optional<tcp::socket>> accept_peers(tcp::acceptor& acceptor,
     }
     for (auto it = pending.begin(); it != pending.end();) {
       bool done = false;
-      const std::optional<std::uint32_t> peer = accept_step(*it, ctx, ins, log, done);
+      const std::optional<std::uint32_t> peer = accept_step(
+          *it, ctx, [&](std::uint32_t r) { return ins[r].has_value(); }, log, done);
       if (peer) {
         error_code ec;
         it->socket.set_option(tcp::no_delay(true), ec);  // best effort, as above

@@ -208,8 +208,9 @@ tcp::socket connect_to_peer(asio::io_context& io, Store& store, const SetupConte
                  addr, ctx.timeout.count());
     }
     if (ec != asio::error::connection_refused || Clock::now() + backoff >= retry_until) {
-      C10D_THROW(NetworkError, "rank {}: cannot connect to rank {} at {}: {}", rank, peer, addr,
-                 ec.message());
+      const bool out_of_files = ec.value() == EMFILE || ec.value() == ENFILE;
+      C10D_THROW(NetworkError, "rank {}: cannot connect to rank {} at {}: {}{}", rank, peer, addr,
+                 ec.message(), out_of_files ? "; " + descriptor_limits() : std::string());
     }
     C10D_LOG_DEBUG("rank {}: connecting to rank {} at {}: {}; retrying in {} ms", rank, peer, addr,
                    ec.message(), backoff.count());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/gloo_like/tcp_handshake.h"
+#include "core/check.h"
 
 namespace c10d::inline v1::gloo_like::handshake_detail {
 namespace asio = boost::asio;
@@ -32,8 +33,13 @@ inline int poll_slice_ms(std::int64_t left, const backends::SetupWatch* watch) {
   return static_cast<int>(std::min<std::int64_t>(left, cap));
 }
 
-// Throws another rank's recorded set-up failure, if any (SetupWatch::check).
+// Throws another rank's recorded set-up failure, if any (SetupWatch::check), or a NetworkError
+// once the transport stopped connecting (SetupContext::cancelled).
 inline void look(const SetupContext& ctx) {
+  if (ctx.cancelled != nullptr && ctx.cancelled->load()) {
+    C10D_THROW(NetworkError, "rank {}: the transport closed while it was connecting",
+               ctx.self.rank);
+  }
   if (ctx.watch != nullptr) ctx.watch->check();
 }
 

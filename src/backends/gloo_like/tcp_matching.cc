@@ -13,6 +13,7 @@
 // bytes arrive (next_window; transport/unexpected_buffer.h), never the length its header
 // claims, and every chunk, plus kUnexpectedOverheadBytes per message, counts against the
 // peer's limit (hold_locked) until the entry leaves its queue (release_locked).
+#include <algorithm>
 #include <mutex>
 
 #include "backends/gloo_like/tcp_transport_impl.h"
@@ -108,12 +109,7 @@ void TCPTransport::Impl::finish_payload(Connection& c, int peer) {
     // Blaming a rank outside the group, or this one, is a peer's garbage: blame no one. A rank
     // of the group that made no progress (sent as -2 - rank, decoded with `stalled`) stands,
     // and this rank's own notice says so too.
-    const AbortNotice notice = heard_abort_notice(
-        decode_abort_notice({c.sink.get(), static_cast<std::size_t>(c.frame_length)}), rank,
-        static_cast<int>(conns.size()));
-    kill_locked(peer, PeerLoss{.why = C10D_ERROR(NetworkError, "rank {}: {}", rank,
-                                                 describe_failure(notice, peer)),
-                               .blame = Blame{notice.lost_rank, notice.stalled}});
+    kill_locked(peer, notice_loss(peer, {c.sink.get(), static_cast<std::size_t>(c.frame_length)}));
     return;
   }
   if (c.target) {
@@ -164,6 +160,8 @@ void TCPTransport::Impl::submit_receive_locked(const std::shared_ptr<Op>& op) {
       return;
     }
     matcher.post(op->peer, op->tag, op);
+    // A peer that is gone fails the connect now, rather than this receive at its timeout.
+    if (lazy) want_connection_locked(op->peer, /*to_send=*/false);
     if (c.parked && c.parked_tag == op->tag) {
       asio::post(io, [self = shared_from_this(), peer = op->peer] { self->try_drain(peer); });
     }
@@ -227,18 +225,25 @@ std::exception_ptr TCPTransport::Impl::refusal_locked(const Op& op) {
 }
 
 // Requires mu_. Why an any-source receive cannot wait: no peer is left that could send (every
-// connection is gone; the last one's error says why). Null while one is up.
+// connection is gone; the last one's error says why). Null while one is up, or may still come
+// (a lazy transport's peer that has not connected yet). Peers another channel carries
+// (`elsewhere`) send nothing here.
 std::exception_ptr TCPTransport::Impl::no_sender_locked() const {
   std::exception_ptr last;
-  for (const auto& c : conns) {
-    if (!c) continue;
+  for (std::size_t p = 0; p < conns.size(); ++p) {
+    const auto& c = conns[p];
+    if (!c || elsewhere[p]) continue;
     if (!c->dead) return nullptr;
     last = c->dead;
   }
+  const bool any_elsewhere = std::find(elsewhere.begin(), elsewhere.end(), 1) != elsewhere.end();
   return C10D_ERROR(NetworkError,
                     "rank {}: an any-source receive cannot complete: the connection to every "
                     "peer is gone (the last: {})",
-                    rank, last ? what_of(last) : std::string("this rank has no peers"));
+                    rank,
+                    last            ? what_of(last)
+                    : any_elsewhere ? std::string("every peer is on this host, and closed")
+                                    : std::string("this rank has no peers"));
 }
 
 // Requires mu_. Fails the queued any-source receives with `e`, or, when `e` is null, with

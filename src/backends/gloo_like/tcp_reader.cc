@@ -35,6 +35,7 @@ static_assert(kSinkBytes >= 4 + kMaxAbortMessageBytes, "an abort notice fits the
 // drains once more for it).
 void TCPTransport::Impl::try_drain(int peer) {
   Connection& c = conn(peer);
+  if (c.read_fd.load(std::memory_order_acquire) < 0) return;  // the peer has not connected yet
   c.drain_again.store(true);
   if (c.read_owner.exchange(true)) return;  // the holder will see drain_again
   for (;;) {
@@ -97,7 +98,8 @@ void TCPTransport::Impl::drain(Connection& c, int peer) {
             take_ahead(c, to, static_cast<std::size_t>(std::min<std::uint64_t>(room, kReadAhead)));
       } else if (room >= kReadAhead) {
         if (empty) return;
-        const ssize_t n = ::recv(c.read_fd, to, static_cast<std::size_t>(room), MSG_DONTWAIT);
+        const ssize_t n = ::recv(c.read_fd.load(std::memory_order_relaxed), to,
+                                 static_cast<std::size_t>(room), MSG_DONTWAIT);
         if (n <= 0) {
           if (!read_failed(c, peer, n)) return;
           continue;
@@ -150,7 +152,8 @@ std::size_t TCPTransport::Impl::take_ahead(Connection& c, std::byte* to, std::si
 // socket is (or was found) empty or the stream ended (read_closed is then set).
 bool TCPTransport::Impl::read_ahead(Connection& c, int peer, bool& empty) {
   while (!empty) {
-    const ssize_t n = ::recv(c.read_fd, c.ahead.get(), kReadAhead, MSG_DONTWAIT);
+    const ssize_t n =
+        ::recv(c.read_fd.load(std::memory_order_relaxed), c.ahead.get(), kReadAhead, MSG_DONTWAIT);
     if (n > 0) {
       c.ahead_begin = 0;
       c.ahead_end = static_cast<std::size_t>(n);
@@ -191,23 +194,10 @@ bool TCPTransport::Impl::read_frame_header(Connection& c, int peer) {
   const FrameFault fault = decode_frame_header(c.header, h);
   c.frame_tag = h.tag;
   c.frame_length = h.length;
-  if (fault != FrameFault::kNone) {
+  if (fault != FrameFault::kNone || h.kind == FrameKind::kGoodbye) {
     std::lock_guard lock(mu_);
     c.read_closed.store(true);
-    kill_locked(peer, PeerLoss{.why = C10D_ERROR(NetworkError,
-                                                 "rank {}: peer rank {} sent a frame header that "
-                                                 "is not of this protocol: {}",
-                                                 rank, peer, describe_frame_fault(fault, h))});
-    return false;
-  }
-  if (h.kind == FrameKind::kGoodbye) {
-    std::lock_guard lock(mu_);
-    c.read_closed.store(true);
-    kill_locked(peer, PeerLoss{.why = C10D_ERROR(NetworkError,
-                                                 "rank {}: peer rank {} closed its transport (it "
-                                                 "finished or destroyed its group)",
-                                                 rank, peer),
-                               .end = PeerEnd::kGoodbye});
+    kill_locked(peer, fault != FrameFault::kNone ? fault_loss(peer, fault, h) : goodbye_loss(peer));
     return false;
   }
   if (h.kind == FrameKind::kAbort) {

@@ -30,6 +30,8 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   impl_->who = fmt::format("rank {}", rank);
   impl_->fail_all_on_peer_loss = options.fail_all_on_peer_loss;
   impl_->on_abort = std::move(options.on_abort);
+  impl_->pending_elsewhere = std::move(options.pending_elsewhere);
+  impl_->elsewhere.assign(static_cast<std::size_t>(world_size), 0);
   impl_->max_unexpected = transport::max_unexpected_bytes(options.max_unexpected_bytes);
   impl_->store = store;
   impl_->failure_key = fmt::format("{}/failure", group_name);
@@ -37,7 +39,12 @@ TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_siz
   auto watch = options.setup_watch;
   if (!watch) watch = std::make_shared<backends::SetupWatch>(store, group_name, rank);
   impl_->stall_prefix = fmt::format("{}/stall/{}/", group_name, watch->attempt());
+  impl_->setup_watch = watch;
   try {
+    const TCPConnect mode =
+        options.connect == TCPConnect::kFromEnv ? tcp_connect_from_env() : options.connect;
+    impl_->lazy = mode == TCPConnect::kLazy;
+    impl_->watch_failures = impl_->lazy && options.fail_all_on_peer_loss;
     // Before a deadline is computed from it: a timeout past kMaxTimeout would wrap it.
     core::check_timeout(options.timeout, fmt::format("TCPTransport rank {}", rank));
     set_up(store.get(), group_name, options, Clock::now() + options.timeout, *watch);
@@ -50,10 +57,10 @@ TCPTransport::~TCPTransport() {
   // Not aborted before: an orderly close, announced with a goodbye.
   impl_->abort(C10D_ERROR(NetworkError, "rank {}: the TCP transport was destroyed", rank_),
                tcp_detail::LastFrame::kGoodbye);
-  // After close_all the read loops and writes end with errors; then, without the guard, run()
-  // returns.
-  asio::post(impl_->io, [impl = impl_.get()] { impl->guard.reset(); });
-  impl_->thread.join();
+  // Connectors stop within a poll slice of the abort (SetupContext::cancelled), the failure
+  // watch once its store call returns; after close_all the read loops and writes end with
+  // errors, and then, without the guard, the io thread's run() returns.
+  stop_io();
 }
 
 std::unique_ptr<transport::Request> TCPTransport::isend(int peer, Tag tag,
@@ -123,6 +130,30 @@ std::shared_ptr<transport::ArrivalClock> TCPTransport::arrivals() const {
 transport::StallReport TCPTransport::find_stalled(int peer, std::string_view doing,
                                                   std::chrono::milliseconds window) {
   return impl_->find_stalled(peer, doing, window);
+}
+
+void TCPTransport::carried_elsewhere(const std::vector<int>& peers) {
+  std::lock_guard lock(impl_->mu_);
+  for (const int p : peers) {
+    C10D_CHECK(p >= 0 && p < world_size_ && p != rank_,
+               "TCPTransport rank {}: peer {} carried elsewhere is no other rank of {}", rank_, p,
+               world_size_);
+    impl_->elsewhere[static_cast<std::size_t>(p)] = 1;
+  }
+}
+
+bool TCPTransport::lazy() const { return impl_->lazy; }
+
+TCPTransport::Connections TCPTransport::connections() const {
+  Connections out;
+  for (int peer = 0; peer < world_size_; ++peer) {
+    if (peer == rank_) continue;
+    const tcp_detail::Connection& c = impl_->conn(peer);
+    if (c.read_fd.load(std::memory_order_acquire) >= 0) out.accepted.push_back(peer);
+    std::lock_guard lock(impl_->mu_);
+    if (c.write_side == tcp_detail::WriteSide::kOpen) out.made.push_back(peer);
+  }
+  return out;
 }
 
 void TCPTransport::abort(std::exception_ptr reason) {

@@ -1,13 +1,17 @@
 // TCPTransport's shared state, TCPTransport::Impl, and the parts of the transport that work on
 // it, one file each (as gloo splits its transport into device, context, listener, pair, buffer):
 //   tcp_transport.cc   the public class: argument checks, posting, abort
-//   tcp_setup.cc       listen, publish the address, connect, accept and shake hands; the io thread
-//   tcp_connection.h   one peer's state (Connection) and who may move its sockets' bytes, when
+//   tcp_setup.cc       listen, publish the address, the eager mesh; the io thread
+//   tcp_connect.cc     connections on first use: connector threads, the reverse watch
+//   tcp_accept.cc      the io thread's listener: handshakes answered as their bytes come
+//   tcp_connection.h   one peer's state (Connection), its sockets' states, who moves their bytes
 //   tcp_reader.cc      frames off a peer's socket: headers, into-place reads, the read-ahead
 //   tcp_matching.cc    where a message goes: its receive, an unexpected entry, or parked
 //   tcp_writer.cc      queued sends, gather writes, hand-over between poster, waiter, io thread
-//   tcp_wait.cc        Request::wait/test: polling, drive_until, sleeping, the io thread's watch
-//   tcp_failure.cc     abort, abort notices, goodbye, peer loss, failure and stall records
+//   tcp_wait.cc        Request::wait/test: polling, drive_until, sleeping
+//   tcp_watch.cc       the io thread's watch on the sockets nobody polls
+//   tcp_failure.cc     abort, abort notices, goodbye, peer loss
+//   tcp_records.cc     the failure and stall records in the store
 // Requests hold Impl by shared_ptr, and so may outlive the TCPTransport that made them.
 #pragma once
 
@@ -15,8 +19,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <exception>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,6 +35,7 @@
 #include <vector>
 
 #include "backends/gloo_like/tcp_connection.h"
+#include "backends/gloo_like/tcp_handshake.h"
 #include "backends/gloo_like/tcp_transport.h"
 #include "backends/gloo_like/tcp_wire.h"
 #include "core/check.h"
@@ -76,6 +84,27 @@ enum class ArrivedMessages { kKeep, kDrop };
 // The message of an exception, for an error that wraps it.
 using core::what_of;
 
+// A connection the io thread accepted whose handshake is under way (tcp_accept.cc), until it
+// proves itself, fails, or its time is up (`expiry`).
+struct PendingAccept {
+  PendingAccept(PendingHandshake h, boost::asio::io_context& io)
+      : handshake(std::move(h)), expiry(io) {}
+  PendingHandshake handshake;
+  boost::asio::steady_timer expiry;
+  bool gone = false;  // left the list: its handlers do nothing more
+};
+
+// A lazy transport's listener after set-up (tcp_accept.cc): io thread only.
+struct Accepting {
+  Accepting(boost::asio::ip::tcp::acceptor a, SetupContext c)
+      : acceptor(std::move(a)), ctx(std::move(c)), log(ctx.self.rank, "while accepting peers") {}
+  boost::asio::ip::tcp::acceptor acceptor;  // nonblocking
+  SetupContext ctx;  // this rank and the key; no deadline (each pending one has its own)
+  RefusalLog log;
+  std::list<std::shared_ptr<PendingAccept>> pending;  // at most kMaxPendingHandshakes
+  int joined = 0;                                     // peers whose read side is attached
+};
+
 }  // namespace tcp_detail
 
 struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
@@ -120,11 +149,51 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // Waiters driving a transfer poll without sleeping while bytes keep coming (kDriveSpin).
   const bool hot_drive = core::has_own_core();
 
+  // ---- Connections on first use (tcp_connect.cc, tcp_accept.cc). ----
+  bool lazy = false;
+  // lazy and fail_all_on_peer_loss: a thread looks for failure records (watch_failures).
+  bool watch_failures = false;
+  std::function<bool()> pending_elsewhere;  // TCPTransportOptions::pending_elsewhere
+  std::vector<char> elsewhere;  // GUARDED_BY(mu_), by rank: TCPTransport::carried_elsewhere
+  std::thread failure_watch;    // joined by ~TCPTransport
+  std::condition_variable failure_watch_cv;  // waits on mu_: closing
+  // What a connector's handshake brings (its deadline set per connect); a connect's waits look
+  // at the set-up watch too, for a rank that failed its set-up after publishing its address.
+  SetupContext connect_ctx;
+  std::shared_ptr<backends::SetupWatch> setup_watch;
+  std::atomic<bool> closing{false};     // set by abort_locked: connects stop (SetupContext)
+  std::deque<int> connect_queue;        // GUARDED_BY(mu_): peers to connect to, in order
+  std::vector<std::thread> connectors;  // GUARDED_BY(mu_); joined by ~TCPTransport
+  int idle_connectors = 0;              // GUARDED_BY(mu_)
+  std::condition_variable connect_cv;   // waits on mu_: a peer queued, or closing
+  std::unique_ptr<tcp_detail::Accepting> accepting;  // io thread only, after set-up
+
   Connection& conn(int peer) { return *conns[static_cast<std::size_t>(peer)]; }
   const Connection& conn(int peer) const { return *conns[static_cast<std::size_t>(peer)]; }
 
   // ---- Set-up and the io thread (tcp_setup.cc). ----
   void run();
+
+  // ---- Connecting on first use (tcp_connect.cc). ----
+  void want_connection_locked(int peer, bool to_send);
+  void connect_loop();
+  void connect(int peer);
+  void attach_write(int peer, boost::asio::ip::tcp::socket s);
+  void connect_failed(int peer, std::exception_ptr e);
+  void watch_reverse(int peer);
+  void read_reverse(int peer);
+  void stop_reverse(Connection& c);
+  void join_connectors();
+  bool pending_locked() const;
+  std::string connection_note(int peer);
+
+  // ---- Accepting on the io thread (tcp_accept.cc). ----
+  void start_accepting();
+  void accept_pending();
+  void step_handshake(const std::shared_ptr<tcp_detail::PendingAccept>& p);
+  void drop_pending(const std::shared_ptr<tcp_detail::PendingAccept>& p);
+  void attach_read(int peer, boost::asio::ip::tcp::socket s);
+  void stop_accepting();
 
   // ---- Reader (tcp_reader.cc): frames off read_fd, by the read_owner holder. ----
   void try_drain(int peer);
@@ -192,10 +261,17 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   void send_last_frame_and_close(const std::vector<std::byte>& frame);
   void close_all();
   static std::string describe_failure(const AbortNotice& notice, int peer);
-  // Failure and stall records in the store.
+  void end_of_last_frame(int peer, std::span<const std::byte> frame, const error_code& ec);
+  PeerLoss goodbye_loss(int peer) const;
+  PeerLoss notice_loss(int peer, std::span<const std::byte> payload) const;
+  PeerLoss fault_loss(int peer, FrameFault fault, const FrameHeader& h) const;
+  // Failure and stall records in the store (tcp_records.cc).
   void publish_failure(const AbortNotice& notice);
   bool store_reachable();
+  std::optional<std::pair<std::string, Blame>> failure_record();
   std::pair<std::exception_ptr, Blame> published_failure(int peer);
+  void watch_for_failures();
+  bool look_for_failure();
   transport::PeerActivity heard_from(int peer) const;
   transport::StallReport find_stalled(int peer, std::string_view doing,
                                       std::chrono::milliseconds window);

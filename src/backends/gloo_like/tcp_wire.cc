@@ -306,17 +306,22 @@ AbortNotice heard_abort_notice(AbortNotice notice, int self, int world_size) {
   return notice;
 }
 
-std::string encode_failure_record(const AbortNotice& notice) {
-  return fmt::format("{}\n{}", cause_of(notice), notice.message);
+std::string encode_failure_record(const FailureRecord& record) {
+  return fmt::format("{}\n{}\n{}", cause_of(record.notice), record.from, record.notice.message);
 }
 
-std::optional<AbortNotice> decode_failure_record(std::string_view text) {
+std::optional<FailureRecord> decode_failure_record(std::string_view text) {
   const auto nl = text.find('\n');
   if (nl == std::string_view::npos) return std::nullopt;
+  const auto nl2 = text.find('\n', nl + 1);
+  if (nl2 == std::string_view::npos) return std::nullopt;
   const auto cause = core::parse_int(text.substr(0, nl), std::numeric_limits<std::int32_t>::min(),
                                      std::numeric_limits<std::int32_t>::max());
-  if (!cause.value) return std::nullopt;
-  return notice_of(static_cast<std::int32_t>(*cause.value), text.substr(nl + 1));
+  const auto from = core::parse_int(text.substr(nl + 1, nl2 - nl - 1), 0,
+                                    std::numeric_limits<std::int32_t>::max());
+  if (!cause.value || !from.value) return std::nullopt;
+  return FailureRecord{notice_of(static_cast<std::int32_t>(*cause.value), text.substr(nl2 + 1)),
+                       static_cast<std::int32_t>(*from.value)};
 }
 
 std::array<std::byte, kFrameHeaderBytes> encode_frame_header(std::uint64_t tag,

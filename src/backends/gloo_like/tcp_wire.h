@@ -1,14 +1,14 @@
 // Wire formats of the TCP transport: the handshake each connection opens with, and the message
 // frame. Pure functions over bytes, no sockets.
 //
-// Handshake, version 3 (little-endian). Connector C is the rank that connects (and will write on
+// Handshake, version 4 (little-endian). Connector C is the rank that connects (and will write on
 // the connection), acceptor A the rank that accepted (and will read). Both prove they know the
 // job's key by HMAC-SHA256 over fresh nonces from both sides; the key never crosses the wire.
 // Every handshake frame from either side opens with the same 6 bytes in every version, so a
 // peer of another version can always be told which one it speaks:
 //   +-------------+-------------+
 //   | magic u32   | version u16 |
-//   | "C10T"      | 3           |
+//   | "C10T"      | 4           |
 //   +-------------+-------------+
 //  1. C -> A  Hello:     magic, version, nonce_c (32 random bytes). Says nothing of the job.
 //  2. A -> C  Challenge: magic, version, nonce_a (32 random bytes), the same 38-byte layout.
@@ -31,8 +31,10 @@
 //     connection it refused. C checks mac_a, then the fields, and names both sides' values.
 // The key is HMAC-SHA256(secret, "c10d-transport-key"), the secret being the store's token
 // (C10D_STORE_TOKEN or an option), else a random job secret kept in the store (tcp_handshake.h).
-// Version 2 exchanged world size, rank and group name in the clear, with no proof; version 1
-// had one connection per pair of ranks instead of one per direction.
+// Version 3 had the same frames, but its ranks made every connection during set-up and sent
+// their last frame forward only; version 2 exchanged world size, rank and group name in the
+// clear, with no proof; version 1 had one connection per pair of ranks instead of one per
+// direction.
 //
 // Message frame, after the handshake, from the connecting rank to the accepting one:
 //   +----------+-------------+-----------------+
@@ -91,18 +93,25 @@ AbortNotice decode_abort_notice(std::span<const std::byte> payload);
 AbortNotice heard_abort_notice(AbortNotice notice, int self, int world_size);
 
 // The failure record a failing rank leaves in the store (<group>/failure) for peers whose
-// connection to it ended mid-frame: "<lost>\n<what>", <lost> the notice's lost rank as on the
-// wire (-1, a rank, or -2 - rank for one that made no progress), <what> the message.
-std::string encode_failure_record(const AbortNotice& notice);
-// The record read back; nullopt when its first line is not a decimal i32 (no sign but '-', no
-// spaces, nothing after it) or there is no second line. The message is kept to
-// kMaxAbortMessageBytes, its control characters made '?'.
-std::optional<AbortNotice> decode_failure_record(std::string_view text);
+// connection to it ended mid-frame, or that have none: "<lost>\n<from>\n<what>", <lost> the
+// notice's lost rank as on the wire (-1, a rank, or -2 - rank for one that made no progress),
+// <from> the rank that recorded it, <what> its notice's message. A reader says what the abort
+// notice of rank <from> would have made it say (heard_abort_notice, then "peer rank ...
+// (rank <from> reports: <what>)"), whether or not it has a connection to that rank.
+struct FailureRecord {
+  AbortNotice notice;
+  std::int32_t from = -1;
+};
+std::string encode_failure_record(const FailureRecord& record);
+// The record read back; nullopt when its first two lines are not decimal i32s (no sign but '-',
+// no spaces, nothing after them), <from> is negative, or there is no third line. The message is
+// kept to kMaxAbortMessageBytes, its control characters made '?'.
+std::optional<FailureRecord> decode_failure_record(std::string_view text);
 
 // ---- the handshake ----
 
 inline constexpr std::uint32_t kHandshakeMagic = 0x54303143;  // "C10T" as little-endian bytes
-inline constexpr std::uint16_t kHandshakeVersion = 3;
+inline constexpr std::uint16_t kHandshakeVersion = 4;
 inline constexpr std::size_t kPreambleBytes = 6;  // magic and version
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kGreetingBytes = kPreambleBytes + kNonceBytes;  // Hello, Challenge

@@ -14,6 +14,7 @@
 namespace c10d::inline v1::gloo_like {
 namespace asio = boost::asio;
 using boost::system::error_code;
+using tcp_detail::WriteSide;
 
 namespace {
 
@@ -28,7 +29,7 @@ constexpr std::size_t kWholePayload = std::numeric_limits<std::size_t>::max();
 
 // The poster: an op is posted. A receive goes to matching (submit_receive_locked); a send is
 // written here when it is small and the connection idle, else queued for a waiter or the io
-// thread.
+// thread, or, when the connection is not made yet, for when it is (tcp_connect.cc).
 void TCPTransport::Impl::submit(const std::shared_ptr<Op>& op) {
   std::unique_lock lock(mu_);
   if (auto refusal = refusal_locked(*op)) {
@@ -40,12 +41,16 @@ void TCPTransport::Impl::submit(const std::shared_ptr<Op>& op) {
     // A small send on an idle connection is written here, on the caller's thread: handing it
     // to the io thread would cost a wake-up, longer than the write. Under mu_, so the io
     // thread cannot close the socket meanwhile; the write never blocks.
-    if (!c.writing && c.sends.empty() && !c.dead && op->bytes() <= kDirectWriteBytes &&
-        write_some(c, *op, kDirectWriteBytes)) {
+    if (c.write_side == WriteSide::kOpen && !c.writing && c.sends.empty() && !c.dead &&
+        op->bytes() <= kDirectWriteBytes && write_some(c, *op, kDirectWriteBytes)) {
       op->complete_locked(nullptr);
       return;
     }
     c.sends.push_back(op);
+    if (c.write_side != WriteSide::kOpen) {  // it goes out once the connection is made
+      want_connection_locked(op->peer, /*to_send=*/true);
+      return;
+    }
     // A thread polling in Request::wait writes it (progress_sends); with none, the io thread.
     // Read under mu_: a poller that leaves checks the queues under mu_ after it has counted
     // itself out, so the send is never left to nobody.
@@ -66,7 +71,10 @@ void TCPTransport::Impl::write_next(int peer) {
     std::lock_guard lock(mu_);
     // A waiter polls now: it writes the queue itself (progress_sends); the last to leave
     // hands it back here (leave_progress).
-    if (c.writing || c.sends.empty() || progressors.load() > 0) return;
+    if (c.write_side != WriteSide::kOpen || c.writing || c.sends.empty() ||
+        progressors.load() > 0) {
+      return;
+    }
     op = c.sends.front();
     c.sends.pop_front();
     op->in_flight = true;
@@ -159,7 +167,8 @@ bool TCPTransport::Impl::write_some(Connection& c, Op& op, std::size_t cap, int*
   msghdr msg{};
   msg.msg_iov = iov;
   msg.msg_iovlen = static_cast<std::size_t>(n_iov);
-  const ssize_t n = ::sendmsg(c.write_fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  const ssize_t n =
+      ::sendmsg(c.write_fd.load(std::memory_order_relaxed), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
   if (n > 0) op.written += static_cast<std::size_t>(n);
   if (n < 0 && error != nullptr && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
     *error = errno;
@@ -178,7 +187,10 @@ void TCPTransport::Impl::progress_sends() {
     std::shared_ptr<Op> op;
     {
       std::lock_guard lock(mu_);
-      if (c->writing || c->sends.empty() || c->dead || aborted) continue;
+      if (c->write_side != WriteSide::kOpen || c->writing || c->sends.empty() || c->dead ||
+          aborted) {
+        continue;
+      }
       op = c->sends.front();
       op->in_flight = true;
       c->writing = true;
@@ -205,7 +217,9 @@ void TCPTransport::Impl::leave_progress() {
   std::lock_guard lock(mu_);
   for (std::size_t p = 0; p < conns.size(); ++p) {
     Connection* c = conns[p].get();
-    if (c == nullptr || c->writing || c->sends.empty()) continue;
+    if (c == nullptr || c->write_side != WriteSide::kOpen || c->writing || c->sends.empty()) {
+      continue;
+    }
     asio::post(io,
                [self = shared_from_this(), peer = static_cast<int>(p)] { self->write_next(peer); });
   }
