@@ -2,17 +2,18 @@
 """Runs c10d (TCP backend, one c10drun per host) and Open MPI (mpirun across the same hosts,
 btl self,vader,tcp) on emulated hosts (tests/cluster/emucluster.py) and prints markdown tables of
 medians: per collective and size, c10d's time and bus bandwidth, Open MPI's, their ratio, c10d
-with the hierarchy turned off (C10D_ALGO=flat), and each busbw as a multiple of the link rate.
+with the hierarchy turned off (C10D_ALGO=flat) or its pipeline off (`unpiped`), and each busbw
+as a multiple of the link rate.
 
     bench/cluster_compare.py [--hosts 2] [--per-host 2] [--rates 2gbit] [--runs 3]
         [--sizes 8,64K,1M,16M,64M] [--collectives all_reduce,broadcast,all_gather,reduce_scatter]
-        [--json OUT] [--build build]
+        [--json OUT] [--build build] [--variants c10d,flat,mpi]
 
 Needs root and what emucluster.py needs, and mpirun; where a cluster cannot be built it prints
 "SKIPPED: <reason>" and exits 77.
 
 One cluster serves the whole run. For every collective and size, each of --runs rounds runs
-c10d (automatic choice: hierarchical across hosts from 256 KiB), c10d flat and Open MPI one
+c10d (automatic choice: hierarchical across hosts from 256 KiB) and the other variants one
 after another, so drifting load on the machine hits all three alike; each cell is the median
 over the rounds. Every run is one launch at one size: the iteration count is chosen so that a
 run moves about --budget seconds of link time (at least 3 calls, at most 2000), since 2000
@@ -43,7 +44,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "cluster"))
 import emucluster  # noqa: E402
 
-VARIANTS = ("c10d", "flat", "mpi")  # the order of each round
+# The order of each round; --variants picks among them. "unpiped": c10d with the hierarchical
+# all_reduce's pipeline off (C10D_HIER_PIECES=1).
+VARIANTS = ("c10d", "flat", "unpiped", "mpi")
+VARIANT_ENV = {"c10d": {}, "flat": {"C10D_ALGO": "flat"}, "unpiped": {"C10D_HIER_PIECES": "1"}}
+TITLES = {"flat": "c10d flat", "unpiped": "c10d unpiped", "mpi": "Open MPI"}
 
 
 def parse_size(text):
@@ -88,9 +93,9 @@ class Runner:
             texts = [proc.text()]
         else:
             env = dict(os.environ)
-            env.pop("C10D_ALGO", None)
-            if variant == "flat":
-                env["C10D_ALGO"] = "flat"
+            for name in ("C10D_ALGO", "C10D_HIER_PIECES"):
+                env.pop(name, None)
+            env.update(VARIANT_ENV[variant])
             # A fresh port per job: the last job's store port may linger in TIME_WAIT.
             self.port = 29600 + (self.port - 29600 + 1) % 300
             job = self.c.c10drun([f"{b}/bench/c10d-bench"] + flags,
@@ -131,6 +136,8 @@ def main():
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run")
     parser.add_argument("--json", help="write every run's numbers and the medians here")
     parser.add_argument("--build", default="build")
+    parser.add_argument("--variants", default="c10d,flat,mpi",
+                        help="c10d and any of flat, unpiped, mpi, run in that order each round")
     args = parser.parse_args()
     args.build = os.path.abspath(args.build)
 
@@ -144,6 +151,9 @@ def main():
         print(f"SKIPPED: cannot build emulated hosts here: {reason}")
         sys.exit(emucluster.SKIP)
 
+    variants = args.variants.split(",")
+    if "c10d" not in variants or any(v not in VARIANTS for v in variants):
+        sys.exit(f"--variants {args.variants}: a list of {', '.join(VARIANTS)} with c10d in it")
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     rates = emucluster.Cluster._parse_rates(args.rates, args.hosts)
     link = (min(emucluster._rate_bits(r) for r in rates) / 8 if all(rates) else None)
@@ -156,33 +166,31 @@ def main():
                   f"median of {args.runs} runs\n")
             for collective in args.collectives.split(","):
                 print(f"### {collective}\n")
-                print("| size | c10d time (µs) | c10d busbw (GB/s) | c10d vs link | Open MPI time "
-                      "(µs) | Open MPI busbw | Open MPI vs link | c10d / Open MPI | c10d flat "
-                      "time (µs) | flat busbw | flat vs link | c10d / flat |")
-                print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                others = [v for v in VARIANTS if v in variants and v != "c10d"]
+                print("| size | c10d time (µs) | c10d busbw (GB/s) | c10d vs link |" +
+                      "".join(f" {TITLES[v]} time (µs) | {TITLES[v]} busbw | {TITLES[v]} vs link "
+                              f"| c10d / {TITLES[v]} |" for v in others))
+                print("|---:|---:|---:|---:|" + "---:|---:|---:|---:|" * len(others))
                 for size in sizes:
                     if size < world * 4 and collective in ("all_gather", "reduce_scatter"):
                         continue  # under one float per rank
                     iters = iterations(size, link or 1.25e9, args.budget)
-                    runs = {v: [] for v in VARIANTS}
+                    runs = {v: [] for v in VARIANTS if v in variants}
                     for _ in range(args.runs):
-                        for v in VARIANTS:
+                        for v in runs:
                             runs[v].append(runner.run(v, collective, size, iters))
                     med = {v: {k: statistics.median(r[k] for r in rs)
                                for k in ("time_us", "busbw")} for v, rs in runs.items()}
                     results.append({"collective": collective, "size": size, "runs": runs,
                                     "median": med})
 
-                    def vs(v):
-                        return f"{med[v]['busbw'] * 1e9 / link:.2f}x" if link else "-"
+                    def cells(v):
+                        vs = f"{med[v]['busbw'] * 1e9 / link:.2f}x" if link else "-"
+                        return f" {med[v]['time_us']:.1f} | {med[v]['busbw']:.3f} | {vs} |"
                     # The same size, so the time ratio is the busbw ratio: > 1, c10d is faster.
-                    print(f"| {label(size)} | {med['c10d']['time_us']:.1f} | "
-                          f"{med['c10d']['busbw']:.3f} | {vs('c10d')} | "
-                          f"{med['mpi']['time_us']:.1f} | {med['mpi']['busbw']:.3f} | {vs('mpi')} "
-                          f"| {med['mpi']['time_us'] / med['c10d']['time_us']:.2f}x | "
-                          f"{med['flat']['time_us']:.1f} | {med['flat']['busbw']:.3f} | "
-                          f"{vs('flat')} | {med['flat']['time_us'] / med['c10d']['time_us']:.2f}x"
-                          " |", flush=True)
+                    print(f"| {label(size)} |" + cells("c10d") +
+                          "".join(cells(v) + f" {med[v]['time_us'] / med['c10d']['time_us']:.2f}x |"
+                                  for v in others), flush=True)
                 print()
     except emucluster.Unavailable as e:
         print(f"SKIPPED: cannot build emulated hosts here: {e}")

@@ -1,8 +1,13 @@
 #include "algorithms/hierarchical.h"
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "algorithms/choice.h"
 #include "algorithms/reduce_kernels.h"
@@ -62,25 +67,135 @@ Reduction accumulating(const Reduction& r) {
   return acc;
 }
 
+// The three phases of hier_all_reduce (hier_pattern.h) over `count` elements at `data`.
+class HierPhases {
+ public:
+  HierPhases(const Groups& g, const HostLayout& layout, int rank, DType dtype,
+             const Reduction& acc, void* data, std::int64_t count,
+             const std::vector<std::int64_t>& host_shares)
+      : g_(&g), p_(layout, rank, count, host_shares), dtype_(dtype), acc_(acc), data_(data),
+        count_(count), local_{.blocks = p_.local_blocks()} {}
+
+  void reduce_within() const {
+    if (count_ > 0) ring_reduce_scatter(g_->local(), dtype_, acc_, data_, count_, local_);
+  }
+  void reduce_across() const {
+    if (count_ > 0) {
+      ring_all_reduce(g_->cross(), dtype_, acc_, data_, p_.own_chunk().count,
+                      RingOptions{.blocks = p_.cross_blocks()});
+    }
+  }
+  void gather_within() const {
+    if (count_ > 0) ring_all_gather(g_->local(), dtype_, data_, count_, local_);
+  }
+  void run_all() const {
+    reduce_within();
+    reduce_across();
+    gather_within();
+  }
+
+ private:
+  const Groups* g_;
+  HierPattern p_;
+  DType dtype_;
+  Reduction acc_;
+  void* data_;
+  std::int64_t count_;
+  RingOptions local_;
+};
+
+// hier_all_reduce cut into `n` pieces, each reduced in the three phases, as a pipeline: a
+// second thread runs the network phase of piece k while this one runs the shared-memory phases
+// of its neighbours, so the host links stay busy and only the first piece's reduce and the last
+// one's gather add to their time. This thread's order (reduce k+1, then gather k) is the same on
+// every rank of a host and the second thread runs the cross phases in order, so every pair of
+// ranks sees its messages in one order on both sides; local and cross pairs are disjoint, so
+// the two threads share the tag.
+void pipelined(const Groups& g, const HostLayout& layout, int rank, DType dtype,
+               const Reduction& acc, void* data, std::int64_t count,
+               const std::vector<std::int64_t>& host_shares, int n) {
+  std::vector<HierPhases> phases;
+  phases.reserve(static_cast<std::size_t>(n));
+  const auto elem = static_cast<std::int64_t>(element_size(dtype));
+  for (int k = 0; k < n; ++k) {
+    const Block b = block_of(count, n, k);
+    phases.emplace_back(g, layout, rank, dtype, acc, static_cast<std::byte*>(data) + b.offset * elem,
+                        b.count, host_shares);
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  int reduced_within = 0;  // pieces whose phase 1 ended (this thread)
+  int reduced_across = 0;  // pieces whose phase 2 ended (the network thread)
+  bool failed = false;
+  // Waits until `done` reaches `k`; false when the other thread failed first.
+  const auto wait_for = [&](const int& done, int k) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return done >= k || failed; });
+    return done >= k;
+  };
+  const auto update = [&](int* done) {
+    {
+      const std::lock_guard lock(mu);
+      if (done != nullptr) ++*done;
+      else failed = true;
+    }
+    cv.notify_all();
+  };
+  std::exception_ptr across_error;
+  std::thread across([&] {
+    try {
+      for (int k = 0; k < n; ++k) {
+        if (!wait_for(reduced_within, k + 1)) return;
+        phases[static_cast<std::size_t>(k)].reduce_across();
+        update(&reduced_across);
+      }
+    } catch (...) {
+      across_error = std::current_exception();
+      update(nullptr);
+    }
+  });
+  try {
+    for (int k = 0; k <= n; ++k) {
+      if (k < n) {
+        phases[static_cast<std::size_t>(k)].reduce_within();
+        update(&reduced_within);
+      }
+      if (k > 0) {
+        if (!wait_for(reduced_across, k)) break;
+        phases[static_cast<std::size_t>(k - 1)].gather_within();
+      }
+    }
+  } catch (...) {
+    update(nullptr);
+    across.join();
+    throw;
+  }
+  across.join();
+  if (across_error) std::rethrow_exception(across_error);
+}
+
 }  // namespace
+
+int hier_pieces(std::int64_t bytes) {
+  return static_cast<int>(std::clamp<std::int64_t>(bytes / kHierPieceBytes, 1, kHierMaxPieces));
+}
 
 void hier_all_reduce(const Context& ctx, const HostLayout& layout, DType dtype,
                      const Reduction& reduction, void* data, std::int64_t count,
-                     const std::vector<std::int64_t>& host_shares) {
+                     const std::vector<std::int64_t>& host_shares, int pieces) {
   C10D_CHECK(count >= 0, "hier_all_reduce on rank {}: count {} is negative", ctx.rank(), count);
   validate_reduction(dtype, reduction.op);  // fails on every rank alike, before any message
   const Groups g(ctx, layout, "hier_all_reduce");
-  const HierPattern p(layout, ctx.rank(), count, host_shares);
   if (reduction.op == ReduceOp::kPremulSum) {
     premul_in_place(dtype, reduction.premul_factor, data, count);
   }
   const Reduction acc = accumulating(reduction);
-  if (count > 0) {
-    const RingOptions local{.blocks = p.local_blocks()};
-    ring_reduce_scatter(g.local(), dtype, acc, data, count, local);
-    ring_all_reduce(g.cross(), dtype, acc, data, p.own_chunk().count,
-                    RingOptions{.blocks = p.cross_blocks()});
-    ring_all_gather(g.local(), dtype, data, count, local);
+  const auto bytes = count * static_cast<std::int64_t>(element_size(dtype));
+  const int n_pieces = pieces > 0 ? pieces : hier_pieces(bytes);
+  if (n_pieces <= 1 || count < n_pieces) {
+    HierPhases(g, layout, ctx.rank(), dtype, acc, data, count, host_shares).run_all();
+  } else {
+    pipelined(g, layout, ctx.rank(), dtype, acc, data, count, host_shares, n_pieces);
   }
   if (reduction.op == ReduceOp::kAvg) finish_average(dtype, data, count, ctx.size());
 }

@@ -35,11 +35,20 @@
 
 namespace c10d::inline v1::algorithms {
 
+// all_reduce runs as a pipeline of pieces of at least kHierPieceBytes, at most kHierMaxPieces of
+// them: one piece's network phase overlaps the shared-memory phases of the next and the one
+// before (hierarchical.cc).
+inline constexpr std::int64_t kHierPieceBytes = std::int64_t{1} << 20;
+inline constexpr int kHierMaxPieces = 8;
+// How many pieces hier_all_reduce cuts `bytes` into by default (1: no pipeline).
+int hier_pieces(std::int64_t bytes);
+
 // Reduces `count` elements of `data` across the ranks of ctx, in place. `host_shares`: how each
 // local chunk is cut between the hosts in the cross rings (hier_pattern.h; empty: equally).
+// `pieces`: 0 for hier_pieces(), 1 for no pipeline, else that many (every rank alike).
 void hier_all_reduce(const Context& ctx, const HostLayout& layout, DType dtype,
                      const Reduction& reduction, void* data, std::int64_t count,
-                     const std::vector<std::int64_t>& host_shares = {});
+                     const std::vector<std::int64_t>& host_shares = {}, int pieces = 0);
 
 // As all_gather (all_gather.h): every rank's `input` into `output` in rank order; `input` may be
 // this rank's block of `output` itself.

@@ -47,13 +47,13 @@ void run_hosts(const std::vector<int>& hosts,
 
 template <typename T>
 void check_all_reduce(const std::vector<int>& hosts, std::int64_t count, DType dtype, ReduceOp op,
-                      const std::vector<std::int64_t>& shares = {}) {
+                      const std::vector<std::int64_t>& shares = {}, int pieces = 0) {
   const int n = static_cast<int>(hosts.size());
   std::vector<std::vector<T>> out(n);
   run_hosts(hosts, [&](int r, transport::Transport& t, const HostLayout& layout) {
     std::vector<T> data(static_cast<std::size_t>(count));
     for (std::int64_t i = 0; i < count; ++i) data[i] = static_cast<T>(value(r, i));
-    hier_all_reduce(context(t), layout, dtype, {op, 0.5}, data.data(), count, shares);
+    hier_all_reduce(context(t), layout, dtype, {op, 0.5}, data.data(), count, shares, pieces);
     out[r] = std::move(data);
   });
   for (int r = 0; r < n; ++r) {
@@ -61,7 +61,7 @@ void check_all_reduce(const std::vector<int>& hosts, std::int64_t count, DType d
       const double expect = expected(op, n, i);
       ASSERT_NEAR(static_cast<double>(out[r][i]), expect, 1e-5 * std::abs(expect))
           << "hosts " << name(hosts) << " count " << count << " rank " << r << " i " << i << " op "
-          << reduce_op_name(op) << " dtype " << dtype_name(dtype);
+          << reduce_op_name(op) << " dtype " << dtype_name(dtype) << " pieces " << pieces;
     }
   }
 }
@@ -81,6 +81,39 @@ TEST(HierAllReduceTest, ClosedFormsForEveryLayoutCountAndOp) {
 TEST(HierAllReduceTest, LargeCountsRunTheRingsSegmentedPipeline) {
   // 3 MiB of float64 over 3x2: each cross piece spans several 1 MiB segments.
   check_all_reduce<double>({0, 0, 1, 1, 2, 2}, 3 << 17, DType::kFloat64, ReduceOp::kSum);
+}
+
+TEST(HierAllReduceTest, PiecesRunAsAPipelineWithTheSameResult) {
+  EXPECT_EQ(hier_pieces(0), 1);
+  EXPECT_EQ(hier_pieces(2 * kHierPieceBytes - 1), 1);
+  EXPECT_EQ(hier_pieces(2 * kHierPieceBytes), 2);
+  EXPECT_EQ(hier_pieces(std::int64_t{1} << 40), kHierMaxPieces);
+  for (const auto& hosts : kLayouts) {
+    // Fewer elements than pieces run unpiped; 1001 leaves pieces of unequal counts.
+    for (std::int64_t count : {0, 1, 7, 1001}) {
+      for (int pieces : {2, 3, 8}) {
+        check_all_reduce<float>(hosts, count, DType::kFloat32, ReduceOp::kAvg, {}, pieces);
+        check_all_reduce<std::int64_t>(hosts, count, DType::kInt64, ReduceOp::kMax, {}, pieces);
+      }
+    }
+    check_all_reduce<float>(hosts, 1001, DType::kFloat32, ReduceOp::kPremulSum, {}, 4);
+  }
+  check_all_reduce<float>({0, 0, 1, 1, 2, 2}, 1001, DType::kFloat32, ReduceOp::kSum, {5, 0, 2}, 3);
+  // 3 MiB of float64 on 2x2: the default cut, 3 pieces of several ring segments each.
+  check_all_reduce<double>({0, 0, 1, 1}, 3 << 17, DType::kFloat64, ReduceOp::kSum);
+}
+
+// A rank that never joins: every other rank's pipeline ends at the deadline with an error, its
+// second thread joined, whether its first failure is on the network or the local side.
+TEST(HierAllReduceTest, APipelineWithAMissingRankFailsAtTheDeadline) {
+  run_hosts({0, 0, 1, 1}, [&](int r, transport::Transport& t, const HostLayout& layout) {
+    if (r == 3) return;
+    std::vector<float> data(4096, 1.0F);
+    EXPECT_THROW(hier_all_reduce(context(t, 1, std::chrono::milliseconds(300)), layout,
+                                 DType::kFloat32, {}, data.data(), 4096, {}, 4),
+                 Error)
+        << "rank " << r;
+  });
 }
 
 TEST(HierAllReduceTest, UnequalHostSharesGiveTheSameResult) {

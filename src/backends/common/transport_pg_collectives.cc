@@ -244,7 +244,7 @@ void TransportProcessGroup::all_reduce_one(const Context& ctx, const Tensor& t,
   }
   if (algo == Algorithm::kHierarchical) {
     algorithms::hier_all_reduce(ctx, layout_, t.dtype(), r, t.raw_data(), t.numel(),
-                                host_shares(ctx, bytes));
+                                host_shares(ctx, bytes), hier_pieces_);
   } else if (algo == Algorithm::kRing) {
     algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(), ring_);
   } else {

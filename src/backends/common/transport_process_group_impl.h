@@ -258,6 +258,7 @@ class TransportProcessGroup final : public ProcessGroup,
   // runner runs one op at a time), and every rank changes them alike.
   std::vector<std::int64_t> host_shares_;
   bool host_shares_fixed_ = true;
+  int hier_pieces_ = 0;  // C10D_HIER_PIECES: the hierarchical all_reduce's pipeline (0: auto)
   std::uint64_t large_hier_ops_ = 0;
   std::shared_ptr<BackendHooks> hooks_;  // immutable after construction
 
