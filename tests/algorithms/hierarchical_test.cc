@@ -99,8 +99,8 @@ TEST(HierAllReduceTest, PiecesRunAsAPipelineWithTheSameResult) {
     check_all_reduce<float>(hosts, 1001, DType::kFloat32, ReduceOp::kPremulSum, {}, 4);
   }
   check_all_reduce<float>({0, 0, 1, 1, 2, 2}, 1001, DType::kFloat32, ReduceOp::kSum, {5, 0, 2}, 3);
-  // 3 MiB of float64 on 2x2: the default cut, 3 pieces of several ring segments each.
-  check_all_reduce<double>({0, 0, 1, 1}, 3 << 17, DType::kFloat64, ReduceOp::kSum);
+  // 6 MiB of float64 on 2x2 in 3 pieces of several ring segments each.
+  check_all_reduce<double>({0, 0, 1, 1}, 3 << 18, DType::kFloat64, ReduceOp::kSum, {}, 3);
 }
 
 // A rank that never joins: every other rank's pipeline ends at the deadline with an error, its
