@@ -353,6 +353,14 @@ def test_cut(a):
                           (i == victim and "the store does not answer" in msg),
                           f"rank {r} names none of ranks {far}: {msg}")
                 check_ranks(p, i, a, named_in_time)
+                # From the other side of a cut, a rank that made no progress may as well be
+                # unreachable: the launchers say both.
+                for line in p.text().splitlines() if i != victim else []:
+                    if "failed:" in line and "made no progress" in line:
+                        check(line.endswith("made no progress or became unreachable"),
+                              f"{p.label}: {line}")
+                    if "is the cause:" in line:
+                        check("made no progress or is unreachable" in line, f"{p.label}: {line}")
         except Failure:
             dump(job)
             raise

@@ -69,7 +69,9 @@ Cause find_cause(const std::vector<ProcessView>& processes, int failed_rank,
         doing = fmt::format(" (rank {} in {})", r.rank, r.doing);
       }
     }
-    cause.evidence = fmt::format("it made no progress{}{}", waiting(best), doing);
+    // Not one of this launcher's processes: stopped, or cut off from here, look alike.
+    cause.evidence = fmt::format("it made no progress{}{}{}",
+                                 cause.pid > 0 ? "" : " or is unreachable", waiting(best), doing);
   }
   if (cause.rank == failed_rank) return {};
   return cause;

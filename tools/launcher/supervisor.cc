@@ -186,8 +186,11 @@ void Supervisor::on_exit(Child& child, int status) {
     report(fmt::format("c10drun: rank {} ({}) is the cause: {}", cause.rank,
                        cause.pid > 0 ? fmt::format("pid {}", cause.pid) : "on another node",
                        cause.evidence));
-    report(fmt::format("c10drun: rank {} (pid {}) failed: {}, after rank {} made no progress",
-                       child.rank, child.pid, how, cause.rank));
+    // A rank on another node may have stopped, or its node may be cut off: from here the two
+    // look alike.
+    report(fmt::format("c10drun: rank {} (pid {}) failed: {}, after rank {} made no progress{}",
+                       child.rank, child.pid, how, cause.rank,
+                       cause.pid > 0 ? "" : " or became unreachable"));
   } else {
     report(fmt::format("c10drun: rank {} (pid {}) failed: {}", child.rank, child.pid, how));
   }

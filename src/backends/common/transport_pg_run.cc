@@ -161,6 +161,12 @@ std::exception_ptr TransportProcessGroup::explain_timeout(const PendingOp& op,
     text +=
         "; the ranks wait for each other (do they all call the same collectives in the "
         "same order? C10D_DEBUG=DETAIL checks)";
+  } else if (layout_.host_of(stall.suspect) != layout_.host_of(rank())) {
+    // From another host, a stopped rank and a cut link look alike.
+    text += fmt::format(
+        "; rank {} made no progress or is unreachable from this host (it is on another host; "
+        "no op of it timed out waiting for another rank)",
+        stall.suspect);
   } else {
     text += fmt::format(
         "; rank {} made no progress (no op of it timed out waiting for another "
