@@ -115,25 +115,30 @@ std::vector<std::vector<double>> probe(const std::vector<double>& rates, std::in
   return seen;
 }
 
+// The modelled delays are tens of milliseconds, long beside a thread's scheduling delay even
+// under a sanitizer on a loaded machine (which read equal 20 MB/s links, 13 ms each, as 3x
+// apart). A delay can only grow, so a rate is never measured above its model.
 TEST(HostProbeTest, TheSlowHostsTwoEdgesMeasureSlowAndItGetsTheBiggestShare) {
-  // Host 2's link at 25 MB/s, the others' at 200: edges 1 (into host 2) and 2 (out of it) slow.
-  const auto seen = probe({200e6, 200e6, 25e6}, 2 << 20);
+  // Host 2's link at 5 MB/s, the others' at 40: edges 1 (into host 2) and 2 (out of it) slow.
+  const auto seen = probe({40e6, 40e6, 5e6}, 2 << 20);
   for (const auto& edges : seen) EXPECT_EQ(edges, seen[0]);  // every rank alike, bit for bit
   const std::vector<double>& e = seen[0];
   ASSERT_EQ(e.size(), 3u);
-  EXPECT_NEAR(e[1], 25e6, 5e6);
-  EXPECT_NEAR(e[2], 25e6, 5e6);
+  for (int i : {1, 2}) {
+    EXPECT_LT(e[i], 5e6 * 1.05) << "edge " << i;
+    EXPECT_GT(e[i], 5e6 / 2) << "edge " << i;
+  }
   EXPECT_GT(e[0], 3 * e[1]);  // 8x in the model; scheduling only slows the fast one
   const auto shares = next_shares({}, e);
   ASSERT_EQ(shares.size(), 3u);
   EXPECT_GT(shares[2], shares[0]);
   EXPECT_GT(shares[2], shares[1]);
   // Probed again, the same links keep those shares.
-  EXPECT_EQ(next_shares(shares, probe({200e6, 200e6, 25e6}, 2 << 20)[0]), shares);
+  EXPECT_EQ(next_shares(shares, probe({40e6, 40e6, 5e6}, 2 << 20)[0]), shares);
 }
 
 TEST(HostProbeTest, EqualLinksKeepEqualShares) {
-  const auto seen = probe({20e6, 20e6, 20e6}, 1 << 20);
+  const auto seen = probe({4e6, 4e6, 4e6}, 1 << 20);
   EXPECT_EQ(next_shares({}, seen[0]), std::vector<std::int64_t>{});
 }
 
