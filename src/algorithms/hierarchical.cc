@@ -70,11 +70,15 @@ Reduction accumulating(const Reduction& r) {
 // The three phases of hier_all_reduce (hier_pattern.h) over `count` elements at `data`.
 class HierPhases {
  public:
-  HierPhases(const Groups& g, const HostLayout& layout, int rank, DType dtype,
-             const Reduction& acc, void* data, std::int64_t count,
-             const std::vector<std::int64_t>& host_shares)
-      : g_(&g), p_(layout, rank, count, host_shares), dtype_(dtype), acc_(acc), data_(data),
-        count_(count), local_{.blocks = p_.local_blocks()} {}
+  HierPhases(const Groups& g, const HostLayout& layout, int rank, DType dtype, const Reduction& acc,
+             void* data, std::int64_t count, const std::vector<std::int64_t>& host_shares)
+      : g_(&g),
+        p_(layout, rank, count, host_shares),
+        dtype_(dtype),
+        acc_(acc),
+        data_(data),
+        count_(count),
+        local_{.blocks = p_.local_blocks()} {}
 
   void reduce_within() const {
     if (count_ > 0) ring_reduce_scatter(g_->local(), dtype_, acc_, data_, count_, local_);
@@ -119,8 +123,8 @@ void pipelined(const Groups& g, const HostLayout& layout, int rank, DType dtype,
   const auto elem = static_cast<std::int64_t>(element_size(dtype));
   for (int k = 0; k < n; ++k) {
     const Block b = block_of(count, n, k);
-    phases.emplace_back(g, layout, rank, dtype, acc, static_cast<std::byte*>(data) + b.offset * elem,
-                        b.count, host_shares);
+    phases.emplace_back(g, layout, rank, dtype, acc,
+                        static_cast<std::byte*>(data) + b.offset * elem, b.count, host_shares);
   }
   std::mutex mu;
   std::condition_variable cv;
@@ -133,11 +137,15 @@ void pipelined(const Groups& g, const HostLayout& layout, int rank, DType dtype,
     cv.wait(lock, [&] { return done >= k || failed; });
     return done >= k;
   };
-  const auto update = [&](int* done) {
+  // Counts a finished phase in `done`, or (null) marks a failure; wakes the other thread.
+  const auto signal = [&](int* done) {
     {
       const std::lock_guard lock(mu);
-      if (done != nullptr) ++*done;
-      else failed = true;
+      if (done != nullptr) {
+        ++*done;
+      } else {
+        failed = true;
+      }
     }
     cv.notify_all();
   };
@@ -147,18 +155,18 @@ void pipelined(const Groups& g, const HostLayout& layout, int rank, DType dtype,
       for (int k = 0; k < n; ++k) {
         if (!wait_for(reduced_within, k + 1)) return;
         phases[static_cast<std::size_t>(k)].reduce_across();
-        update(&reduced_across);
+        signal(&reduced_across);
       }
     } catch (...) {
       across_error = std::current_exception();
-      update(nullptr);
+      signal(nullptr);
     }
   });
   try {
     for (int k = 0; k <= n; ++k) {
       if (k < n) {
         phases[static_cast<std::size_t>(k)].reduce_within();
-        update(&reduced_within);
+        signal(&reduced_within);
       }
       if (k > 0) {
         if (!wait_for(reduced_across, k)) break;
@@ -166,7 +174,7 @@ void pipelined(const Groups& g, const HostLayout& layout, int rank, DType dtype,
       }
     }
   } catch (...) {
-    update(nullptr);
+    signal(nullptr);
     across.join();
     throw;
   }
@@ -186,14 +194,16 @@ void hier_all_reduce(const Context& ctx, const HostLayout& layout, DType dtype,
   C10D_CHECK(count >= 0, "hier_all_reduce on rank {}: count {} is negative", ctx.rank(), count);
   validate_reduction(dtype, reduction.op);  // fails on every rank alike, before any message
   const Groups g(ctx, layout, "hier_all_reduce");
+  const Reduction acc = accumulating(reduction);
+  // Made first: it checks the shares before PREMUL_SUM touches the data.
+  const HierPhases whole(g, layout, ctx.rank(), dtype, acc, data, count, host_shares);
   if (reduction.op == ReduceOp::kPremulSum) {
     premul_in_place(dtype, reduction.premul_factor, data, count);
   }
-  const Reduction acc = accumulating(reduction);
   const auto bytes = count * static_cast<std::int64_t>(element_size(dtype));
   const int n_pieces = pieces > 0 ? pieces : hier_pieces(bytes);
   if (n_pieces <= 1 || count < n_pieces) {
-    HierPhases(g, layout, ctx.rank(), dtype, acc, data, count, host_shares).run_all();
+    whole.run_all();
   } else {
     pipelined(g, layout, ctx.rank(), dtype, acc, data, count, host_shares, n_pieces);
   }

@@ -258,6 +258,17 @@ TEST(HierarchicalTest, ALayoutWithoutHierarchyFailsOnEveryRankBeforeAnyMessage) 
   });
 }
 
+// Bad shares fail before PREMUL_SUM scales the data: the caller's tensor is as it was.
+TEST(HierarchicalTest, BadSharesFailBeforeTheDataIsTouched) {
+  run_hosts({0, 0, 1, 1}, [&](int, transport::Transport& t, const HostLayout& layout) {
+    std::vector<float> data(64, 3.0F);
+    EXPECT_THROW(hier_all_reduce(context(t), layout, DType::kFloat32, {ReduceOp::kPremulSum, 0.5},
+                                 data.data(), 64, {1, 2, 3}),
+                 InvalidArgument);
+    EXPECT_EQ(data, std::vector<float>(64, 3.0F));
+  });
+}
+
 TEST(HostMapTest, TransportsSayWhatTheyKnowAndSubgroupsRenumber) {
   // In-process: every rank on one host unless the world says otherwise (numbered by first rank).
   auto one = std::make_shared<transport::InProcWorld>(3);

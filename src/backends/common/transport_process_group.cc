@@ -88,8 +88,7 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<transport::Transpor
           algorithms::parse_host_rates("C10D_HOST_RATES", *rates, layout_.hosts())));
     }
   }
-  hier_pieces_ = static_cast<int>(
-      core::env_int("C10D_HIER_PIECES", 0, 64).value_or(0));
+  hier_pieces_ = static_cast<int>(core::env_int("C10D_HIER_PIECES", 0, 64).value_or(0));
   hooks_ = options_.hooks;
   runner_.start_worker();
 }
