@@ -16,10 +16,7 @@
 #include "core/logging.h"
 
 namespace c10d::inline v1::gloo_like {
-namespace asio = boost::asio;
 using asio::ip::tcp;
-using boost::system::error_code;
-using tcp_detail::Connection;
 using tcp_detail::PendingAccept;
 
 // Io thread: waits for the next connection.

@@ -23,11 +23,7 @@
 #include "core/logging.h"
 
 namespace c10d::inline v1::gloo_like {
-namespace asio = boost::asio;
-using boost::system::error_code;
-using tcp_detail::Connection;
 using tcp_detail::WriteSide;
-using transport::Clock;
 
 namespace {
 

@@ -12,8 +12,6 @@
 #include "core/logging.h"
 
 namespace c10d::inline v1::gloo_like {
-namespace asio = boost::asio;
-using transport::Clock;
 
 using core::what_of;
 using tcp_detail::PeerEnd;

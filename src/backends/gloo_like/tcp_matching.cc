@@ -20,8 +20,6 @@
 #include "core/check.h"
 
 namespace c10d::inline v1::gloo_like {
-namespace asio = boost::asio;
-using transport::Clock;
 
 namespace {
 

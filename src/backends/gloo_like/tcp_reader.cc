@@ -16,11 +16,8 @@
 #include "core/check.h"
 
 namespace c10d::inline v1::gloo_like {
-namespace asio = boost::asio;
-using boost::system::error_code;
 using tcp_detail::kReadAhead;
 using tcp_detail::PeerEnd;
-using transport::Clock;
 
 namespace {
 

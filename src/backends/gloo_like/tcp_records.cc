@@ -16,7 +16,6 @@
 #include "transport/stall_record.h"
 
 namespace c10d::inline v1::gloo_like {
-using transport::Clock;
 
 namespace {
 

@@ -20,11 +20,7 @@
 #include "core/parse.h"
 
 namespace c10d::inline v1::gloo_like {
-namespace asio = boost::asio;
 using asio::ip::tcp;
-using boost::system::error_code;
-using tcp_detail::Connection;
-using transport::Clock;
 
 namespace {
 

@@ -9,9 +9,7 @@
 #include "core/check.h"
 
 namespace c10d::inline v1::gloo_like {
-namespace asio = boost::asio;
 using tcp_detail::Op;
-using transport::Clock;
 using transport::Tag;
 
 TCPTransport::TCPTransport(std::shared_ptr<Store> store, int rank, int world_size,

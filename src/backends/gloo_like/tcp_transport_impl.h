@@ -48,6 +48,12 @@ struct pollfd;
 
 namespace c10d::inline v1::gloo_like {
 
+// Names every part of the transport uses (the files listed above).
+namespace asio = boost::asio;
+using boost::system::error_code;
+using tcp_detail::Connection;
+using transport::Clock;
+
 namespace tcp_detail {
 
 // Whom a failing rank's abort notice names (AbortNotice::lost_rank and stalled).

@@ -13,11 +13,7 @@
 #include "core/spin_wait.h"
 
 namespace c10d::inline v1::gloo_like {
-namespace asio = boost::asio;
-using boost::system::error_code;
-using tcp_detail::Connection;
 using tcp_detail::Op;
-using transport::Clock;
 
 namespace {
 

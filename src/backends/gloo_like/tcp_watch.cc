@@ -9,9 +9,6 @@
 #include "backends/gloo_like/tcp_transport_impl.h"
 
 namespace c10d::inline v1::gloo_like {
-namespace asio = boost::asio;
-using boost::system::error_code;
-using tcp_detail::Connection;
 using tcp_detail::kRewatchInterval;
 using tcp_detail::kRewatchMax;
 
