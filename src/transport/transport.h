@@ -46,6 +46,7 @@
 // one thread at a time.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -173,6 +174,45 @@ class Request {
   virtual PeerActivity heard() const { return {}; }
 };
 
+// Memory every rank of a transport reads (ShmTransport's, when the whole group shares a host):
+// a small collective publishes each rank's bytes there and reads everyone's, with no message
+// and no matching (algorithms/slot_all_reduce.h). Rounds are numbered by the calls: every rank
+// must make the same calls, from one thread at a time.
+class SharedSlots {
+ public:
+  virtual ~SharedSlots() = default;
+  // The most bytes a rank publishes in one round.
+  virtual std::size_t max_bytes() const = 0;
+  // Publishes `mine` (at most max_bytes()) as this rank's part of the next round, for the op
+  // `tag`, and waits until every rank published that round. `check` says what the op is (its
+  // kind, dtype and count, say): a rank whose tag, check or size differ from this rank's fails
+  // the round with a SlotMismatch naming it. PeerTimeout naming a rank that has not published
+  // past `deadline`; the transport's failure once it is aborted.
+  virtual void gather(Tag tag, std::uint64_t check, std::span<const std::byte> mine,
+                      Clock::time_point deadline) = 0;
+  // Rank `r`'s bytes of this rank's last round; valid until its next gather.
+  virtual std::span<const std::byte> part(int r) const = 0;
+  // Makes the caller the slots' one user (the group that owns the transport; not its
+  // subgroups, which share it): true once, false after.
+  bool claim() { return !claimed_.exchange(true, std::memory_order_acq_rel); }
+
+ private:
+  std::atomic<bool> claimed_{false};
+};
+
+// A round of SharedSlots whose ranks did not publish the same op: `peer` published `tag` with
+// `check` and `bytes` where this rank expected its own.
+class SlotMismatch : public InvalidArgument {
+ public:
+  SlotMismatch(const std::string& what, int from, Tag their_tag, std::uint64_t their_check,
+               std::uint64_t their_bytes)
+      : InvalidArgument(what), peer(from), tag(their_tag), check(their_check), bytes(their_bytes) {}
+  int peer;
+  Tag tag;
+  std::uint64_t check;
+  std::uint64_t bytes;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -190,6 +230,9 @@ class Transport {
 
   // The host of each rank (Hosts above). Default: every rank a host of its own.
   virtual std::vector<int> host_of_rank() const;
+
+  // Memory every rank of this transport reads (SharedSlots above), or null (the default).
+  virtual SharedSlots* shared_slots() { return nullptr; }
 
   // This rank's `doing` (e.g. "all_reduce #12") timed out waiting for `peer`: records that where
   // the other ranks can read it and follows their records (peer waits for Q, Q for R...) to the

@@ -52,7 +52,8 @@ class FakeShmPeer {
     const std::string prefix = group + "/shm/" + std::to_string(attempt) + "/";
     store.set(prefix + "host/1", shm_host_key());
     own_ = transport::SharedSegment::create(
-        "/c10d-fake-shm-" + std::to_string(::getpid()) + "-" + group, ring_offset(1, ring_bytes));
+        "/c10d-fake-shm-" + std::to_string(::getpid()) + "-" + group,
+        slot_offset(kSlots, 1, ring_bytes));
     auto* h = new (own_.data()) SegmentHeader{};
     h->magic = kSegmentMagic;
     h->version = kVersion;
@@ -65,6 +66,9 @@ class FakeShmPeer {
       h->cma_probe_value = probe_word_;
     }
     new (own_.data() + ring_offset(0, ring_bytes)) RingHeader{};
+    for (std::size_t i = 0; i < kSlots; ++i) {
+      new (own_.data() + slot_offset(i, 1, ring_bytes)) SlotHeader{};
+    }
     store.set(prefix + "segment/1", own_.name());
     const std::string theirs = prefix + "segment/0";
     store.wait(std::span<const std::string>(&theirs, 1), 20000ms);

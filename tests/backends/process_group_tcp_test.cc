@@ -313,6 +313,44 @@ TEST(ProcessGroupTCPTest, DetailFingerprintsNameTheRanksAndBothCalls) {
   unsetenv("C10D_DEBUG");
 }
 
+// Without C10D_DEBUG: small all_reduces of one host meet in shared slots, which compare the
+// calls for free, so a rank with another size fails its op, and so does every other rank.
+TEST(ProcessGroupTCPTest, SmallAllReducesOfDifferentSizesFailEveryRankNamingBothCalls) {
+  run_group(3, [](int r, std::shared_ptr<ProcessGroup>& pg) {
+    auto agreed = filled(4, 1.0f);
+    pg->all_reduce({agreed})->wait(20s);
+    EXPECT_EQ(agreed.data<float>()[3], 3.0f);
+    auto t = filled(r == 1 ? 2 : 4, 1.0f);
+    const std::string message = error_of<InvalidArgument>(pg->all_reduce({t}));
+    if (r == 1) {
+      EXPECT_NE(message.find("rank 1: its all_reduce(float32, count 2, sum) #1 does not match "
+                             "rank 0's all_reduce(float32, count 4, sum) #1"),
+                std::string::npos)
+          << message;
+    } else {
+      EXPECT_NE(message.find("rank " + std::to_string(r) +
+                             ": its all_reduce(float32, count 4, sum) #1 does not match rank 1's "
+                             "all_reduce(float32, count 2, sum) #1"),
+                std::string::npos)
+          << message;
+    }
+  });
+}
+
+TEST(ProcessGroupTCPTest, ABarrierMetByASmallAllReduceFailsBothNamingTheOtherCall) {
+  run_group(2, [](int r, std::shared_ptr<ProcessGroup>& pg) {
+    pg->barrier()->wait(20s);  // agreeing barriers pass
+    auto t = filled(4, 1.0f);
+    const std::string message =
+        error_of<InvalidArgument>(r == 0 ? pg->barrier() : pg->all_reduce({t}));
+    const std::string want = r == 0 ? "rank 0: its barrier() #1 does not match rank 1's "
+                                      "all_reduce(float32, count 4, sum) #1"
+                                    : "rank 1: its all_reduce(float32, count 4, sum) #1 does "
+                                      "not match rank 0's barrier() #1";
+    EXPECT_NE(message.find(want), std::string::npos) << message;
+  });
+}
+
 TEST(ProcessGroupTCPTest, SubgroupsShareConnectionsAndRunBesideTheParent) {
   run_group(4, [](int r, std::shared_ptr<ProcessGroup>& pg) {
     auto odd = pg->new_group({3, 1});  // rank 3 becomes subgroup rank 0

@@ -27,7 +27,38 @@ constexpr std::array<std::string_view, 14> kOpNames = {"?",
                                                        "send",
                                                        "recv"};
 
+static_assert(kOpNames[Fingerprint::kAllReduce] == "all_reduce");
+
+constexpr std::uint64_t kCountBits = 40;
+constexpr std::uint64_t kCountMask = (std::uint64_t{1} << kCountBits) - 1;
+
+// "all_reduce(float32, count 2, sum, root 1)": what is set of a call.
+std::string describe_parts(std::uint64_t id, std::uint64_t dtype, std::uint64_t redop,
+                           std::int32_t root, std::int64_t count, bool split_sizes) {
+  std::string s(id < kOpNames.size() ? kOpNames[id] : std::string_view("unknown op"));
+  std::vector<std::string> parts;
+  if (dtype < kNumDTypes) parts.emplace_back(dtype_name(static_cast<DType>(dtype)));
+  if (count >= 0) parts.push_back(fmt::format("count {}", count));
+  if (redop <= static_cast<std::uint64_t>(ReduceOp::kPremulSum)) {
+    parts.emplace_back(reduce_op_name(static_cast<ReduceOp>(redop)));
+  }
+  if (root >= 0) parts.push_back(fmt::format("root {}", root));
+  if (split_sizes) parts.emplace_back("with split sizes");
+  return fmt::format("{}({})", s, fmt::join(parts, ", "));
+}
+
 }  // namespace
+
+std::uint64_t pack_call(const Fingerprint& fp) {
+  return std::uint64_t{fp.op_id} << 56 | std::uint64_t{fp.dtype} << 48 |
+         std::uint64_t{fp.reduce_op} << 40 | (static_cast<std::uint64_t>(fp.count) & kCountMask);
+}
+
+std::string describe_call(std::uint64_t packed) {
+  const std::uint64_t count = packed & kCountMask;
+  return describe_parts(packed >> 56, (packed >> 48) & 0xff, (packed >> 40) & 0xff, -1,
+                        count == kCountMask ? -1 : static_cast<std::int64_t>(count), false);
+}
 
 bool detail_from_env() {
   const char* value = std::getenv("C10D_DEBUG");
@@ -77,16 +108,8 @@ std::string describe_fingerprint(std::span<const std::byte, Fingerprint::kBytes>
   const auto redop = get(2, 1);
   const auto root = static_cast<std::int32_t>(get(4, 4));
   const auto count = static_cast<std::int64_t>(get(8, 8));
-  std::string s(id < kOpNames.size() ? kOpNames[id] : std::string_view("unknown op"));
-  std::vector<std::string> parts;
-  if (dtype < kNumDTypes) parts.emplace_back(dtype_name(static_cast<DType>(dtype)));
-  if (count >= 0) parts.push_back(fmt::format("count {}", count));
-  if (redop <= static_cast<std::uint64_t>(ReduceOp::kPremulSum)) {
-    parts.emplace_back(reduce_op_name(static_cast<ReduceOp>(redop)));
-  }
-  if (root >= 0) parts.push_back(fmt::format("root {}", root));
-  if (get(3, 1) != 0) parts.emplace_back("with split sizes");
-  return fmt::format("{}({}) #{}", s, fmt::join(parts, ", "), get(16, 8));
+  return fmt::format("{} #{}", describe_parts(id, dtype, redop, root, count, get(3, 1) != 0),
+                     get(16, 8));
 }
 
 std::exception_ptr fingerprint_mismatch(std::span<const std::byte> all, int size,

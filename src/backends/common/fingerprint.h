@@ -45,6 +45,8 @@ struct Fingerprint {
   // without, and MPI cannot match the two, so there every rank must pass them alike.
   bool split_sizes = false;
 
+  static constexpr std::uint8_t kAllReduce = 1;  // all_reduce's op_id
+
   // The call `r` records (OpRecord::of), with its sequence number.
   static Fingerprint of(const OpRecord& r);
   void set_op(std::string_view op);
@@ -53,6 +55,13 @@ struct Fingerprint {
 
 // "all_reduce(float32, count 1048576, sum) #0"
 std::string describe_fingerprint(std::span<const std::byte, Fingerprint::kBytes> bytes);
+
+// A call in 64 bits: op, dtype, reduce op and the count's low 40 bits (not the root or the
+// sequence number). A collective whose ranks' bytes meet without a message (shared slots)
+// compares these at no extra cost, whatever C10D_DEBUG says.
+std::uint64_t pack_call(const Fingerprint& fp);
+// "all_reduce(float32, count 2, sum)" for what pack_call packed.
+std::string describe_call(std::uint64_t packed);
 
 // `all` holds every rank's fingerprint in rank order. Null when they all equal rank 0's, else
 // the InvalidArgument that names the calls, for `group` (its name in messages).

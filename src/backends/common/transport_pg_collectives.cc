@@ -18,11 +18,31 @@
 #include "algorithms/reduce_kernels.h"
 #include "algorithms/reduce_scatter.h"
 #include "algorithms/scratch.h"
+#include "algorithms/slot_all_reduce.h"
 #include "algorithms/tree.h"
 #include "backends/common/transport_process_group_impl.h"
 #include "core/logging.h"
 
 namespace c10d::inline v1::backends::tpg_detail {
+
+namespace {
+
+// Runs `round`, a shared-slot round of the call `call` (pack_call) on `rank`, and words a
+// SlotMismatch as the two calls.
+template <typename Round>
+void in_slots(const Context& ctx, int rank, std::uint64_t call, Round&& round) {
+  try {
+    round();
+  } catch (const transport::SlotMismatch& m) {
+    C10D_THROW(InvalidArgument,
+               "rank {}: its {} #{} does not match rank {}'s {} #{}: every rank must call the "
+               "same collectives in the same order, with the same sizes, dtypes and reductions",
+               rank, describe_call(call), ctx.tag & transport::kSequenceMask, m.peer,
+               describe_call(m.check), m.tag & transport::kSequenceMask);
+  }
+}
+
+}  // namespace
 
 // ---- Queueing ----
 
@@ -44,10 +64,13 @@ std::shared_ptr<Work> TransportProcessGroup::all_reduce(std::vector<Tensor> tens
   constexpr std::string_view kOp = "all_reduce";
   checks_.tensors(tensors, kOp, /*same=*/true);
   algorithms::validate_reduction(tensors[0].dtype(), opts.reduce.op);
-  return enqueue(kOp, OpRecord::of(kOp, tensors[0], opts.reduce.op, -1, total(tensors)),
-                 opts.timeout, [this, tensors, r = opts.reduce](const Context& ctx) {
+  // The record first: the closure takes the tensors (moved in and out, not copied: a small
+  // all_reduce's every allocation shows in its latency).
+  const OpRecord record = OpRecord::of(kOp, tensors[0], opts.reduce.op, -1, total(tensors));
+  return enqueue(kOp, record, opts.timeout,
+                 [this, tensors = std::move(tensors), r = opts.reduce](const Context& ctx) mutable {
                    for (const auto& t : tensors) all_reduce_one(ctx, t, r);
-                   return tensors;
+                   return std::move(tensors);
                  });
 }
 
@@ -187,8 +210,15 @@ std::shared_ptr<Work> TransportProcessGroup::scatter(Tensor output, std::vector<
 }
 
 std::shared_ptr<Work> TransportProcessGroup::barrier(const BarrierOptions& opts) {
-  return enqueue("barrier", OpRecord{}, opts.timeout, [](const Context& ctx) {
-    algorithms::barrier(ctx);
+  return enqueue("barrier", OpRecord{}, opts.timeout, [this](const Context& ctx) {
+    if (slots_ != nullptr) {  // a round of nothing: everyone has arrived once it completes
+      Fingerprint call;
+      call.set_op("barrier");
+      in_slots(ctx, rank(), pack_call(call),
+               [&] { slots_->gather(ctx.tag, pack_call(call), {}, ctx.deadline); });
+    } else {
+      algorithms::barrier(ctx);
+    }
     return std::vector<Tensor>{};
   });
 }
@@ -245,6 +275,17 @@ void TransportProcessGroup::all_reduce_one(const Context& ctx, const Tensor& t,
   if (algo == Algorithm::kHierarchical) {
     algorithms::hier_all_reduce(ctx, layout_, t.dtype(), r, t.raw_data(), t.numel(),
                                 host_shares(ctx, bytes), hier_pieces_);
+  } else if (algo == Algorithm::kHalvingDoubling && !forced_.all_reduce && slots_ != nullptr &&
+             static_cast<std::size_t>(bytes) <= slots_->max_bytes()) {
+    Fingerprint call;
+    call.op_id = Fingerprint::kAllReduce;
+    call.dtype = static_cast<std::uint8_t>(t.dtype());
+    call.reduce_op = static_cast<std::uint8_t>(r.op);
+    call.count = t.numel();
+    in_slots(ctx, rank(), pack_call(call), [&] {
+      algorithms::slot_all_reduce(ctx, *slots_, pack_call(call), t.dtype(), r, t.raw_data(),
+                                  t.numel());
+    });
   } else if (algo == Algorithm::kRing) {
     algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(), ring_);
   } else {

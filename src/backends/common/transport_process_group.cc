@@ -90,6 +90,9 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<transport::Transpor
   }
   hier_pieces_ = static_cast<int>(core::env_int("C10D_HIER_PIECES", 0, 64).value_or(0));
   hooks_ = options_.hooks;
+  if (auto* slots = transport_->shared_slots(); slots != nullptr && !hooks_ && slots->claim()) {
+    slots_ = slots;
+  }
   runner_.start_worker();
 }
 

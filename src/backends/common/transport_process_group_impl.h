@@ -261,6 +261,9 @@ class TransportProcessGroup final : public ProcessGroup,
   int hier_pieces_ = 0;  // C10D_HIER_PIECES: the hierarchical all_reduce's pipeline (0: auto)
   std::uint64_t large_hier_ops_ = 0;
   std::shared_ptr<BackendHooks> hooks_;  // immutable after construction
+  // The transport's shared slots, when every rank shares this host's memory and this group owns
+  // them (SharedSlots::claim): small all_reduces take algorithms/slot_all_reduce.h.
+  transport::SharedSlots* slots_ = nullptr;
 
   // The queue, the worker, the failure latch; its mutex guards this group's state below too.
   OpRunner runner_;

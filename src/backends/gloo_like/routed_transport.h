@@ -54,6 +54,8 @@ class RoutedTransport final : public transport::Transport {
   void abort(std::exception_ptr reason) override;
   // The shared-memory side's: the hosts whose ranks it joins (host_map.h).
   std::vector<int> host_of_rank() const override { return shm_->host_of_rank(); }
+  // Shared memory's, when every rank is on this host.
+  transport::SharedSlots* shared_slots() override { return shm_->shared_slots(); }
   // The TCP side's: it holds the store the ranks share.
   transport::StallReport find_stalled(int peer, std::string_view doing,
                                       std::chrono::milliseconds window) override {

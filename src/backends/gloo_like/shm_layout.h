@@ -34,8 +34,8 @@ static_assert(std::endian::native == std::endian::little, "shared memory layout:
 
 inline constexpr std::uint32_t kSegmentMagic = 0x4d533143;  // "C1SM"
 inline constexpr std::uint32_t kMessageMagic = 0x48533143;  // "C1SH"
-// Version 3 added `closed`.
-inline constexpr std::uint32_t kVersion = 3;
+// Version 3 added `closed`; 4 the slots after the rings.
+inline constexpr std::uint32_t kVersion = 4;
 inline constexpr std::size_t kSegmentHeaderBytes = 4096;
 inline constexpr std::size_t kRingHeaderBytes = 128;
 inline constexpr std::size_t kMessageHeaderBytes = 64;
@@ -86,11 +86,37 @@ struct MessageHeader {
 };
 static_assert(sizeof(MessageHeader) == kMessageHeaderBytes);
 
-constexpr std::uint64_t padded(std::uint64_t n) { return (n + 63) & ~std::uint64_t{63}; }
-
 // Where ring `i` of a segment with `ring_bytes` rings starts.
 constexpr std::size_t ring_offset(std::size_t i, std::size_t ring_bytes) {
   return kSegmentHeaderBytes + i * (kRingHeaderBytes + ring_bytes);
+}
+
+constexpr std::uint64_t padded(std::uint64_t n) { return (n + 63) & ~std::uint64_t{63}; }
+
+// A segment's slots, after its rings (ShmTransport::shared_slots, shm_slots.cc): two, which its
+// owner's rounds use in turn, each a SlotHeader and kSlotBytes of payload. The owner writes the
+// payload and the header, then `round` (release); peers only read them. A slot is rewritten two
+// rounds later, by which time every peer has read it: the owner's round k + 2 starts after its
+// round k + 1, which waited for every peer to publish k + 1, which each did after reading k.
+inline constexpr std::size_t kSlotBytes = 4096;
+// Half a cache line: a payload of up to 32 bytes shares the header's line, so a reader's one
+// miss brings both.
+inline constexpr std::size_t kSlotHeaderBytes = 32;
+// A slot's room, header and payload, in whole cache lines.
+inline constexpr std::size_t kSlotStride = padded(kSlotHeaderBytes + kSlotBytes);
+inline constexpr std::size_t kSlots = 2;
+
+struct SlotHeader {
+  std::atomic<std::uint64_t> round;  // 1 + the round the slot holds; 0 before the first
+  std::uint64_t tag;                 // the op's tag (transport::make_tag)
+  std::uint64_t check;               // what the op is (transport::SharedSlots::gather)
+  std::uint64_t bytes;               // of payload, at most kSlotBytes
+};
+static_assert(sizeof(SlotHeader) <= kSlotHeaderBytes);
+
+// Where slot `i` of a segment of `rings` rings of `ring_bytes` starts.
+constexpr std::size_t slot_offset(std::size_t i, std::size_t rings, std::size_t ring_bytes) {
+  return ring_offset(rings, ring_bytes) + i * kSlotStride;
 }
 
 // What a peer's message headers may say besides the layout's limits.

@@ -57,7 +57,8 @@ std::size_t ring_bytes_from(std::size_t requested) {
 // Bytes of a segment of `rings` rings of `ring_bytes`, or InvalidArgument should that not fit.
 std::size_t segment_bytes(std::size_t rings, std::size_t ring_bytes) {
   const auto bytes =
-      core::checked_mul_add(rings, kRingHeaderBytes + ring_bytes, kSegmentHeaderBytes);
+      core::checked_mul_add(rings, kRingHeaderBytes + ring_bytes,
+                            kSegmentHeaderBytes + kSlots * kSlotStride);
   C10D_CHECK(bytes.has_value(),
              "a shared-memory segment of {} rings of {} bytes does not fit in {} bytes", rings,
              ring_bytes, std::numeric_limits<std::size_t>::max());
@@ -146,6 +147,13 @@ void ShmTransport::Impl::setup(Store& store, backends::SetupWatch& watch,
   for (std::size_t i = 0; i < rings; ++i) {
     ShmRing::create(own.data() + ring_offset(i, ring_bytes), ring_bytes);
   }
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    new (own.data() + slot_offset(i, rings, ring_bytes)) SlotHeader{};
+  }
+  if (local.size() == static_cast<std::size_t>(world)) {
+    slots = std::make_unique<Slots>(*this);
+    slots->own = own.data() + slot_offset(0, rings, ring_bytes);
+  }
   store.set(key("segment", rank), own.name());
   core::fault_point("shm:after_publish");
 
@@ -180,6 +188,7 @@ void ShmTransport::Impl::setup(Store& store, backends::SetupWatch& watch,
     p.pidfd = core::Fd(static_cast<int>(::syscall(SYS_pidfd_open, p.pid, 0)));
     p.out = ring_at(p.segment.data(), ring_of(rank, q));
     p.in = ring_at(own.data(), ring_of(q, rank));
+    p.slots = p.segment.data() + slot_offset(0, rings, ring_bytes);
     peer_index[static_cast<std::size_t>(q)] = static_cast<int>(peers.size() - 1);
     probe_single_copy(p);
   }

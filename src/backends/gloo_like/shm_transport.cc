@@ -182,6 +182,7 @@ void ShmTransport::Impl::cancel(const std::shared_ptr<Op>& op) {
 void ShmTransport::Impl::abort_locked(std::exception_ptr reason) {
   if (failure) return;
   failure = std::move(reason);
+  failed.store(true, std::memory_order_release);
   matcher.take_all_receives([&](const std::shared_ptr<Op>& op) { op->complete(failure); });
   for (Peer& p : peers) {
     for (auto& op : p.sends) op->complete(failure);
@@ -227,6 +228,9 @@ bool ShmTransport::single_copy_to(int peer) const {
 bool ShmTransport::has_pending() const {
   // Polled in a TCP waiter's loop (routed_transport.cc): a held mutex means someone moves bytes
   // now, so count it as pending rather than wait for it, as progress() does with try_lock.
+  // A shared-slot round waits on the peers too (the TCP side's failure watch looks while
+  // anything waits).
+  if (impl_->slots && impl_->slots->busy.load(std::memory_order_relaxed)) return true;
   std::unique_lock lock(impl_->mu, std::try_to_lock);
   if (!lock.owns_lock()) return true;
   return impl_->matcher.receives() > 0 || impl_->single_copy_pending_locked() ||
@@ -235,6 +239,8 @@ bool ShmTransport::has_pending() const {
 }
 
 bool ShmTransport::progress() { return impl_->progress(); }
+
+transport::SharedSlots* ShmTransport::shared_slots() { return impl_->slots.get(); }
 
 std::optional<std::uint64_t> ShmTransport::earliest_unexpected(transport::Tag tag) const {
   std::lock_guard lock(impl_->mu);

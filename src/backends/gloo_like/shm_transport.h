@@ -162,6 +162,9 @@ class ShmTransport final : public transport::Transport {
   // The group's host map from the host keys the set-up exchanged (host_map.h): serves(peer)
   // exactly when the peer's host is this rank's.
   std::vector<int> host_of_rank() const override;
+  // Every rank's slots (transport::SharedSlots, shm_slots.cc), when every rank of the transport
+  // is on this host; else null.
+  transport::SharedSlots* shared_slots() override;
   // Whether messages of single_copy_min_bytes and more to `peer` go single-copy (set-up's probe
   // found that it can read this process).
   bool single_copy_to(int peer) const;

@@ -7,6 +7,8 @@
 //   shm_wait.cc        waiters: polling, sleeping on the doorbell, peers' liveness, timeouts
 //   shm_cma.cc         single-copy messages: the set-up's probe, descriptors, copying straight
 //                      out of the sender's memory, acknowledgements
+//   shm_slots.cc       shared slots (transport::SharedSlots): small collectives' bytes, published
+//                      in this rank's segment and read in the peers'
 // The segment and message layouts are in shm_layout.h. Requests hold Impl by shared_ptr, and so
 // may outlive the ShmTransport that made them.
 #pragma once
@@ -20,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -168,6 +171,8 @@ struct Peer {
   std::deque<std::shared_ptr<Unexpected>> parked;  // single-copy, without a receive yet
   std::deque<Ack> acks;                            // owed to the peer, written before its next
                                                    // message
+
+  std::byte* slots = nullptr;  // the peer's slots, in its segment (read only)
 };
 
 }  // namespace shm_detail
@@ -207,7 +212,8 @@ struct ShmTransport::Impl {
   std::atomic<Clock::rep> next_liveness_check{0};
 
   mutable std::mutex mu;
-  std::exception_ptr failure;  // GUARDED_BY(mu)
+  std::exception_ptr failure;       // GUARDED_BY(mu)
+  std::atomic<bool> failed{false};  // failure is set: for pollers that take no lock
   // Posted receives and unexpected messages, by rank (only same-host ones send here);
   // GUARDED_BY(mu). A message stays queued while it arrives, until a receive takes it.
   transport::Matcher<std::shared_ptr<Op>, std::shared_ptr<Unexpected>> matcher;
@@ -243,6 +249,26 @@ struct ShmTransport::Impl {
   void revoke_locked(Peer& p, std::uint64_t below);
   bool single_copy_pending_locked() const;
 
+  // ---- Shared slots (shm_slots.cc) ----
+  // Set up when every rank of the transport is on this host.
+  struct Slots final : transport::SharedSlots {
+    explicit Slots(Impl& i) : impl(i) {}
+    std::size_t max_bytes() const override { return shm::kSlotBytes; }
+    void gather(Tag tag, std::uint64_t check, std::span<const std::byte> mine,
+                Clock::time_point deadline) override;
+    std::span<const std::byte> part(int r) const override;
+
+    Impl& impl;
+    std::byte* own = nullptr;       // this rank's slots, in its segment
+    std::uint64_t round = 0;        // rounds this rank published
+    std::atomic<bool> busy{false};  // a gather runs (one thread at a time)
+    // When the last round completed (every peer had published it; the coarse clock: a precise
+    // read costs as much as the rest of a small round) and its tag, for heard_from.
+    std::atomic<Clock::rep> heard_at{0};
+    std::atomic<Tag> heard_tag{0};
+  };
+  std::unique_ptr<Slots> slots;
+
   // ---- Posting, cancelling and failure (shm_transport.cc) ----
   bool admit_locked(Op& op);
   std::shared_ptr<Op> post_send(int peer_rank, Tag tag, std::span<const std::byte> data);
@@ -260,6 +286,8 @@ struct ShmTransport::Impl {
   void wait(Op& op, Clock::time_point deadline);
   template <typename Done>
   bool poll_until(Done&& done, Clock::time_point deadline);
+  // The same, for the parts in other files.
+  bool poll_until(const std::function<bool()>& done, Clock::time_point deadline);
 
   // ---- Set-up (shm_setup.cc) ----
   void setup(Store& store, backends::SetupWatch& watch, const ShmTransportOptions& options);

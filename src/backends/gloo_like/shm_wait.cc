@@ -37,7 +37,16 @@ transport::PeerActivity ShmTransport::Impl::heard_from(int r) const {
   std::lock_guard lock(mu);
   const Peer& p = peers[static_cast<std::size_t>(peer_index[static_cast<std::size_t>(r)])];
   transport::PeerActivity heard = p.heard;
-  if (heard.known) heard.ago = Clock::now() - p.heard_at;
+  Clock::time_point at = p.heard_at;
+  if (slots) {  // a shared-slot round that completed later: every peer took part
+    const Clock::time_point round_at{
+        Clock::duration(slots->heard_at.load(std::memory_order_acquire))};
+    if (round_at.time_since_epoch().count() != 0 && (!heard.known || round_at > at)) {
+      heard = {.known = true, .tag = slots->heard_tag.load(std::memory_order_relaxed)};
+      at = round_at;
+    }
+  }
+  if (heard.known) heard.ago = Clock::now() - at;
   return heard;
 }
 
@@ -148,6 +157,10 @@ bool ShmTransport::Impl::poll_until(Done&& done, Clock::time_point deadline) {
     last_moved = Clock::now();  // poll hot again once woken
   }
   return true;
+}
+
+bool ShmTransport::Impl::poll_until(const std::function<bool()>& done, Clock::time_point deadline) {
+  return poll_until<const std::function<bool()>&>(done, deadline);
 }
 
 bool ShmTransport::poll_until(const std::function<bool()>& done,

@@ -1,0 +1,148 @@
+// ShmTransport's shared slots (transport::SharedSlots; the layout is in shm_layout.h): a round
+// writes this rank's bytes into its own segment's slot and waits until every peer's slot holds
+// the same round. No message, no request, no allocation: an 8-byte all_reduce of 2 ranks is one
+// cache line each way, where a ring message costs a header, matching and a request per side.
+#include <fmt/format.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <mutex>
+
+#include "backends/gloo_like/shm_transport_impl.h"
+#include "c10d/errors.h"
+#include "core/check.h"
+
+namespace c10d::inline v1::gloo_like {
+
+namespace {
+
+using namespace shm_detail;
+
+std::byte* slot_at(std::byte* slots, std::uint64_t round) {
+  return slots + (round % kSlots) * kSlotStride;
+}
+
+SlotHeader& header_of(std::byte* slot) { return *reinterpret_cast<SlotHeader*>(slot); }
+
+std::span<const std::byte> payload_of(std::byte* slot, std::uint64_t bytes) {
+  return {slot + kSlotHeaderBytes, static_cast<std::size_t>(bytes)};
+}
+
+Clock::time_point coarse_now() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);  // steady_clock's clock, at tick resolution
+  return Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+}
+
+}  // namespace
+
+void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
+                                       std::span<const std::byte> mine,
+                                       Clock::time_point deadline) {
+  C10D_CHECK(mine.size() <= kSlotBytes,
+             "{}: a shared-slot round of {} bytes, over the {} a slot holds", impl.who, mine.size(),
+             kSlotBytes);
+  C10D_CHECK(!busy.exchange(true, std::memory_order_acquire),
+             "{}: two threads ran shared-slot rounds at once (one group's ops run one at a time)",
+             impl.who);
+  struct Unbusy {
+    std::atomic<bool>& b;
+    ~Unbusy() { b.store(false, std::memory_order_release); }
+  } unbusy{busy};
+  if (impl.failed.load(std::memory_order_acquire)) {
+    std::lock_guard lock(impl.mu);
+    std::rethrow_exception(impl.failure);
+  }
+
+  const std::uint64_t want = ++round;  // what every slot of this round says in `round`
+  std::byte* slot = slot_at(own, want - 1);
+  SlotHeader& h = header_of(slot);
+  if (!mine.empty()) std::memcpy(slot + kSlotHeaderBytes, mine.data(), mine.size());
+  h.tag = tag;
+  h.check = check;
+  h.bytes = mine.size();
+  h.round.store(want, std::memory_order_release);
+  for (Peer& p : impl.peers) ring_doorbell(p.header);
+
+  std::size_t next = 0;  // the peers before it have published this round
+  const auto published = [&] {
+    for (; next < impl.peers.size(); ++next) {
+      const std::byte* theirs = slot_at(impl.peers[next].slots, want - 1);
+      if (header_of(const_cast<std::byte*>(theirs)).round.load(std::memory_order_acquire) < want) {
+        return false;
+      }
+    }
+    return true;
+  };
+  // A peer that closed its transport (its group ended) never publishes: no use waiting.
+  const auto closed = [&] {
+    return impl.peers[next].header->closed.load(std::memory_order_acquire) != 0;
+  };
+  const std::function<bool()> done = [&] {
+    return impl.failed.load(std::memory_order_acquire) || published() || closed();
+  };
+  if (!published() && !impl.poll_until(done, deadline)) {
+    const Peer& late = impl.peers[next];
+    const std::uint64_t last =
+        std::max(header_of(slot_at(late.slots, 0)).round.load(std::memory_order_acquire),
+                 header_of(slot_at(late.slots, 1)).round.load(std::memory_order_acquire));
+    const transport::PeerActivity heard = impl.heard_from(late.rank);
+    throw transport::PeerTimeout(
+        core::with_location(
+            __FILE__, __LINE__,
+            fmt::format("{}: shared-slot round {} ({}, {} bytes) timed out waiting for rank {}, "
+                        "whose last round there is {}; {}",
+                        impl.who, want, transport::tag_string(tag), mine.size(), late.rank,
+                        last == 0 ? std::string("none") : std::to_string(last),
+                        transport::heard_string(heard))),
+        late.rank, heard);
+  }
+  if (impl.failed.load(std::memory_order_acquire)) {
+    std::lock_guard lock(impl.mu);
+    std::rethrow_exception(impl.failure);
+  }
+  if (next < impl.peers.size()) {
+    C10D_THROW(NetworkError,
+               "{}: rank {} closed its shared memory (its group was destroyed) before it "
+               "published shared-slot round {} ({})",
+               impl.who, impl.peers[next].rank, want, transport::tag_string(tag));
+  }
+  for (Peer& p : impl.peers) {
+    const SlotHeader& ph = header_of(slot_at(p.slots, want - 1));
+    // A peer cannot be a round ahead in this slot: it rewrites it only after this rank's next.
+    if (const std::uint64_t r = ph.round.load(std::memory_order_acquire); r != want) {
+      C10D_THROW(NetworkError,
+                 "{}: rank {}'s shared slot says round {} where this rank is at round {}: its "
+                 "memory was written by something other than its transport",
+                 impl.who, p.rank, r, want);
+    }
+    if (ph.tag != tag || ph.check != check || ph.bytes != mine.size()) {
+      throw transport::SlotMismatch(
+          core::with_location(
+              __FILE__, __LINE__,
+              fmt::format("{}: shared-slot round {}: this rank published {} (check {:#x}, {} "
+                          "bytes), rank {} published {} (check {:#x}, {} bytes)",
+                          impl.who, want, transport::tag_string(tag), check, mine.size(), p.rank,
+                          transport::tag_string(ph.tag), ph.check, ph.bytes)),
+          p.rank, ph.tag, ph.check, ph.bytes);
+    }
+  }
+  heard_tag.store(tag, std::memory_order_relaxed);
+  heard_at.store(coarse_now().time_since_epoch().count(), std::memory_order_release);
+}
+
+std::span<const std::byte> ShmTransport::Impl::Slots::part(int r) const {
+  C10D_CHECK(round > 0, "{}: part() of a shared slot before any round", impl.who);
+  if (r == impl.rank) {
+    return payload_of(slot_at(own, round - 1), header_of(slot_at(own, round - 1)).bytes);
+  }
+  C10D_CHECK(r >= 0 && r < impl.world, "{}: part() of rank {}, outside the group of {}", impl.who,
+             r, impl.world);
+  // Of this rank's size, which gather found there too (a peer's header is not read again).
+  return payload_of(slot_at(impl.peer(r).slots, round - 1),
+                    header_of(slot_at(own, round - 1)).bytes);
+}
+
+}  // namespace c10d::inline v1::gloo_like
