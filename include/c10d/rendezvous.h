@@ -21,7 +21,9 @@
 // environment (RANK/WORLD_SIZE, then OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE). When a server
 // already listens at the address (the launcher's, or `c10d-store serve`), set
 // C10D_STORE_EXTERNAL=1 (or ?external=1) and rank 0 connects instead of hosting.
-// C10D_STORE_TOKEN, when set, is the store's shared secret.
+// C10D_STORE_TOKEN, when set, is the store's shared secret. C10D_RESTART_COUNT (set by
+// c10drun) k > 0 puts every key of the store returned under "c10d/attempt/<k>/" (a PrefixStore),
+// so a restarted job reads nothing an earlier attempt left in a store that outlived it.
 //
 // Errors: InvalidArgument naming the missing or malformed piece (the variable, the URL);
 // TimeoutError / StoreError from the store itself.

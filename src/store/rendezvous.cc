@@ -17,6 +17,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "core/parse.h"
+#include "store/attempt_store.h"
 #include "store/mpirun_store.h"
 
 namespace c10d::inline v1 {
@@ -243,6 +244,8 @@ RendezvousResult rendezvous(std::string_view init_method, int rank, int world_si
              result.world_size, init_method);
   C10D_CHECK(result.rank < result.world_size, "rank {} out of range for world_size {}", result.rank,
              result.world_size);
+  // A restarted job's attempt (c10drun --max-restarts) keeps to its own keys (attempt_store.h).
+  const int attempt = store::restart_count_from_env();
 
   if (url.scheme == "file") {
     C10D_CHECK(!url.external, "init method '{}': ?external applies to tcp:// only", init_method);
@@ -256,6 +259,7 @@ RendezvousResult rendezvous(std::string_view init_method, int rank, int world_si
     result.store =
         open_tcp_store(host, port, result.rank, resolve_external(url), timeout, init_method);
   }
+  result.store = store::store_for_attempt(std::move(result.store), attempt);
   return result;
 }
 

@@ -1,6 +1,6 @@
 // The launcher's pure parts, in-process: its command line (launch_options.h), the cutting of
-// child output into prefixed lines (line_prefixer.h) and the choice of the rank to blame
-// (blame.h).
+// child output into prefixed lines (line_prefixer.h), the choice of the rank to blame
+// (blame.h) and what follows a failed attempt (restarts.h).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,6 +10,7 @@
 #include "launcher/blame.h"
 #include "launcher/launch_options.h"
 #include "launcher/line_prefixer.h"
+#include "launcher/restarts.h"
 
 namespace c10d::inline v1::launcher {
 namespace {
@@ -102,6 +103,38 @@ TEST(LaunchOptionsTest, BadCommandLinesNameTheFlag) {
   EXPECT_EQ(usage_error({"-x", "p"}), "unknown flag '-x'");
   EXPECT_EQ(usage_error({"--nnodes"}), "--nnodes needs a value");
   EXPECT_EQ(usage_error({"--nnodes", "1", "--nnodes=1", "p"}), "--nnodes is given twice");
+  EXPECT_EQ(usage_error({"--max-restarts", "-1", "p"}),
+            "--max-restarts -1 is out of range [0, 1000000]");
+}
+
+TEST(LaunchOptionsTest, MaxRestartsDefaultsToNone) {
+  EXPECT_EQ(parse({"p"}).max_restarts, 0);
+  EXPECT_EQ(parse({"--max-restarts", "3", "p"}).max_restarts, 3);
+  EXPECT_EQ(parse({"--max_restarts=2", "p"}).max_restarts, 2);
+}
+
+TEST(RestartsTest, NextStepAfterAnAttempt) {
+  using O = NodeOutcome;
+  const std::vector<O> ok = {O::kSucceeded, O::kSucceeded};
+  const std::vector<O> failed = {O::kSucceeded, O::kFailed};
+  const std::vector<O> stopped = {O::kFailed, O::kStopped};
+  EXPECT_EQ(next_step(ok, 0, 3), NextStep::kSucceed);
+  EXPECT_EQ(next_step(ok, 3, 3), NextStep::kSucceed);
+  EXPECT_EQ(next_step(failed, 0, 3), NextStep::kRestart);
+  EXPECT_EQ(next_step(failed, 2, 3), NextStep::kRestart);
+  EXPECT_EQ(next_step(failed, 3, 3), NextStep::kFail) << "K restarts make K + 1 attempts";
+  EXPECT_EQ(next_step(failed, 0, 0), NextStep::kFail);
+  EXPECT_EQ(next_step(stopped, 0, 3), NextStep::kStop) << "a stop signal is never restarted";
+}
+
+TEST(RestartsTest, LinesNameTheAttemptAndWhatFailed) {
+  EXPECT_EQ(restart_line(0, 3, "rank 1 (pid 7): exited with code 3", NextStep::kRestart),
+            "c10drun: attempt 0 failed: rank 1 (pid 7): exited with code 3; restarting the job "
+            "(restart 1 of 3): attempt 1, C10D_RESTART_COUNT=1");
+  EXPECT_EQ(
+      restart_line(3, 3, "node 1: rank 5 (pid 9): killed by signal 9 (SIGKILL)", NextStep::kFail),
+      "c10drun: attempt 3 failed: node 1: rank 5 (pid 9): killed by signal 9 (SIGKILL); no "
+      "restart left (--max-restarts 3)");
 }
 
 // Feeds `pieces` to a prefixer with the given limit and returns everything it produced,

@@ -1,5 +1,6 @@
 // launcher_child: the program c10drun starts in its tests. It runs its arguments as steps, in
-// order; a step written "@R:STEP" runs only on the process whose RANK is R.
+// order; a step written "@R:STEP" runs only on the process whose RANK is R, and "#A:STEP" only
+// in attempt A (C10D_RESTART_COUNT, 0 when unset); the two combine, as "@1:#0:exit=3".
 //
 //   env             print "env RANK=.. LOCAL_RANK=.. WORLD_SIZE=.. LOCAL_WORLD_SIZE=..
 //                   GROUP_RANK=.. MASTER_ADDR=.. MASTER_PORT=.. C10D_STORE_EXTERNAL=..
@@ -12,6 +13,9 @@
 //                   (key "launcher_child/arrived" counts them, the last one sets
 //                   "launcher_child/open"); then print "rank R of W passed the barrier"
 //   wait-key=KEY    wait (up to 10 s) until KEY exists in the store, joining it first if need be
+//   set-key=KEY     set KEY to "1" in the store (joined through env:// like the others)
+//   check-key=KEY   print "key KEY present" or "key KEY absent"
+//   attempt         print "attempt C10D_RESTART_COUNT" ("-" when it is not set)
 //   ignore-term     ignore SIGTERM
 //   report-signals  on SIGINT or SIGTERM, print "got SIGINT" / "got SIGTERM" and exit 0
 //   sleep=MS        sleep
@@ -144,6 +148,15 @@ void run_step(std::string_view step, int rank) {
     barrier();
   } else if (name == "wait-key") {
     rendezvous().store->wait(std::vector<std::string>{arg}, kStoreTimeout);
+  } else if (name == "set-key") {
+    auto& store = *rendezvous().store;
+    store.set(arg, std::string_view("1"));
+    store.check(std::vector<std::string>{arg});  // landed before this process goes on
+  } else if (name == "check-key") {
+    const bool present = rendezvous().store->check(std::vector<std::string>{arg});
+    write_all(STDOUT_FILENO, fmt::format("key {} {}\n", arg, present ? "present" : "absent"));
+  } else if (name == "attempt") {
+    write_all(STDOUT_FILENO, fmt::format("attempt {}\n", env_or_dash("C10D_RESTART_COUNT")));
   } else if (name == "ignore-term") {
     install(SIGTERM, SIG_IGN);
   } else if (name == "report-signals") {
@@ -181,18 +194,22 @@ int main(int argc, char** argv) {
   try {
     const std::string rank_text = env_or_dash("RANK");
     const int rank = rank_text == "-" ? -1 : parse_int("RANK", rank_text);
+    const std::string attempt_text = env_or_dash("C10D_RESTART_COUNT");
+    const int attempt = attempt_text == "-" ? 0 : parse_int("C10D_RESTART_COUNT", attempt_text);
     for (int i = 1; i < argc; ++i) {
       std::string_view step = argv[i];
-      if (step.starts_with('@')) {
+      bool runs = true;
+      // "@R:" and "#A:" prefixes, in any order.
+      while (step.starts_with('@') || step.starts_with('#')) {
         const std::size_t colon = step.find(':');
         if (colon == std::string_view::npos) {
           throw std::runtime_error(fmt::format("step '{}' has no ':'", step));
         }
         const int only = parse_int(step, std::string(step.substr(1, colon - 1)));
+        runs = runs && only == (step.front() == '@' ? rank : attempt);
         step.remove_prefix(colon + 1);
-        if (only != rank) continue;
       }
-      run_step(step, rank);
+      if (runs) run_step(step, rank);
     }
     return 0;
   } catch (const std::exception& e) {

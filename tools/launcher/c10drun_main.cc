@@ -3,7 +3,7 @@
 // output line by line, and stops them all when one fails.
 //
 //   c10drun [--nproc-per-node N] [--nnodes M --node-rank R --master-addr A --master-port P]
-//           [--grace-period-ms G] [--] PROGRAM [ARGS...]
+//           [--grace-period-ms G] [--max-restarts K] [--] PROGRAM [ARGS...]
 //
 // Flags (launch_options.h; "--name=value" works too, and '_' for '-'):
 //   --nproc-per-node N   processes on this node (default 1)
@@ -13,6 +13,8 @@
 //   --master-port P      the store's port; required with M > 1. With one node and no port, the
 //                        store takes a free port.
 //   --grace-period-ms G  after a failure or a stop signal, how long before SIGKILL (5000)
+//   --max-restarts K     after a failure, start the whole job again, K times at most (0;
+//                        restarts.h)
 // PROGRAM is looked up in PATH.
 //
 // The store: node 0 hosts a TCPStoreServer in this process, listening on A:P; other nodes host
@@ -26,7 +28,9 @@
 //   RANK=R*N+i  LOCAL_RANK=i  WORLD_SIZE=M*N  LOCAL_WORLD_SIZE=N  GROUP_RANK=R
 //   MASTER_ADDR=A  MASTER_PORT=<the store's port>  C10D_STORE_EXTERNAL=1
 //   C10D_STORE_TOKEN=<the token the launcher made up>, when it made one
-// so c10d::rendezvous("env://") connects every rank, rank 0 included, to the launcher's store.
+//   C10D_RESTART_COUNT=<the attempt: 0, then 1 after the first restart...>
+// so c10d::rendezvous("env://") connects every rank, rank 0 included, to the launcher's store
+// (attempt k > 0 to its own part of it, store/attempt_store.h).
 //
 // Output: each line a process writes is prefixed with "[rank RANK]: " and written whole, its
 // stdout to the launcher's stdout and its stderr to the launcher's stderr. The launcher's own
@@ -44,9 +48,13 @@
 //            ranks 0, 3 timed out waiting for it
 //   c10drun: rank 1 (pid 1235) failed: exited with code 3, after rank 2 made no progress
 //
-// Exit status: 0 every process exited 0; 1 one failed (or could not be started, or the store
-// could not listen); 2 bad usage (the error names the flag, then the usage); 128+S stopped by
-// signal S.
+// With --max-restarts K, a failure is followed by a restart of every process, K times at most,
+// each announced on one line naming the attempt and what failed (restarts.h); the launchers of
+// several nodes agree on it through the store (node_sync.h).
+//
+// Exit status: 0 every process exited 0 (in the last attempt); 1 one failed and no restart was
+// left (or one could not be started, or the store could not listen); 2 bad usage (the error
+// names the flag, then the usage); 128+S stopped by signal S.
 //
 // Threads: the main thread does everything (supervisor.h: one poll() loop over a signalfd and
 // the children's pipes); the hosted store runs on its own io thread (tcp_store_server.h). The
@@ -74,8 +82,11 @@
 #include "core/auth.h"
 #include "core/logging.h"
 #include "launcher/launch_options.h"
+#include "launcher/node_sync.h"
+#include "launcher/restarts.h"
 #include "launcher/spawn.h"
 #include "launcher/supervisor.h"
+#include "store/attempt_store.h"
 #include "store/tcp_store_server.h"
 #include "transport/stall_record.h"
 
@@ -156,24 +167,47 @@ int launch(const LaunchOptions& options) {
       {"C10D_STORE_EXTERNAL", "1"},
   };
   if (made_token) env["C10D_STORE_TOKEN"] = *token;
-  // Read when a rank fails: which rank the others' timed-out ops were waiting for (blame.h).
-  std::function<std::string()> stall_records;
-  if (server) {
-    stall_records = [&options, port, token]() -> std::string {
-      TCPStoreOptions client;
-      client.host = options.master_addr;
-      client.port = port;
-      client.token = token.value_or(std::string());
-      client.timeout = kStallRecordsTimeout;
-      TCPStore store(client);
-      const std::string key(transport::kStallRecordsKey);
-      if (!store.check(std::span<const std::string>(&key, 1))) return {};
-      return store.get_string(key);
-    };
+  // A client of the job's store (node 0's), for what the launcher reads and writes there.
+  const StoreFactory connect = [&options, port, token](Milliseconds timeout) {
+    TCPStoreOptions client;
+    client.host = options.master_addr;
+    client.port = port;
+    client.token = token.value_or(std::string());
+    client.timeout = timeout;
+    return std::unique_ptr<Store>(std::make_unique<TCPStore>(client));
+  };
+
+  // One attempt of this node's processes; restarts.h runs them again after a failure.
+  const RunAttempt run_attempt = [&](int attempt, const JobHooks& hooks) {
+    std::map<std::string, std::string> attempt_env = env;
+    attempt_env["C10D_RESTART_COUNT"] = std::to_string(attempt);
+    // Read when a rank fails: which rank the others' timed-out ops were waiting for (blame.h).
+    std::function<std::string()> stall_records;
+    if (server) {
+      stall_records = [&connect, attempt]() -> std::string {
+        const std::unique_ptr<Store> store = connect(kStallRecordsTimeout);
+        const std::string key = store::attempt_key(attempt, transport::kStallRecordsKey);
+        if (!store->check(std::span<const std::string>(&key, 1))) return {};
+        return store->get_string(key);
+      };
+    }
+    Supervisor supervisor(options, std::move(attempt_env), inherited, signals.get(),
+                          std::move(stall_records));
+    supervisor.set_job_hooks(hooks);
+    AttemptResult result;
+    result.status = supervisor.run();
+    result.failure = supervisor.failure();
+    return result;
+  };
+  int status = 0;
+  if (options.max_restarts == 0) {
+    status = run_attempt(0, JobHooks{}).status;
+  } else {
+    std::unique_ptr<NodeSync> sync;
+    if (options.nnodes > 1)
+      sync = std::make_unique<NodeSync>(options.node_rank, options.nnodes, connect);
+    status = run_with_restarts(options, run_attempt, sync.get(), signals.get());
   }
-  Supervisor supervisor(options, std::move(env), inherited, signals.get(),
-                        std::move(stall_records));
-  const int status = supervisor.run();
   if (server) server->stop();
   return status;
 }

@@ -13,7 +13,7 @@ namespace {
 
 constexpr std::string_view kUsage = R"(usage:
   c10drun [--nproc-per-node N] [--nnodes M --node-rank R --master-addr A --master-port P]
-          [--grace-period-ms G] [--] PROGRAM [ARGS...]
+          [--grace-period-ms G] [--max-restarts K] [--] PROGRAM [ARGS...]
 
 Starts N copies of PROGRAM (found through PATH) on this node, as ranks R*N .. R*N+N-1 of a
 world of M*N, and hosts the rendezvous store they meet in (on node 0).
@@ -25,6 +25,8 @@ world of M*N, and hosts the rendezvous store they meet in (on node 0).
   --master-port P      the store's port; needed with --nnodes > 1 (default: a free port)
   --grace-period-ms G  after a failure or a stop signal, how long the processes get to
                        exit before SIGKILL (default 5000)
+  --max-restarts K     when a process fails, stop the others and start the whole job
+                       again, up to K times (default 0); every node gives the same K
   --help               this text
 
 Each process gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
@@ -38,18 +40,31 @@ stdout, stderr to stderr). SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to 
 process. When one fails, the others get SIGTERM (a stopped one SIGCONT too). The launcher
 reports as the cause the process that made no progress rather than the first one that gave
 up waiting for it: one that is stopped, or that the ranks' timed-out ops waited for.
+Each process also gets C10D_RESTART_COUNT, the attempt (0 first; 1 after the first restart),
+and each attempt meets in a fresh part of the store, so nothing from an earlier one is read.
+A stop signal ends the job without a restart.
 
-exit status: 0 every process exited 0; 1 a process failed (or the launcher could not start
-them); 2 usage error; 128+S the launcher was stopped by signal S
+exit status: 0 every process exited 0 (in the last attempt); 1 a process failed and no
+restart was left (or the launcher could not start them); 2 usage error; 128+S the launcher
+was stopped by signal S
 )";
 
-enum class Flag { kNprocPerNode, kNnodes, kNodeRank, kMasterAddr, kMasterPort, kGracePeriodMs };
+enum class Flag {
+  kNprocPerNode,
+  kNnodes,
+  kNodeRank,
+  kMasterAddr,
+  kMasterPort,
+  kGracePeriodMs,
+  kMaxRestarts
+};
 
 const std::map<std::string, Flag, std::less<>>& flag_names() {
   static const std::map<std::string, Flag, std::less<>> kNames = {
       {"nproc-per-node", Flag::kNprocPerNode}, {"nnodes", Flag::kNnodes},
       {"node-rank", Flag::kNodeRank},          {"master-addr", Flag::kMasterAddr},
       {"master-port", Flag::kMasterPort},      {"grace-period-ms", Flag::kGracePeriodMs},
+      {"max-restarts", Flag::kMaxRestarts},
   };
   return kNames;
 }
@@ -83,6 +98,9 @@ void apply(Flag flag, std::string_view spelled, const std::string& value, Launch
       break;
     case Flag::kGracePeriodMs:
       options.grace_period = Milliseconds(parse_integer(spelled, value, 0, 24LL * 3600 * 1000));
+      break;
+    case Flag::kMaxRestarts:
+      options.max_restarts = static_cast<int>(parse_integer(spelled, value, 0, kMaxRestarts));
       break;
   }
 }

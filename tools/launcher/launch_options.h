@@ -20,6 +20,7 @@ namespace c10d::inline v1::launcher {
 
 inline constexpr int kMaxProcsPerNode = 4096;
 inline constexpr int kMaxNodes = 100'000;  // with kMaxProcsPerNode, the world size fits an int
+inline constexpr int kMaxRestarts = 1'000'000;
 
 struct LaunchOptions {
   int nproc_per_node = 1;
@@ -29,6 +30,9 @@ struct LaunchOptions {
   // Unset: node 0 hosts the store on an ephemeral port (a single node only).
   std::optional<std::uint16_t> master_port;
   Milliseconds grace_period{5000};
+  // When a process fails, stop the rest and start the whole job again, this many times at most
+  // (restarts.h). 0: the first failure ends the job.
+  int max_restarts = 0;
   std::vector<std::string> program;  // the program (looked up in PATH) and its arguments
   bool help = false;                 // --help: print the usage, run nothing
 

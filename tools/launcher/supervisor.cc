@@ -108,6 +108,7 @@ void Supervisor::start_all() {
       spawned = spawn_child(options_.program, environment_with(env), inherited_);
     } catch (const Error& e) {
       report(fmt::format("c10drun: cannot start rank {}: {}", rank, e.what()));
+      record_failure(fmt::format("cannot start rank {}: {}", rank, e.what()));
       failed_ = true;
       stop_after_failure();
       return;
@@ -134,6 +135,8 @@ void Supervisor::wait_for_events() {
       streams.push_back(stream);
     }
   }
+  const std::size_t job_stop_at = fds.size();
+  if (hooks_.stop_fd >= 0) fds.push_back(pollfd{hooks_.stop_fd, POLLIN, 0});
   int timeout_ms = -1;  // running children are the user's business: no deadline
   if (phase_ == Phase::kStopping) timeout_ms = milliseconds_until(kill_at_);
   if (phase_ == Phase::kKilling) timeout_ms = milliseconds_until(give_up_at_);
@@ -141,10 +144,11 @@ void Supervisor::wait_for_events() {
     if (errno == EINTR) return;
     throw Error(fmt::format("poll failed: {}", strerror(errno)));
   }
-  for (std::size_t i = 1; i < fds.size(); ++i) {
+  for (std::size_t i = 1; i < job_stop_at; ++i) {
     if (fds[i].revents != 0) drain(*streams[i - 1]);
   }
   if (fds[0].revents != 0) read_signals();
+  if (job_stop_at < fds.size() && fds[job_stop_at].revents != 0) on_job_stop();
 }
 
 void Supervisor::read_signals() {
@@ -183,16 +187,20 @@ void Supervisor::on_exit(Child& child, int status) {
   }
   const Cause cause = find_cause_of(child);
   if (cause.rank >= 0) {
-    report(fmt::format("c10drun: rank {} ({}) is the cause: {}", cause.rank,
-                       cause.pid > 0 ? fmt::format("pid {}", cause.pid) : "on another node",
-                       cause.evidence));
+    const std::string where =
+        cause.pid > 0 ? fmt::format("pid {}", cause.pid) : std::string("on another node");
+    report(
+        fmt::format("c10drun: rank {} ({}) is the cause: {}", cause.rank, where, cause.evidence));
     // A rank on another node may have stopped, or its node may be cut off: from here the two
     // look alike.
     report(fmt::format("c10drun: rank {} (pid {}) failed: {}, after rank {} made no progress{}",
                        child.rank, child.pid, how, cause.rank,
                        cause.pid > 0 ? "" : " or became unreachable"));
+    record_failure(fmt::format("rank {} ({}) made no progress; rank {} (pid {}): {}", cause.rank,
+                               where, child.rank, child.pid, how));
   } else {
     report(fmt::format("c10drun: rank {} (pid {}) failed: {}", child.rank, child.pid, how));
+    record_failure(fmt::format("rank {} (pid {}): {}", child.rank, child.pid, how));
   }
   failed_ = true;
   stop_after_failure();
@@ -215,7 +223,11 @@ Cause Supervisor::find_cause_of(const Child& failed) {
 }
 
 void Supervisor::on_stop_signal(int signal) {
-  if (stop_signal_ == 0) stop_signal_ = signal;
+  if (stop_signal_ == 0) {
+    stop_signal_ = signal;
+    if (hooks_.on_stop)
+      hooks_.on_stop(fmt::format("the launcher received {}", signal_name(signal)));
+  }
   report(fmt::format("c10drun: received {}; forwarding it to {} running process{}",
                      signal_name(signal), running_, running_ == 1 ? "" : "es"));
   for (const Child& child : children_) {
@@ -245,6 +257,23 @@ void Supervisor::stop_after_failure() {
       ::kill(child.pid, SIGCONT);
     }
   }
+}
+
+void Supervisor::record_failure(const std::string& what) {
+  if (!failure_.empty()) return;
+  failure_ = what;
+  if (hooks_.on_stop) hooks_.on_stop(what);
+}
+
+void Supervisor::on_job_stop() {
+  std::uint64_t count = 0;  // an eventfd: reading resets it, so poll() does not wake again
+  const ssize_t ignored = ::read(hooks_.stop_fd, &count, sizeof(count));
+  (void)ignored;
+  if (phase_ != Phase::kRunning) return;  // stopping already (this node's own failure, say)
+  failure_ = hooks_.stop_reason ? hooks_.stop_reason() : std::string("another node stopped");
+  report(fmt::format("c10drun: stopping this node's processes: {}", failure_));
+  failed_ = true;
+  stop_after_failure();
 }
 
 void Supervisor::kill_survivors() {

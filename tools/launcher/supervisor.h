@@ -23,7 +23,12 @@
 // kernel) is left behind after a further bound, so the launcher never hangs while stopping.
 //
 // Exit status of run(): 0 when every child exited 0; 1 when one failed or could not be
-// started; otherwise 128 + the first stop signal received.
+// started, or the job's other nodes stopped it; otherwise 128 + the first stop signal received.
+//
+// In a job of several nodes that may restart (restarts.h), JobHooks tie the supervisor to the
+// other nodes: it tells them of its first failure or stop signal (on_stop), and stops its
+// children, as after a failure of its own, when the descriptor stop_fd becomes readable
+// (another node failed), reporting stop_reason().
 //
 // Not thread-safe; one per launcher. The signals read through signal_fd must be blocked in
 // every thread of the process.
@@ -36,6 +41,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "launcher/blame.h"
@@ -44,6 +50,13 @@
 #include "launcher/spawn.h"
 
 namespace c10d::inline v1::launcher {
+
+// How the supervisor of one node hears of, and tells, the other nodes of the job (restarts.h).
+struct JobHooks {
+  int stop_fd = -1;  // readable once another node stopped the attempt; -1: none
+  std::function<std::string()> stop_reason;         // why, once stop_fd is readable
+  std::function<void(const std::string&)> on_stop;  // this node's first failure or stop
+};
 
 class Supervisor {
  public:
@@ -58,7 +71,15 @@ class Supervisor {
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
+  // Set before run().
+  void set_job_hooks(JobHooks hooks) { hooks_ = std::move(hooks); }
+
   int run();
+
+  // What stopped the run, once it ended with 1: "rank 2 (pid 812): killed by signal 9
+  // (SIGKILL)", "rank 1 (pid 5): exited with code 3; rank 2 (pid 6) made no progress",
+  // "cannot start rank 1: ...", or the other nodes' stop_reason(). Empty otherwise.
+  const std::string& failure() const { return failure_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -93,6 +114,9 @@ class Supervisor {
   Cause find_cause_of(const Child& failed);
   void on_stop_signal(int signal);
   void stop_after_failure();
+  // Another node stopped the attempt (hooks_.stop_fd became readable).
+  void on_job_stop();
+  void record_failure(const std::string& what);
   void kill_survivors();
   void drain(Stream& stream);
   void finish_output();
@@ -113,6 +137,8 @@ class Supervisor {
   bool failed_ = false;
   int stop_signal_ = 0;  // the first stop signal received
   std::vector<char> read_buffer_;
+  JobHooks hooks_;
+  std::string failure_;
 };
 
 }  // namespace c10d::inline v1::launcher
