@@ -2,20 +2,38 @@
 // Fashion-MNIST from Debian's dataset-fashion-mnist package. The main job of ./scripts/demo.
 //
 //   build/tools/c10drun --nproc-per-node 4 build/examples/train_fmnist --epochs 3
+//   build/tools/c10drun --nproc-per-node 4 --max-restarts 3 build/examples/train_fmnist
+//       --checkpoint-dir ckpt --checkpoint-every 100      (one line: survives failed ranks)
 //   mpirun -np 4 build/examples/train_fmnist --backend mpi
 //
-// Flags (defaults in brackets):
+// Flags (defaults in brackets; train_fmnist_flags.h parses them):
 //   --backend tcp|mpi|ici   [C10D_BACKEND or tcp]     --epochs N        [3]
 //   --batch-size N          [64, per rank]            --lr X            [0.05]
 //   --momentum X            [0.9]                      --mode ddp|optimizer_step  [ddp]
-//   --checkpoint PATH       rank 0 writes model, optimizer and epoch there after each epoch
+//   --checkpoint PATH       rank 0 writes a checkpoint there after each epoch
 //                           (checked writable before training starts)
-//   --resume PATH           every rank reads it and carries on from the next epoch
+//   --resume PATH           every rank reads it and carries on from where it was written
+//   --checkpoint-dir DIR    rank 0 writes checkpoints there (made when missing) at the end of
+//                           each epoch and every K steps; a run started on it resumes from
+//                           the newest good one by itself (a restart under c10drun
+//                           --max-restarts, or a new run)
+//   --checkpoint-every K    [0: at the end of each epoch only] with --checkpoint-dir
+//   --log-steps             rank 0 prints "step G attempt A" after each step it finishes (G
+//                           counts from 1 over all epochs; A is C10D_RESTART_COUNT)
 //   --limit N               train on the first N samples only (tests)
 //   --data DIR              [/usr/share/datasets/fashion-mnist or C10D_FASHION_MNIST]
 //   --seed N                [0]                        --progress N      [100, steps]
 //   --min-accuracy X        exit 1 when the last epoch's test accuracy is below X (0 to 1)
-//   --kill-at R:S           fault tests: rank R sends itself SIGKILL at step S of epoch 1
+//   --kill-at R:S           fault tests: rank R sends itself SIGKILL before step S (0-based,
+//                           over all epochs), in attempt 0 only (C10D_RESTART_COUNT 0 or unset)
+//
+// Checkpoints (fmnist_checkpoint.h) hold the whole state (model, optimizer, epoch and step,
+// the data order's seed, the epoch's losses so far), so a resumed run goes on exactly as the
+// one that wrote it would have. Only rank 0 writes them: DDP keeps every rank's model and
+// optimizer identical, so one copy is the whole state. Rank 0 also picks the checkpoint to
+// resume from (the newest whose checksum holds; a damaged one is named and skipped) and tells
+// the others which; every rank then reads that file, so the directory must be one that every
+// rank sees (one host, or a shared file system).
 //
 // Every value is checked whole and against its range (exit 2 naming the flag). A loss that is
 // not finite stops the run (exit 1) naming the rank, epoch and step.
@@ -23,27 +41,18 @@
 // Each epoch rank 0 prints the mean training loss over all ranks, the test accuracy (every rank
 // scores a share of the test set), samples per second over all ranks and, for DDP, the share
 // of step time spent communicating (and the part of it not hidden under backward).
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <filesystem>
-#include <limits>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include "c10d/c10d.h"
@@ -51,6 +60,8 @@
 #include "c10d/lazy.h"
 #include "c10d/nn.h"
 #include "c10d/optim.h"
+#include "fmnist_checkpoint.h"
+#include "train_fmnist_flags.h"
 
 namespace {
 
@@ -58,113 +69,9 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 namespace lazy = c10d::lazy;
 namespace nn = c10d::nn;
-
-struct Flags {
-  std::string backend;
-  int epochs = 3;
-  std::int64_t batch = 64;
-  double lr = 0.05;
-  double momentum = 0.9;
-  std::string mode = "ddp";
-  std::string checkpoint;
-  std::string resume;
-  std::int64_t limit = 0;
-  std::string data;
-  std::uint64_t seed = 0;
-  int progress = 100;
-  double min_accuracy = 0;
-  int kill_rank = -1;
-  std::int64_t kill_step = -1;
-};
-
-[[noreturn]] void usage(const std::string& why, int code = 2) {
-  std::fprintf(code == 0 ? stdout : stderr,
-               "%s%susage: train_fmnist [--backend tcp|mpi|ici] [--epochs N] "
-               "[--batch-size N] [--lr X] [--momentum X] [--mode ddp|optimizer_step] "
-               "[--checkpoint PATH] [--resume PATH] [--limit N] [--data DIR] [--seed N] "
-               "[--progress N] [--min-accuracy X] [--kill-at RANK:STEP]\n",
-               why.empty() ? "" : "train_fmnist: ", why.empty() ? "" : (why + "\n").c_str());
-  std::exit(code);
-}
-
-// Strict numbers: the whole value must be the number (no "3x", no " 3", no overflow), in range.
-template <typename T>
-T integer_flag(const std::string& flag, const std::string& v, T min, T max) {
-  T out{};
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || end != v.data() + v.size() || out < min || out > max) {
-    usage(fmt::format("{} takes an integer from {} to {}, not '{}'", flag, min, max, v));
-  }
-  return out;
-}
-
-// A finite number that `ok` accepts; `what` says which numbers those are.
-template <typename Ok>
-double real_flag(const std::string& flag, const std::string& v, const char* what, Ok ok) {
-  double out = 0;
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || end != v.data() + v.size() || !std::isfinite(out) || !ok(out)) {
-    usage(fmt::format("{} takes {}, not '{}'", flag, what, v));
-  }
-  return out;
-}
-
-Flags parse(int argc, char** argv) {
-  constexpr int kMaxInt = std::numeric_limits<int>::max();
-  constexpr std::int64_t kMaxInt64 = std::numeric_limits<std::int64_t>::max();
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") usage("", 0);
-    if (arg.rfind("--", 0) != 0) usage("unexpected argument '" + arg + "' (flags start with --)");
-    static const std::set<std::string> kFlags = {
-        "--backend", "--epochs",     "--batch-size",   "--lr",     "--momentum",
-        "--mode",    "--checkpoint", "--resume",       "--limit",  "--data",
-        "--seed",    "--progress",   "--min-accuracy", "--kill-at"};
-    if (kFlags.count(arg) == 0) usage("unknown flag " + arg);
-    if (i + 1 >= argc) usage(arg + " needs a value");
-    const std::string v = argv[++i];
-    if (v.empty()) usage(arg + " needs a value, not an empty string");
-    if (arg == "--backend") {
-      f.backend = v;
-    } else if (arg == "--epochs") {
-      f.epochs = integer_flag(arg, v, 1, 1'000'000);
-    } else if (arg == "--batch-size") {
-      f.batch = integer_flag<std::int64_t>(arg, v, 1, kMaxInt);
-    } else if (arg == "--lr") {
-      f.lr = real_flag(arg, v, "a positive number", [](double x) { return x > 0; });
-    } else if (arg == "--momentum") {
-      f.momentum = real_flag(arg, v, "a number from 0 up to (not including) 1",
-                             [](double x) { return x >= 0 && x < 1; });
-    } else if (arg == "--mode") {
-      if (v != "ddp" && v != "optimizer_step") {
-        usage("--mode is ddp or optimizer_step, not '" + v + "'");
-      }
-      f.mode = v;
-    } else if (arg == "--checkpoint") {
-      f.checkpoint = v;
-    } else if (arg == "--resume") {
-      f.resume = v;
-    } else if (arg == "--limit") {
-      f.limit = integer_flag<std::int64_t>(arg, v, 0, kMaxInt64);
-    } else if (arg == "--data") {
-      f.data = v;
-    } else if (arg == "--seed") {
-      f.seed = integer_flag<std::uint64_t>(arg, v, 0, std::numeric_limits<std::uint64_t>::max());
-    } else if (arg == "--progress") {
-      f.progress = integer_flag(arg, v, 0, kMaxInt);
-    } else if (arg == "--min-accuracy") {
-      f.min_accuracy = real_flag(arg, v, "a fraction from 0 to 1 (0.85 for 85%)",
-                                 [](double x) { return x >= 0 && x <= 1; });
-    } else if (arg == "--kill-at") {
-      const auto colon = v.find(':');
-      if (colon == std::string::npos) usage("--kill-at takes RANK:STEP, not '" + v + "'");
-      f.kill_rank = integer_flag(arg + " RANK", v.substr(0, colon), 0, kMaxInt);
-      f.kill_step = integer_flag<std::int64_t>(arg + " STEP", v.substr(colon + 1), 0, kMaxInt64);
-    }
-  }
-  return f;
-}
+using fmnist::Flags;
+using fmnist::Progress;
+using fmnist::usage;
 
 std::shared_ptr<nn::Sequential> make_model(std::uint64_t seed) {
   lazy::Generator gen(seed);
@@ -177,70 +84,72 @@ std::shared_ptr<nn::Sequential> make_model(std::uint64_t seed) {
   return m;
 }
 
-// One checkpoint file: the model's entries as "model.<name>", the optimizer's as
-// "optim.<name>", and "epoch" (the last epoch done, int64). nn::save_state_dict writes
-// <path>.tmp, fsyncs it and renames it onto <path>: a reader never sees half a checkpoint.
-void save_checkpoint(const std::string& path, const nn::Module& model,
-                     const c10d::optim::Optimizer& opt, int epoch) {
-  nn::NamedTensors all;
-  for (auto& [name, t] : model.state_dict()) all.emplace_back("model." + name, t);
-  for (auto& [name, t] : opt.state_dict()) all.emplace_back("optim." + name, t);
-  all.emplace_back(
-      "epoch", c10d::Tensor::from_vector(std::vector<std::int64_t>{epoch}, c10d::DType::kInt64));
-  nn::save_state_dict(all, path);
+// The attempt of a job that c10drun restarts (C10D_RESTART_COUNT), 0 on the first run.
+int attempt_from_env() {
+  const char* text = std::getenv("C10D_RESTART_COUNT");
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || value < 0 || value > 1'000'000) {
+    throw c10d::InvalidArgument(fmt::format("C10D_RESTART_COUNT '{}' is not an attempt", text));
+  }
+  return static_cast<int>(value);
 }
 
-// Why rank 0 could not write a checkpoint to `path` at the end of an epoch, or "" when it can:
-// checked before training so a typo costs seconds, not an epoch. Creates and removes the
-// temporary the save writes (<path>.tmp), the one test that covers permissions, read-only file
-// systems and a directory in the way alike.
-std::string checkpoint_fault(const std::string& path) {
-  const std::filesystem::path p(path);
-  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) {
-    return fmt::format("--checkpoint {}: directory '{}' {}", path, dir, std::strerror(errno));
+// Rank 0's verdict, which every rank learns: "" to go on, else why (rank 0 prints it first:
+// once the others exit, the launcher stops rank 0). Returns whether the run goes on.
+bool agree_with_rank0(c10d::ProcessGroup& pg, const std::string& fault, const std::string& what) {
+  if (!fault.empty()) fmt::print(stderr, "train_fmnist: {}\n", fault);
+  auto bad = c10d::Tensor::from_vector(std::vector<std::int32_t>{fault.empty() ? 0 : 1},
+                                       c10d::DType::kInt32);
+  pg.broadcast({bad}, {.root = 0})->wait(60s);
+  if (!fault.empty()) return false;
+  if (bad.data<std::int32_t>()[0] != 0) {
+    throw c10d::InvalidArgument(
+        fmt::format("rank {}: rank 0 {} (its message says why)", pg.rank(), what));
   }
-  if (!S_ISDIR(st.st_mode)) {
-    return fmt::format("--checkpoint {}: '{}' is not a directory", path, dir);
-  }
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    return fmt::format("--checkpoint {}: it exists and is not a regular file", path);
-  }
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return fmt::format("--checkpoint {}: cannot write '{}' in '{}': {}", path, tmp, dir,
-                       std::strerror(errno));
-  }
-  ::close(fd);
-  ::unlink(tmp.c_str());
-  return "";
+  return true;
 }
 
-int load_checkpoint(const std::string& path, nn::Module& model, c10d::optim::Optimizer& opt) {
-  nn::NamedTensors model_state, opt_state;
-  std::optional<std::int64_t> epoch;
-  for (auto& [name, t] : nn::read_state_dict(path)) {
-    if (name.rfind("model.", 0) == 0) {
-      model_state.emplace_back(name.substr(6), t);
-    } else if (name.rfind("optim.", 0) == 0) {
-      opt_state.emplace_back(name.substr(6), t);
-    } else if (name == "epoch") {
-      if (t.dtype() != c10d::DType::kInt64 || t.numel() != 1) {
-        throw c10d::InvalidArgument(
-            fmt::format("{}: 'epoch' must be one int64, not {}", path, t.to_string()));
+// The newest checkpoint of `dir` that rank 0 finds whole, loaded on every rank; `fresh` when
+// there is none. Damaged ones are named and skipped; one written by a run with another world
+// size, batch, limit or seed stops the run (std::nullopt) rather than be silently ignored.
+std::optional<Progress> resume_from_dir(const fmnist::CheckpointDir& dir, const Progress& fresh,
+                                        nn::Module& model, c10d::optim::Optimizer& opt,
+                                        c10d::ProcessGroup& pg, int attempt) {
+  std::int64_t chosen = -1;
+  std::string fault;
+  if (pg.rank() == 0) {
+    for (const std::int64_t step : dir.steps_newest_first()) {
+      try {
+        const Progress have = fmnist::verify_checkpoint(dir.path_for(step));
+        if (const std::string why = fmnist::mismatch(have, fresh); !why.empty()) {
+          fault = fmt::format(
+              "cannot resume from {}: it was written by a run with {}; start it "
+              "with the same settings, or use another --checkpoint-dir",
+              dir.path_for(step), why);
+        }
+        chosen = step;
+        break;
+      } catch (const c10d::InvalidArgument& e) {
+        fmt::print(stderr, "train_fmnist: {}; trying the one before it\n", e.what());
       }
-      epoch = t.data<std::int64_t>()[0];
     }
   }
-  if (!epoch) throw c10d::InvalidArgument(path + ": not a train_fmnist checkpoint (no epoch)");
-  if (*epoch < 0 || *epoch >= std::numeric_limits<int>::max()) {
-    throw c10d::InvalidArgument(fmt::format("{}: epoch {} is out of range", path, *epoch));
+  if (!agree_with_rank0(pg, fault, "cannot resume from --checkpoint-dir " + dir.dir().string())) {
+    return std::nullopt;
   }
-  model.load_state_dict(model_state);
-  opt.load_state_dict(opt_state);
-  return static_cast<int>(*epoch);
+  auto chosen_t = c10d::Tensor::from_vector(std::vector<std::int64_t>{chosen}, c10d::DType::kInt64);
+  pg.broadcast({chosen_t}, {.root = 0})->wait(60s);
+  chosen = chosen_t.data<std::int64_t>()[0];
+  if (chosen < 0) return fresh;
+  const std::string path = dir.path_for(chosen);
+  const Progress p = fmnist::load_checkpoint(path, model, opt);
+  if (pg.rank() == 0) {
+    fmt::print("resumed from {}: epoch {} step {}, global step {} (attempt {})\n", path,
+               p.epoch + 1, p.step, p.global_step, attempt);
+  }
+  return p;
 }
 
 // Correct predictions and samples on this rank's share of the test set, summed over ranks.
@@ -263,7 +172,28 @@ double test_accuracy(nn::Module& model, const c10d::data::LabeledImages& test,
   return counts.data<double>()[0] / counts.data<double>()[1];
 }
 
+// Writes `progress` to --checkpoint-dir (rank 0), with every rank's loss sum so far: a
+// collective, so every rank calls it.
+void save_to_dir(const fmnist::CheckpointDir& dir, Progress progress, double loss_sum,
+                 const nn::Module& model, const c10d::optim::Optimizer& opt, c10d::ProcessGroup& pg,
+                 int attempt) {
+  // Each rank fills its own slot; a sum of one value and zeros is that value, bit for bit.
+  std::vector<double> sums(static_cast<std::size_t>(pg.size()), 0.0);
+  sums[static_cast<std::size_t>(pg.rank())] = loss_sum;
+  auto t = c10d::Tensor::from_vector(sums, c10d::DType::kFloat64);
+  pg.all_reduce({t})->wait(60s);
+  if (pg.rank() != 0) return;
+  progress.loss_sums.assign(t.data<double>(), t.data<double>() + pg.size());
+  const std::string path = dir.path_for(progress.global_step);
+  fmnist::save_checkpoint(path, model, opt, progress);
+  dir.prune();
+  fmt::print("checkpoint {} at global step {} (epoch {} step {}, attempt {})\n", path,
+             progress.global_step, progress.epoch + 1, progress.step, attempt);
+  std::fflush(stdout);
+}
+
 int run(const Flags& f) {
+  const int attempt = attempt_from_env();
   c10d::InitOptions init;
   if (!f.backend.empty()) init.backend = f.backend;
   init.timeout = 120s;
@@ -271,21 +201,17 @@ int run(const Flags& f) {
   const int rank = pg->rank(), world = pg->size();
   const bool lead = rank == 0;
 
-  // Rank 0 writes the checkpoint: it checks now that it can, and every rank learns the answer,
-  // so a bad path stops the job before the first epoch instead of after it.
-  if (!f.checkpoint.empty()) {
-    const std::string fault = lead ? checkpoint_fault(f.checkpoint) : "";
-    // Said before the others hear of it: once one of them exits, the launcher stops this rank.
-    if (!fault.empty()) fmt::print(stderr, "train_fmnist: {}\n", fault);
-    auto bad = c10d::Tensor::from_vector(std::vector<std::int32_t>{fault.empty() ? 0 : 1},
-                                         c10d::DType::kInt32);
-    pg->broadcast({bad}, {.root = 0})->wait(60s);
-    if (!fault.empty()) return 1;
-    if (bad.data<std::int32_t>()[0] != 0) {
-      throw c10d::InvalidArgument(
-          fmt::format("rank {}: rank 0 cannot write the checkpoint {} (its message says why)", rank,
-                      f.checkpoint));
-    }
+  // Rank 0 writes the checkpoints: it checks now that it can, and every rank learns the
+  // answer, so a bad path stops the job before the first epoch instead of after it.
+  if (!f.checkpoint.empty() &&
+      !agree_with_rank0(*pg, lead ? fmnist::checkpoint_fault(f.checkpoint) : "",
+                        "cannot write the checkpoint " + f.checkpoint)) {
+    return 1;
+  }
+  if (!f.checkpoint_dir.empty() &&
+      !agree_with_rank0(*pg, lead ? fmnist::checkpoint_dir_fault(f.checkpoint_dir) : "",
+                        "cannot write checkpoints to " + f.checkpoint_dir)) {
+    return 1;
   }
 
   auto model = make_model(f.seed);
@@ -296,10 +222,23 @@ int run(const Flags& f) {
     for (const auto& p : model->parameters()) pg->broadcast({p})->wait(60s);
   }
   c10d::optim::SGD opt(model->parameters(), {.lr = f.lr, .momentum = f.momentum});
-  int start_epoch = 0;
-  if (!f.resume.empty()) {  // before the data: a bad file fails in a moment
-    start_epoch = load_checkpoint(f.resume, *model, opt) + 1;
-    if (lead) fmt::print("resumed from {} after epoch {}\n", f.resume, start_epoch);
+  Progress progress{0, 0, 0, world, f.batch, f.limit, f.seed, std::vector<double>(world, 0.0)};
+  const fmnist::CheckpointDir dir(f.checkpoint_dir);
+  // Before the data: a bad file fails in a moment.
+  if (!f.resume.empty()) {
+    const Progress have = fmnist::load_checkpoint(f.resume, *model, opt);
+    if (const std::string why = fmnist::mismatch(have, progress); !why.empty()) {
+      throw c10d::InvalidArgument(
+          fmt::format("--resume {}: it was written by a run with {}", f.resume, why));
+    }
+    progress = have;
+    if (lead)
+      fmt::print("resumed from {} at epoch {} step {}\n", f.resume, progress.epoch + 1,
+                 progress.step);
+  } else if (!f.checkpoint_dir.empty()) {
+    const auto resumed = resume_from_dir(dir, progress, *model, opt, *pg, attempt);
+    if (!resumed) return 1;
+    progress = *resumed;
   }
 
   const auto data = c10d::data::load_fashion_mnist(
@@ -317,6 +256,10 @@ int run(const Flags& f) {
                                          /*drop_last=*/true);
   const std::int64_t steps = sampler.num_samples() / f.batch;
   if (steps == 0) usage("fewer samples per rank than one batch");
+  if (progress.step >= steps) {
+    throw c10d::InvalidArgument(
+        fmt::format("the checkpoint is at step {} of an epoch of {} steps", progress.step, steps));
+  }
   if (lead) {
     fmt::print(
         "train_fmnist: {} ranks over {}, {} samples ({} steps of {} per rank per epoch), "
@@ -324,17 +267,22 @@ int run(const Flags& f) {
         world, pg->backend_name(), train_size, steps, f.batch, f.mode, lazy::is_lazy());
     std::fflush(stdout);
   }
-  double accuracy = 0;
-  for (int epoch = start_epoch; epoch < f.epochs; ++epoch) {
+  std::optional<double> accuracy;
+  for (; progress.epoch < f.epochs; ++progress.epoch, progress.step = 0) {
+    const int epoch = static_cast<int>(progress.epoch);
     sampler.set_epoch(epoch);
     const auto order = sampler.indices();
     const auto t0 = Clock::now();
-    double loss_sum = 0, comm = 0, exposed = 0;
-    for (std::int64_t s = 0; s < steps; ++s) {
+    const std::int64_t first = progress.step;
+    double loss_sum = progress.loss_sums[static_cast<std::size_t>(rank)], comm = 0, exposed = 0;
+    progress.loss_sums.assign(static_cast<std::size_t>(world), 0.0);  // the next epoch's start
+    for (std::int64_t& s = progress.step; s < steps;) {
       std::vector<std::int64_t> idx(order.begin() + s * f.batch, order.begin() + (s + 1) * f.batch);
       const auto x = c10d::data::gather_rows(data.train.images, idx);
       const auto y = c10d::data::gather_rows(data.train.labels, idx);
-      if (rank == f.kill_rank && epoch == start_epoch && s == f.kill_step) ::raise(SIGKILL);
+      if (rank == f.kill_rank && attempt == 0 && progress.global_step == f.kill_step) {
+        ::raise(SIGKILL);
+      }
       opt.zero_grad();
       float step_loss = 0;
       if (ddp) {
@@ -359,10 +307,20 @@ int run(const Flags& f) {
             rank, step_loss, epoch + 1, s + 1, steps, f.lr));
       }
       loss_sum += step_loss;
-      if (lead && f.progress > 0 && (s + 1) % f.progress == 0) {
-        fmt::print("  epoch {} step {}/{} loss {:.4f}\n", epoch + 1, s + 1, steps,
-                   loss_sum / static_cast<double>(s + 1));
+      ++s;
+      ++progress.global_step;
+      if (lead && f.log_steps) {
+        fmt::print("step {} attempt {}\n", progress.global_step, attempt);
         std::fflush(stdout);
+      }
+      if (lead && f.progress > 0 && s % f.progress == 0) {
+        fmt::print("  epoch {} step {}/{} loss {:.4f}\n", epoch + 1, s, steps,
+                   loss_sum / static_cast<double>(s));
+        std::fflush(stdout);
+      }
+      // The end of the epoch has its own checkpoint, below.
+      if (f.checkpoint_every > 0 && progress.global_step % f.checkpoint_every == 0 && s < steps) {
+        save_to_dir(dir, progress, loss_sum, *model, opt, *pg, attempt);
       }
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -378,17 +336,28 @@ int run(const Flags& f) {
                             100 * comm / secs, 100 * exposed / secs)
               : "";
       fmt::print("epoch {} loss {:.4f} test accuracy {:.2f}% {:.0f} samples/s{}\n", epoch + 1,
-                 mean_loss.data<double>()[0], 100 * accuracy,
-                 double(steps * f.batch * world) / secs, comm_text);
+                 mean_loss.data<double>()[0], 100 * *accuracy,
+                 double((steps - first) * f.batch * world) / secs, comm_text);
       std::fflush(stdout);
     }
-    if (lead && !f.checkpoint.empty()) save_checkpoint(f.checkpoint, *model, opt, epoch);
+    const Progress next{progress.epoch + 1,
+                        0,
+                        progress.global_step,
+                        world,
+                        f.batch,
+                        f.limit,
+                        f.seed,
+                        std::vector<double>(world, 0.0)};
+    if (lead && !f.checkpoint.empty()) fmnist::save_checkpoint(f.checkpoint, *model, opt, next);
+    if (!f.checkpoint_dir.empty()) save_to_dir(dir, next, 0.0, *model, opt, *pg, attempt);
     pg->barrier()->wait(60s);  // the checkpoint is whole before anyone may resume from it
   }
-  if (f.min_accuracy > 0 && accuracy < f.min_accuracy) {
+  // Resumed after the last epoch's checkpoint: nothing trained, but the verdict still counts.
+  if (!accuracy) accuracy = test_accuracy(*model, data.test, *pg);
+  if (f.min_accuracy > 0 && *accuracy < f.min_accuracy) {
     if (lead) {
       fmt::print(stderr, "train_fmnist: test accuracy {:.2f}% is below the required {:.2f}%\n",
-                 100 * accuracy, 100 * f.min_accuracy);
+                 100 * *accuracy, 100 * f.min_accuracy);
     }
     return 1;
   }
@@ -398,7 +367,7 @@ int run(const Flags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Flags flags = parse(argc, argv);
+  const Flags flags = fmnist::parse_flags(argc, argv);
   try {
     return run(flags);
   } catch (const std::exception& e) {
