@@ -13,5 +13,6 @@
 #include "c10d/rendezvous.h"
 #include "c10d/store.h"
 #include "c10d/tensor.h"
+#include "c10d/trace.h"
 #include "c10d/types.h"
 #include "c10d/work.h"

@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "backends/common/flight_recorder.h"
 #include "c10d/errors.h"
 #include "core/logging.h"
 #include "core/spin_wait.h"
@@ -18,6 +19,16 @@ OpRunner::~OpRunner() {
     stop(std::make_exception_ptr(Error(fmt::format("rank {}: {} was destroyed with this op pending",
                                                    options_.rank, options_.name))));
   }
+}
+
+void RunnerOp::traced(const std::exception_ptr* error) {
+  if (error == nullptr) {
+    trace_->update(trace_id_, record_);
+    return;
+  }
+  const std::string what = what_of(*error);
+  trace_->update(trace_id_, record_, what);
+  trace::group_failed(*trace_, what);
 }
 
 void OpRunner::start_worker() {
@@ -39,6 +50,8 @@ void OpRunner::fail(std::exception_ptr e) {
   }
   driver_.on_failure(e);
   fail_all(dropped, e);
+  // Nothing was queued: the dump the first failed op makes is made here.
+  if (options_.trace) trace::group_failed(*options_.trace, what_of(e));
   cv_.notify_all();
 }
 
@@ -92,7 +105,7 @@ OpRunner::OpPtr OpRunner::take_front_locked() {
   queued_.store(queue_.size(), std::memory_order_relaxed);
   schedule_.front_taken();
   if (options_.serial || op->collective()) running_.store(true, std::memory_order_relaxed);
-  op->record_.move_to(OpRecord::State::kStarted);
+  op->move_to(OpRecord::State::kStarted);
   return op;
 }
 

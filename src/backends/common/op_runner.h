@@ -15,7 +15,10 @@
 //    fails with it, and the driver is told once (the TCP group aborts its transport);
 //  - the end: stop() fails what is queued with the reason, lets the driver end what runs, and
 //    joins the worker;
-//  - each op's OpRecord (op_record.h): queued, started, then completed or failed.
+//  - each op's OpRecord (op_record.h): queued, started, then completed or failed; with
+//    Options::trace, the same in the group's flight recorder ring (trace_ring.h), and the group's
+//    first failure, or an op's, dumps the process's rings (flight_recorder.h) before any Work
+//    fails with it.
 //
 // The group is the runner's Driver: it runs or starts what the worker takes (start), and, when
 // its ops stay in flight after starting (the MPI group's nonblocking calls and sends), tests them
@@ -45,6 +48,7 @@
 
 #include "backends/common/inline_schedule.h"
 #include "backends/common/op_record.h"
+#include "backends/common/trace_ring.h"
 #include "c10d/types.h"
 #include "c10d/work.h"
 #include "core/check.h"
@@ -71,11 +75,13 @@ class RunnerOp {
 
   // Completes the op's Work (its record first); on the thread that completes the op.
   void succeed(std::vector<Tensor> outputs = {}) {
-    record_.move_to(OpRecord::State::kCompleted);
+    move_to(OpRecord::State::kCompleted);
     core::WorkControl::finish(*work_, std::move(outputs));
   }
+  // The record's failure is traced (and the process's rings dumped, once per group) before the
+  // Work fails: a caller that exits on the error finds the dump written.
   void fail(std::exception_ptr error) {
-    record_.move_to(OpRecord::State::kFailed);
+    move_to(OpRecord::State::kFailed, &error);
     core::WorkControl::fail(*work_, std::move(error));
   }
   // Fails an op that never started (dropped from the queue); an op that holds the closure that
@@ -84,9 +90,19 @@ class RunnerOp {
 
  private:
   friend class OpRunner;
+  void move_to(OpRecord::State s, const std::exception_ptr* error = nullptr) {
+    record_.move_to(s);
+    if (trace_ != nullptr) traced(error);
+  }
+  void traced(const std::exception_ptr* error);  // op_runner.cc
+
   Work* const work_;
   OpRecord record_;
   const Milliseconds timeout_;
+  // The group's ring (the runner's, which outlives its ops' transitions: stop() ends them all)
+  // and this op's id there; null when the recorder is off.
+  TraceRing* trace_ = nullptr;
+  std::uint64_t trace_id_ = 0;
 };
 
 class OpRunner {
@@ -141,8 +157,10 @@ class OpRunner {
     // The idle worker polls the queue briefly before sleeping, while ops are expected there
     // (core/spin_wait.h).
     bool poll_queue = false;
-    // Ops' records carry timestamps (a clock read per transition).
+    // Ops' records carry timestamps (a coarse clock read per transition); on with `trace`.
     bool stamp_times = false;
+    // The group's flight recorder ring (flight_recorder.h: make_ring); null: off.
+    std::shared_ptr<TraceRing> trace;
   };
 
   OpRunner(Driver& driver, Options options);
@@ -251,9 +269,14 @@ OpRunner::OpPtr OpRunner::submit(OpRecord record, Make&& make) {
     std::lock_guard lock(mu_);
     C10D_CHECK(!stopping_, "{}: the group is being destroyed", record.op);
     record.sequence = record.collective ? next_collective_++ : next_p2p_++;
-    record.timed = options_.stamp_times;
-    if (record.timed) record.queued = Clock::now();
+    record.timed = options_.stamp_times || options_.trace != nullptr;
+    if (record.timed) record.queued = OpRecord::coarse_now();
     op = make(record);
+    if (TraceRing* ring = options_.trace.get()) {
+      op->trace_ = ring;
+      op->trace_id_ =
+          ring->add(op->record_, record.collective ? next_p2p_ : next_collective_, op->timeout());
+    }
     if (record.collective && schedule_.enabled()) {
       if (!wait_hook_) wait_hook_ = driver_.make_wait_hook();
       core::WorkControl::set_wait_hook(op->work(), wait_hook_);

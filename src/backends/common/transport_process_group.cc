@@ -5,8 +5,10 @@
 #include "backends/common/transport_process_group.h"
 
 #include <cstdlib>
+#include <numeric>
 
 #include "algorithms/host_shares.h"
+#include "backends/common/flight_recorder.h"
 #include "backends/common/inline_schedule.h"
 #include "backends/common/transport_process_group_impl.h"
 #include "c10d/errors.h"
@@ -43,6 +45,21 @@ algorithms::HostLayout layout_of(const transport::Transport& t) {
   return algorithms::HostLayout(hosts);
 }
 
+// The flight recorder's ring of the group; null when the recorder is off.
+std::shared_ptr<TraceRing> trace_ring(const TransportProcessGroupOptions& o, int rank, int size) {
+  std::vector<int> ranks = o.global_ranks;
+  if (ranks.empty()) {
+    ranks.resize(static_cast<std::size_t>(size));
+    std::iota(ranks.begin(), ranks.end(), 0);
+  }
+  return trace::make_ring({.name = std::to_string(o.group_id),
+                           .desc = o.desc,
+                           .id = o.group_id,
+                           .ranks = std::move(ranks),
+                           .rank = rank,
+                           .backend = o.backend_name});
+}
+
 }  // namespace
 
 TransportProcessGroup::TransportProcessGroup(std::shared_ptr<transport::Transport> transport,
@@ -58,7 +75,8 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<transport::Transpor
                       .inline_ops = !options_.hooks && inline_from_env(),
                       .serial = true,
                       .waiter_waits_long = true,
-                      .poll_queue = true}) {
+                      .poll_queue = true,
+                      .trace = trace_ring(options_, rank(), size())}) {
   const std::string algo = env_or("C10D_ALGO", options_.algo);
   forced_ = algorithms::parse_algo_override(
       algo, options_.algo.empty() ? "C10D_ALGO" : "the algo option");
@@ -119,6 +137,11 @@ std::shared_ptr<ProcessGroup> TransportProcessGroup::new_group(const std::vector
   child.detail = detail_ ? 1 : 0;
   child.algo = options_.algo;
   child.hooks = hooks_ ? hooks_->for_subgroup(ranks) : nullptr;
+  child.desc = fmt::format("{}.{}", options_.desc, index);
+  child.global_ranks.clear();
+  for (int r : ranks) {
+    child.global_ranks.push_back(options_.global_ranks.empty() ? r : options_.global_ranks[r]);
+  }
   return std::make_shared<TransportProcessGroup>(
       std::make_shared<transport::SubTransport>(transport_, ranks), std::move(child));
 }

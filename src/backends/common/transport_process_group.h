@@ -119,6 +119,11 @@ struct TransportProcessGroupOptions {
   // backend passes a torus ring.
   std::vector<int> ring_order;
   std::shared_ptr<BackendHooks> hooks;  // null: plain Work, the default algorithms
+  // The flight recorder's names for the group (flight_recorder.h): what dumps and messages call
+  // it (a subgroup: its parent's desc and its index, "world.0"), and its members' global ranks
+  // in group rank order (empty: 0..size-1).
+  std::string desc = "world";
+  std::vector<int> global_ranks;
 };
 
 std::shared_ptr<ProcessGroup> make_transport_process_group(

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <numeric>
 #include <span>
 #include <thread>
 
+#include "backends/common/flight_recorder.h"
 #include "backends/common/inline_schedule.h"
 #include "c10d/init.h"
 #include "core/logging.h"
@@ -17,6 +19,43 @@ namespace c10d::inline v1 {
 namespace mpi {
 
 using backends::OpRunner;
+
+namespace {
+
+// The flight recorder's ring of the group on `comm`, named by the group's name, with its members'
+// ranks in MPI_COMM_WORLD; null when the recorder is off.
+std::shared_ptr<backends::TraceRing> trace_ring(MPI_Comm comm, int rank, int size,
+                                                const std::string& name) {
+  if (backends::trace::buffer_from_env() == 0) return nullptr;
+  std::vector<int> local(static_cast<std::size_t>(size));
+  std::vector<int> world(local.size(), -1);
+  std::iota(local.begin(), local.end(), 0);
+  {
+    MpiLock lock;
+    MPI_Group group = MPI_GROUP_NULL;
+    MPI_Group all = MPI_GROUP_NULL;
+    if (MPI_Comm_group(comm, &group) == MPI_SUCCESS &&
+        MPI_Comm_group(MPI_COMM_WORLD, &all) == MPI_SUCCESS) {
+      MPI_Group_translate_ranks(group, size, local.data(), all, world.data());
+    }
+    if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+    if (all != MPI_GROUP_NULL) MPI_Group_free(&all);
+  }
+  // pg_id: a number the same on every member (FNV-1a of the name); the world's is 0.
+  std::uint64_t id = 0;
+  if (name != "world") {
+    id = 0xcbf29ce484222325ULL;
+    for (unsigned char c : name) id = (id ^ c) * 0x100000001b3ULL;
+  }
+  return backends::trace::make_ring({.name = name,
+                                     .desc = name,
+                                     .id = id,
+                                     .ranks = std::move(world),
+                                     .rank = rank,
+                                     .backend = "mpi"});
+}
+
+}  // namespace
 
 // The worker's watch of one blocking call, for the call's scope.
 class ProcessGroupMPI::WatchGuard {
@@ -52,7 +91,8 @@ ProcessGroupMPI::ProcessGroupMPI(MPI_Comm comm, int rank, int size, Milliseconds
                       .inline_ops = !detail_ && backends::inline_from_env(),
                       .serial = false,
                       // A blocking call cannot be handed to the worker midway.
-                      .waiter_waits_long = comms_.blocking}) {
+                      .waiter_waits_long = comms_.blocking,
+                      .trace = trace_ring(comm, rank, size, name_)}) {
   C10D_CHECK(timeout_.count() > 0, "the group timeout must be positive, not {} ms",
              timeout_.count());
   {
@@ -69,7 +109,10 @@ ProcessGroupMPI::ProcessGroupMPI(MPI_Comm comm, int rank, int size, Milliseconds
   if (comms_.blocking) {
     watchdog_.emplace(
         runner_.mutex(), [this] { return watched_.str(); },
-        [](const std::string& what) {
+        [this](const std::string& what) {
+          // The job ends here: the trace is dumped first (C10D_TRACE_DIR).
+          if (runner_.options().trace)
+            backends::trace::group_failed(*runner_.options().trace, what);
           C10D_LOG_ERROR(
               "{} did not finish within its timeout inside a blocking MPI call, and MPI cannot "
               "cancel a collective: aborting the job (MPI_Abort). C10D_MPI_BLOCKING=0 runs "

@@ -1,0 +1,222 @@
+// The flight recorder: the ring keeps the last ops and their transitions, the dump's JSON carries
+// PyTorch's field names and reads back field for field, C10D_TRACE_BUFFER is checked, and a
+// group's failure (abort) and dump_traces write one file per rank.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "../rank_threads.h"
+#include "../store/child_process.h"
+#include "backends/common/flight_recorder.h"
+#include "backends/common/trace_json.h"
+#include "backends/common/transport_process_group.h"
+#include "c10d/c10d.h"
+#include "transport/inproc_transport.h"
+
+namespace c10d::inline v1::backends {
+namespace {
+
+using namespace std::chrono_literals;
+using State = OpRecord::State;
+
+OpRecord all_reduce_of(std::vector<std::int64_t> shape) {
+  auto t = Tensor::empty(std::move(shape), DType::kFloat32);
+  return OpRecord::of("all_reduce", t, ReduceOp::kSum, -1, t.numel());
+}
+
+TraceGroup world(int rank, int n) {
+  TraceGroup g{.name = "0", .desc = "world", .id = 0, .rank = rank, .backend = "tcp"};
+  for (int r = 0; r < n; ++r) g.ranks.push_back(r);
+  return g;
+}
+
+// Restores an environment variable when the test ends.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    value ? ::setenv(name, value, 1) : ::unsetenv(name);
+  }
+  ~ScopedEnv() { old_ ? ::setenv(name_, old_->c_str(), 1) : ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(TraceRingTest, KeepsTheLastOpsOldestFirst) {
+  TraceRing ring(world(0, 2), 3);
+  std::vector<std::uint64_t> ids;
+  for (std::uint64_t seq = 0; seq < 5; ++seq) {
+    OpRecord r = all_reduce_of({8});
+    r.sequence = seq;
+    ids.push_back(ring.add(r, 0, 1000ms));
+  }
+  EXPECT_EQ(ids, (std::vector<std::uint64_t>{0, 1, 2, 3, 4}));
+  OpRecord done = all_reduce_of({8});
+  done.move_to(State::kCompleted);
+  ring.update(0, done);  // overwritten: dropped
+  ring.update(4, done);
+  const auto entries = ring.snapshot();
+  ASSERT_EQ(entries.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(entries[i].id, i + 2);
+    EXPECT_EQ(entries[i].record.sequence, i + 2);
+  }
+  EXPECT_EQ(entries[0].record.state(), State::kQueued);
+  EXPECT_EQ(entries[2].record.state(), State::kCompleted);
+}
+
+TEST(TraceRingTest, RecordsTheShapeFoldingDimsBeyondTheFourth) {
+  const OpRecord r = all_reduce_of({2, 3, 4, 5, 6});
+  EXPECT_EQ(r.dims, 4);
+  EXPECT_EQ(r.shape, (std::array<std::int64_t, 4>{2, 3, 4, 30}));
+}
+
+TEST(TraceJsonTest, PyTorchFieldsRoundTrip) {
+  TraceRing ring(world(1, 3), 10);
+  OpRecord a = all_reduce_of({4, 256});
+  a.timed = true;
+  a.queued = OpRecord::coarse_now();
+  a.sequence = 7;
+  const auto a_id = ring.add(a, 2, 5000ms);
+  a.move_to(State::kStarted);
+  ring.update(a_id, a);
+  OpRecord s = OpRecord::point_to_point("send", Tensor::empty({16}, DType::kInt64), 2, 16);
+  s.sequence = 3;
+  const auto s_id = ring.add(s, 8, 1000ms);
+  s.move_to(State::kFailed);
+  ring.update(s_id, s, "rank 1: peer 2 is gone");
+
+  const std::string text = trace::write_dump(1, "a test", {{ring.group(), ring.snapshot()}}, 0);
+  for (const char* field : {"\"version\"",
+                            "\"pg_config\"",
+                            "\"pg_status\"",
+                            "\"entries\"",
+                            "\"record_id\"",
+                            "\"pg_id\"",
+                            "\"process_group\"",
+                            "\"collective_seq_id\"",
+                            "\"p2p_seq_id\"",
+                            "\"op_id\"",
+                            "\"profiling_name\"",
+                            "\"input_sizes\"",
+                            "\"input_dtypes\"",
+                            "\"output_sizes\"",
+                            "\"output_dtypes\"",
+                            "\"state\"",
+                            "\"time_created_ns\"",
+                            "\"time_discovered_started_ns\"",
+                            "\"time_discovered_completed_ns\"",
+                            "\"timeout_ms\"",
+                            "\"is_p2p\"",
+                            "\"retired\""}) {
+    EXPECT_NE(text.find(field), std::string::npos) << field;
+  }
+  const auto d = trace::parse_dump(text, "test");
+  EXPECT_EQ(d.version, "2.10");
+  EXPECT_EQ(d.rank, 1);
+  EXPECT_EQ(d.reason, "a test");
+  ASSERT_EQ(d.groups.count("0"), 1u);
+  EXPECT_EQ(d.groups.at("0").desc, "world");
+  EXPECT_EQ(d.groups.at("0").ranks, (std::vector<int>{0, 1, 2}));
+  ASSERT_EQ(d.entries.size(), 2u);
+  const auto& x = d.entries[0];
+  EXPECT_EQ(x.record_id, a_id);
+  EXPECT_EQ(x.pg_name, "0");
+  EXPECT_EQ(x.pg_desc, "world");
+  EXPECT_EQ(x.collective_seq_id, 7);
+  EXPECT_EQ(x.p2p_seq_id, 2);
+  EXPECT_FALSE(x.is_p2p);
+  EXPECT_EQ(x.profiling_name, "gloo:all_reduce");
+  EXPECT_EQ(x.op, "all_reduce");
+  EXPECT_EQ(x.input_sizes, (std::vector<std::vector<std::int64_t>>{{4, 256}}));
+  EXPECT_EQ(x.input_dtypes, (std::vector<std::string>{"Float"}));
+  EXPECT_EQ(x.state, "started");
+  EXPECT_GT(x.time_created_ns, 0);
+  EXPECT_GE(x.started_ns, x.time_created_ns);
+  EXPECT_EQ(x.ended_ns, 0);
+  EXPECT_EQ(x.timeout_ms, 5000);
+  EXPECT_EQ(x.numel(), 1024);
+  const auto& y = d.entries[1];
+  EXPECT_TRUE(y.is_p2p);
+  EXPECT_EQ(y.p2p_seq_id, 3);
+  EXPECT_EQ(y.collective_seq_id, 8);
+  EXPECT_EQ(y.profiling_name, "gloo:send 1->2");
+  EXPECT_EQ(y.op, "send");
+  EXPECT_EQ(y.root, 2);
+  EXPECT_EQ(y.state, "failed");
+  EXPECT_EQ(y.error, "rank 1: peer 2 is gone");
+  EXPECT_EQ(trace::dtype_from_torch(y.input_dtypes.at(0)), "int64");
+}
+
+TEST(TraceJsonTest, ADumpMissingAFieldIsRejectedNamingIt) {
+  try {
+    trace::parse_dump(R"({"version": "2.10", "rank": 0})", "dump.json");
+    FAIL() << "parsed";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("dump.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pg_config"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FlightRecorderTest, BufferSizeComesFromTheEnvironment) {
+  {
+    ScopedEnv env("C10D_TRACE_BUFFER", nullptr);
+    EXPECT_EQ(trace::buffer_from_env(), 2000u);
+  }
+  {
+    ScopedEnv env("C10D_TRACE_BUFFER", "0");
+    EXPECT_EQ(trace::make_ring(world(0, 1)), nullptr);
+  }
+  for (const char* bad : {"-1", "lots", "2000000"}) {
+    ScopedEnv env("C10D_TRACE_BUFFER", bad);
+    try {
+      trace::buffer_from_env();
+      FAIL() << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("C10D_TRACE_BUFFER"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Two thread ranks over the in-process transport: an abort dumps both ranks' rings before the
+// pending op fails, and dump_traces writes them when asked.
+TEST(FlightRecorderTest, AbortDumpsEveryRankOfTheProcess) {
+  test::TempDir dir;
+  ScopedEnv env_dir("C10D_TRACE_DIR", dir.path().c_str());
+  ScopedEnv env_buffer("C10D_TRACE_BUFFER", "16");
+  auto inproc = std::make_shared<transport::InProcWorld>(2);
+  std::vector<std::shared_ptr<ProcessGroup>> groups(2);
+  test::run_rank_threads(2, [&](int r) {
+    groups[r] = make_transport_process_group(
+        std::make_shared<transport::InProcTransport>(inproc, r), {.timeout = 30s});
+    auto t = Tensor::from_vector(std::vector<float>(4, 1.0f), DType::kFloat32);
+    groups[r]->all_reduce({t})->wait(30s);
+  });
+  // Rank 0 alone calls a second all_reduce and aborts while it waits for rank 1.
+  auto t = Tensor::from_vector(std::vector<float>(4, 1.0f), DType::kFloat32);
+  auto pending = groups[0]->all_reduce({t});
+  groups[0]->abort();
+  EXPECT_THROW(pending->wait(30s), Error);
+  for (int r = 0; r < 2; ++r) {
+    const auto path = dir.path() / fmt::format("c10d_trace_rank_{}.json", r);
+    ASSERT_TRUE(std::filesystem::exists(path)) << path;
+    const auto d = trace::read_dump(path.string());
+    EXPECT_EQ(d.rank, r);
+    EXPECT_NE(d.reason.find("world failed"), std::string::npos) << d.reason;
+    ASSERT_EQ(d.entries.size(), r == 0 ? 2u : 1u);
+    EXPECT_EQ(d.entries[0].state, "completed");
+  }
+  std::filesystem::remove_all(dir.path() / "again");
+  const auto paths = dump_traces((dir.path() / "again").string());
+  EXPECT_EQ(paths.size(), 2u);
+  const auto again = trace::read_dump((dir.path() / "again" / "c10d_trace_rank_0.json").string());
+  EXPECT_EQ(again.entries.at(1).state, "failed");
+  EXPECT_NE(again.entries.at(1).error.find("aborted"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace c10d::inline v1::backends
