@@ -34,6 +34,12 @@
 //                   ("WAITER_TIMEOUT") while the worker runs the blocking call, then the
 //                   watchdog must end the job at the op's deadline. No rank may get further
 //                   ("UNEXPECTED").
+//   trace_mismatch  (C10D_TRACE_DIR set) 3 all_reduces, then rank 2 calls broadcast where the
+//                   others call all_reduce #3: prints "FAILED <ms> <message>" and exits 3 when
+//                   it fails (the recorder dumps first), else dumps (c10d::dump_traces), prints
+//                   "DONE" and exits 0.
+//   trace_skip      as trace_mismatch, but rank 2 skips all_reduce #3: it raises SIGUSR1 and
+//                   prints "DUMPED" once its dump file appears (at most 20 s), exiting 0.
 // Any other outcome prints "UNEXPECTED ..." and exits 1. Every wait is bounded (30 s, or
 // C10D_TIMEOUT_MS).
 #include <fmt/format.h>
@@ -106,6 +112,33 @@ int run_large(c10d::ProcessGroup& pg) {
     }
   }
   fmt::print("OK\n");
+  return 0;
+}
+
+// The flight recorder scenarios (trace_mismatch, trace_skip): rank 2 strays at collective #3.
+int run_trace(c10d::ProcessGroup& pg, const std::string& scenario) {
+  auto t = c10d::Tensor::from_vector(std::vector<float>(4096, 1.0f), c10d::DType::kFloat32);
+  for (int i = 0; i < 3; ++i) pg.all_reduce({t})->wait(30s);
+  if (pg.rank() == 2 && scenario == "trace_skip") {
+    const auto file = std::string(std::getenv("C10D_TRACE_DIR")) + "/c10d_trace_rank_2.json";
+    ::raise(SIGUSR1);
+    for (auto until = Clock::now() + 20s; Clock::now() < until; std::this_thread::sleep_for(10ms)) {
+      if (::access(file.c_str(), F_OK) == 0) {
+        fmt::print("DUMPED\n");
+        return 0;
+      }
+    }
+    fmt::print("UNEXPECTED: no dump after SIGUSR1\n");
+    return 1;
+  }
+  const auto issued = Clock::now();
+  try {
+    (pg.rank() == 2 ? pg.broadcast({t}) : pg.all_reduce({t}))->wait(30s);
+  } catch (const c10d::Error& e) {
+    return report_failure("FAILED", issued, e);
+  }
+  c10d::dump_traces();
+  fmt::print("DONE\n");
   return 0;
 }
 
@@ -183,6 +216,7 @@ int run(const std::string& scenario, int victim, const std::string& how) {
     fmt::print("UNEXPECTED: nothing failed in 120 s\n");
     return 1;
   }
+  if (scenario == "trace_mismatch" || scenario == "trace_skip") return run_trace(*pg, scenario);
   auto t = c10d::Tensor::empty({1 << 20}, c10d::DType::kFloat32);
   if (scenario == "mismatch" || scenario == "split_mismatch") {
     std::shared_ptr<c10d::Work> work;
@@ -308,7 +342,8 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: pg_fault_child kill VICTIM | freeze VICTIM | setup_fail VICTIM shm|host | "
-                 "mismatch | split_mismatch | ok | large | stall | sum VALUE | hold | loop\n");
+                 "mismatch | split_mismatch | ok | large | stall | sum VALUE | hold | loop | "
+                 "trace_mismatch | trace_skip\n");
     return 2;
   }
   try {
