@@ -182,6 +182,32 @@ TEST(FlightRecorderTest, BufferSizeComesFromTheEnvironment) {
   }
 }
 
+// An op that fails alone dumps once; the group's failure dumps once more, and nothing after.
+TEST(FlightRecorderTest, FailuresDumpOncePerGroup) {
+  test::TempDir dir;
+  ScopedEnv env_dir("C10D_TRACE_DIR", dir.path().c_str());
+  ScopedEnv env_buffer("C10D_TRACE_BUFFER", "4");
+  auto ring = trace::make_ring({.name = "9", .desc = "world.9", .ranks = {7}, .rank = 0});
+  ASSERT_NE(ring, nullptr);
+  const auto file = dir.path() / "c10d_trace_rank_7.json";
+  const auto dumped = [&] {
+    const bool there = std::filesystem::exists(file);
+    std::filesystem::remove(file);
+    return there;
+  };
+  trace::op_failed(*ring, "mismatch");
+  ASSERT_TRUE(dumped());
+  trace::op_failed(*ring, "mismatch again");
+  EXPECT_FALSE(dumped());
+  trace::group_failed(*ring, "peer gone");
+  ASSERT_TRUE(std::filesystem::exists(file));
+  EXPECT_EQ(trace::read_dump(file.string()).reason, "group world.9 failed: peer gone");
+  EXPECT_TRUE(dumped());
+  trace::group_failed(*ring, "peer gone");
+  trace::op_failed(*ring, "after");
+  EXPECT_FALSE(dumped());
+}
+
 // Two thread ranks over the in-process transport: an abort dumps both ranks' rings before the
 // pending op fails, and dump_traces writes them when asked.
 TEST(FlightRecorderTest, AbortDumpsEveryRankOfTheProcess) {
@@ -206,7 +232,7 @@ TEST(FlightRecorderTest, AbortDumpsEveryRankOfTheProcess) {
     ASSERT_TRUE(std::filesystem::exists(path)) << path;
     const auto d = trace::read_dump(path.string());
     EXPECT_EQ(d.rank, r);
-    EXPECT_NE(d.reason.find("world failed"), std::string::npos) << d.reason;
+    EXPECT_NE(d.reason.find("group world failed"), std::string::npos) << d.reason;
     ASSERT_EQ(d.entries.size(), r == 0 ? 2u : 1u);
     EXPECT_EQ(d.entries[0].state, "completed");
   }

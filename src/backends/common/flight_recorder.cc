@@ -189,23 +189,38 @@ std::vector<std::string> dump_to(const std::string& dir, std::string_view reason
   return dump_locked(dir, reason);
 }
 
-void group_failed(TraceRing& ring, std::string_view error) noexcept {
+namespace {
+
+// The dump of group_failed (`group`) and op_failed.
+void dump_failure(TraceRing& ring, std::string_view error, bool group) noexcept {
+  const TraceGroup& g = ring.group();
   try {
     std::lock_guard lock(registry().dump_mu);
-    if (ring.failure_dumped) return;
-    ring.failure_dumped = true;
+    if (ring.group_failure_dumped || (!group && ring.op_failure_dumped)) return;
+    (group ? ring.group_failure_dumped : ring.op_failure_dumped) = true;
     const auto dir = dir_from_env();
     if (!dir) return;
-    const auto paths = dump_locked(*dir, fmt::format("{} failed: {}", ring.group().desc, error));
+    const auto paths = dump_locked(
+        *dir, fmt::format("{}group {} failed: {}", group ? "" : "an op of ", g.desc, error));
     C10D_LOG_INFO("rank {}: flight recorder: group {} failed; wrote {} trace file(s) to {}",
-                  ring.group().global_rank(), ring.group().desc, paths.size(), *dir);
+                  g.global_rank(), g.desc, paths.size(), *dir);
   } catch (const std::exception& e) {
     C10D_LOG_WARN("rank {}: flight recorder: the dump after group {} failed was not written: {}",
-                  ring.group().global_rank(), ring.group().desc, e.what());
+                  g.global_rank(), g.desc, e.what());
   } catch (...) {
     C10D_LOG_WARN("rank {}: flight recorder: the dump after group {} failed was not written",
-                  ring.group().global_rank(), ring.group().desc);
+                  g.global_rank(), g.desc);
   }
+}
+
+}  // namespace
+
+void group_failed(TraceRing& ring, std::string_view error) noexcept {
+  dump_failure(ring, error, true);
+}
+
+void op_failed(TraceRing& ring, std::string_view error) noexcept {
+  dump_failure(ring, error, false);
 }
 
 }  // namespace c10d::inline v1::backends::trace

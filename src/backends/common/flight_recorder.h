@@ -2,7 +2,8 @@
 // their dumps (trace_json.h), one file per rank, c10d_trace_rank_<global rank>.json, in
 // C10D_TRACE_DIR. A dump happens:
 //  - when a group fails (an op times out or fails, abort()): once per group, before any of its
-//    Works fails with the error (group_failed), so a rank that exits on the error leaves it;
+//    Works fails with the error (group_failed), so a rank that exits on the error leaves it; and
+//    for the first op that fails alone (op_failed);
 //  - on SIGUSR1, when C10D_TRACE_DIR is set and the program had not set a SIGUSR1 handler of its
 //    own when its first group was made: the handler writes a byte to a pipe, and a thread the
 //    recorder starts then makes the dump (no unsafe work in the handler);
@@ -42,9 +43,13 @@ std::shared_ptr<TraceRing> make_ring(TraceGroup group);
 // when one cannot be written.
 std::vector<std::string> dump_to(const std::string& dir, std::string_view reason);
 
-// The group of `ring` failed with `error`: unless its failure was dumped already, dumps to
-// C10D_TRACE_DIR (when set). Returns once the dump is written, also when another thread is the
-// one writing it. Never throws.
+// The group of `ring` failed with `error` (its first failure, latched: OpRunner::fail): unless
+// that was dumped already, dumps to C10D_TRACE_DIR (when set). Returns once the dump is written,
+// also when another thread is the one writing it. Never throws.
 void group_failed(TraceRing& ring, std::string_view error) noexcept;
+// An op of `ring` failed with `error`: as group_failed, once per group, unless the group's
+// failure was dumped (an op can fail alone and leave the group usable: a C10D_DEBUG=DETAIL
+// mismatch; else every op fails with the group, which dumped before failing them).
+void op_failed(TraceRing& ring, std::string_view error) noexcept;
 
 }  // namespace c10d::inline v1::backends::trace

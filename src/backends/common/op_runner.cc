@@ -28,7 +28,7 @@ void RunnerOp::traced(const std::exception_ptr* error) {
   }
   const std::string what = what_of(*error);
   trace_->update(trace_id_, record_, what);
-  trace::group_failed(*trace_, what);
+  trace::op_failed(*trace_, what);
 }
 
 void OpRunner::start_worker() {
@@ -49,9 +49,9 @@ void OpRunner::fail(std::exception_ptr e) {
     queued_.store(0, std::memory_order_relaxed);
   }
   driver_.on_failure(e);
-  fail_all(dropped, e);
-  // Nothing was queued: the dump the first failed op makes is made here.
+  // Before the ops fail with it: a caller that exits on the error finds the dump.
   if (options_.trace) trace::group_failed(*options_.trace, what_of(e));
+  fail_all(dropped, e);
   cv_.notify_all();
 }
 

@@ -16,9 +16,9 @@
 //  - the end: stop() fails what is queued with the reason, lets the driver end what runs, and
 //    joins the worker;
 //  - each op's OpRecord (op_record.h): queued, started, then completed or failed; with
-//    Options::trace, the same in the group's flight recorder ring (trace_ring.h), and the group's
-//    first failure, or an op's, dumps the process's rings (flight_recorder.h) before any Work
-//    fails with it.
+//    Options::trace, the same in the group's flight recorder ring (trace_ring.h); the group's
+//    failure (and an op's that fails alone) dumps the process's rings (flight_recorder.h) before
+//    any Work fails with it.
 //
 // The group is the runner's Driver: it runs or starts what the worker takes (start), and, when
 // its ops stay in flight after starting (the MPI group's nonblocking calls and sends), tests them
@@ -78,8 +78,8 @@ class RunnerOp {
     move_to(OpRecord::State::kCompleted);
     core::WorkControl::finish(*work_, std::move(outputs));
   }
-  // The record's failure is traced (and the process's rings dumped, once per group) before the
-  // Work fails: a caller that exits on the error finds the dump written.
+  // The record's failure is traced (and dumped, unless its group's failure was: op_failed)
+  // before the Work fails: a caller that exits on the error finds the dump written.
   void fail(std::exception_ptr error) {
     move_to(OpRecord::State::kFailed, &error);
     core::WorkControl::fail(*work_, std::move(error));

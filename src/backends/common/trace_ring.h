@@ -67,8 +67,10 @@ class TraceRing {
   // The ops held, oldest first.
   std::vector<TraceEntry> snapshot() const;
 
-  // Whether the group's failure was dumped (flight_recorder.cc; under its dump mutex).
-  bool failure_dumped = false;
+  // Whether the group's failure, and an op's failure, were dumped (flight_recorder.cc; under its
+  // dump mutex).
+  bool group_failure_dumped = false;
+  bool op_failure_dumped = false;
 
  private:
   const TraceGroup group_;
