@@ -235,6 +235,11 @@ TEST(FlightRecorderTest, AbortDumpsEveryRankOfTheProcess) {
     EXPECT_NE(d.reason.find("group world failed"), std::string::npos) << d.reason;
     ASSERT_EQ(d.entries.size(), r == 0 ? 2u : 1u);
     EXPECT_EQ(d.entries[0].state, "completed");
+    // The dump made at the failure shows the op it failed as failed, with the error.
+    if (r == 0) {
+      EXPECT_EQ(d.entries[1].state, "failed");
+      EXPECT_NE(d.entries[1].error.find("abort"), std::string::npos) << d.entries[1].error;
+    }
   }
   std::filesystem::remove_all(dir.path() / "again");
   const auto paths = dump_traces((dir.path() / "again").string());
@@ -242,6 +247,33 @@ TEST(FlightRecorderTest, AbortDumpsEveryRankOfTheProcess) {
   const auto again = trace::read_dump((dir.path() / "again" / "c10d_trace_rank_0.json").string());
   EXPECT_EQ(again.entries.at(1).state, "failed");
   EXPECT_NE(again.entries.at(1).error.find("aborted"), std::string::npos);
+}
+
+// An op that times out: the dump written when its group fails (before its Work fails) shows it
+// failed, with the error its caller gets.
+TEST(FlightRecorderTest, AnOpThatTimesOutIsDumpedFailedWithItsError) {
+  test::TempDir dir;
+  ScopedEnv env_dir("C10D_TRACE_DIR", dir.path().c_str());
+  ScopedEnv env_buffer("C10D_TRACE_BUFFER", "16");
+  auto inproc = std::make_shared<transport::InProcWorld>(2);
+  std::vector<std::shared_ptr<ProcessGroup>> groups(2);
+  test::run_rank_threads(2, [&](int r) {
+    groups[r] = make_transport_process_group(
+        std::make_shared<transport::InProcTransport>(inproc, r), {.timeout = 300ms});
+  });
+  auto t = Tensor::from_vector(std::vector<float>(4, 1.0f), DType::kFloat32);
+  std::string error;
+  try {
+    groups[0]->all_reduce({t})->wait(30s);  // rank 1 never calls it
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  ASSERT_FALSE(error.empty());
+  const auto d = trace::read_dump((dir.path() / "c10d_trace_rank_0.json").string());
+  ASSERT_EQ(d.entries.size(), 1u);
+  EXPECT_EQ(d.entries[0].state, "failed");
+  EXPECT_EQ(d.entries[0].error, error);
+  EXPECT_GT(d.entries[0].ended_ns, 0);
 }
 
 }  // namespace

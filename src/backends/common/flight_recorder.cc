@@ -37,7 +37,26 @@ Registry& registry() {
   return r;
 }
 
-std::vector<std::string> dump_locked(const std::string& dir, std::string_view reason) {
+// The entries of `ring`, those not ended shown failed with `error` when `failed` (the dump of the
+// group's failure, made before its ops fail with it: they are about to).
+std::vector<TraceEntry> entries_of(const TraceRing& ring, const std::string_view* failed) {
+  std::vector<TraceEntry> entries = ring.snapshot();
+  if (failed == nullptr) return entries;
+  const auto now = OpRecord::coarse_now();
+  for (TraceEntry& e : entries) {
+    const auto state = e.record.state();
+    if (state == OpRecord::State::kCompleted || state == OpRecord::State::kFailed) continue;
+    e.record.state_ = OpRecord::State::kFailed;
+    e.record.ended = now;
+    e.error.assign(*failed);
+  }
+  return entries;
+}
+
+// `failed_ring`: the ring whose group failed with `*error` (entries_of), or null.
+std::vector<std::string> dump_locked(const std::string& dir, std::string_view reason,
+                                     const TraceRing* failed_ring = nullptr,
+                                     const std::string_view* error = nullptr) {
   std::vector<std::shared_ptr<TraceRing>> live;
   {
     auto& reg = registry();
@@ -48,7 +67,8 @@ std::vector<std::string> dump_locked(const std::string& dir, std::string_view re
   }
   std::map<int, std::vector<RingDump>> by_rank;
   for (const auto& ring : live) {
-    by_rank[ring->group().global_rank()].push_back(RingDump{ring->group(), ring->snapshot()});
+    by_rank[ring->group().global_rank()].push_back(
+        RingDump{ring->group(), entries_of(*ring, ring.get() == failed_ring ? error : nullptr)});
   }
   const auto ns = [](auto t) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -201,7 +221,8 @@ void dump_failure(TraceRing& ring, std::string_view error, bool group) noexcept 
     const auto dir = dir_from_env();
     if (!dir) return;
     const auto paths = dump_locked(
-        *dir, fmt::format("{}group {} failed: {}", group ? "" : "an op of ", g.desc, error));
+        *dir, fmt::format("{}group {} failed: {}", group ? "" : "an op of ", g.desc, error),
+        group ? &ring : nullptr, &error);
     C10D_LOG_INFO("rank {}: flight recorder: group {} failed; wrote {} trace file(s) to {}",
                   g.global_rank(), g.desc, paths.size(), *dir);
   } catch (const std::exception& e) {

@@ -44,8 +44,10 @@ std::shared_ptr<TraceRing> make_ring(TraceGroup group);
 std::vector<std::string> dump_to(const std::string& dir, std::string_view reason);
 
 // The group of `ring` failed with `error` (its first failure, latched: OpRunner::fail): unless
-// that was dumped already, dumps to C10D_TRACE_DIR (when set). Returns once the dump is written,
-// also when another thread is the one writing it. Never throws.
+// that was dumped already, dumps to C10D_TRACE_DIR (when set). The dump shows the group's ops not
+// yet ended as failed with `error`: they fail with it once the dump is written (the op that
+// failed, those in flight and those queued). Returns once the dump is written, also when another
+// thread is the one writing it. Never throws.
 void group_failed(TraceRing& ring, std::string_view error) noexcept;
 // An op of `ring` failed with `error`: as group_failed, once per group, unless the group's
 // failure was dumped (an op can fail alone and leave the group usable: a C10D_DEBUG=DETAIL
