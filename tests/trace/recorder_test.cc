@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "../rank_threads.h"
 #include "../store/child_process.h"
@@ -46,27 +48,106 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
+// A ring of 3 has room for 4 (a power of two): the ended ops there give way to later ones.
 TEST(TraceRingTest, KeepsTheLastOpsOldestFirst) {
   TraceRing ring(world(0, 2), 3);
+  EXPECT_EQ(ring.capacity(), 4u);
+  OpRecord done = all_reduce_of({8});
+  done.move_to(State::kCompleted);
   std::vector<std::uint64_t> ids;
-  for (std::uint64_t seq = 0; seq < 5; ++seq) {
+  for (std::uint64_t seq = 0; seq < 6; ++seq) {
     OpRecord r = all_reduce_of({8});
     r.sequence = seq;
     ids.push_back(ring.add(r, 0, 1000ms));
+    if (seq < 5) ring.update(ids.back(), done);
   }
-  EXPECT_EQ(ids, (std::vector<std::uint64_t>{0, 1, 2, 3, 4}));
-  OpRecord done = all_reduce_of({8});
-  done.move_to(State::kCompleted);
+  EXPECT_EQ(ids, (std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5}));
   ring.update(0, done);  // overwritten: dropped
-  ring.update(4, done);
   const auto entries = ring.snapshot();
-  ASSERT_EQ(entries.size(), 3u);
-  for (std::size_t i = 0; i < 3; ++i) {
+  ASSERT_EQ(entries.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(entries[i].id, i + 2);
     EXPECT_EQ(entries[i].record.sequence, i + 2);
   }
-  EXPECT_EQ(entries[0].record.state(), State::kQueued);
-  EXPECT_EQ(entries[2].record.state(), State::kCompleted);
+  EXPECT_EQ(entries[0].record.state(), State::kCompleted);
+  EXPECT_EQ(entries[3].record.state(), State::kQueued);
+}
+
+// The op a rank hangs in stays: a later op that would take its slot goes unrecorded instead.
+TEST(TraceRingTest, KeepsAnOpThatHasNotEndedOverLaterOnes) {
+  TraceRing ring(world(0, 2), 2);
+  OpRecord hung = all_reduce_of({8});
+  hung.move_to(State::kStarted);
+  OpRecord done = all_reduce_of({8});
+  done.move_to(State::kCompleted);
+  ring.update(ring.add(all_reduce_of({8}), 0, 1000ms), hung);  // id 0, slot 0
+  ring.update(ring.add(all_reduce_of({8}), 0, 1000ms), done);  // id 1, slot 1
+  ring.update(ring.add(all_reduce_of({8}), 0, 1000ms), done);  // id 2: slot 0 is busy
+  ring.update(ring.add(all_reduce_of({8}), 0, 1000ms), done);  // id 3, slot 1
+  auto entries = ring.snapshot();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].id, 0u);
+  EXPECT_EQ(entries[0].record.state(), State::kStarted);
+  EXPECT_EQ(entries[1].id, 3u);
+  // Once it ended, the next op takes its slot.
+  ring.update(0, done);
+  ring.add(all_reduce_of({8}), 0, 1000ms);  // id 4, slot 0
+  entries = ring.snapshot();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].id, 3u);
+  EXPECT_EQ(entries[1].id, 4u);
+}
+
+// A snapshot taken while one thread adds ops and another ends them never holds a torn entry:
+// every field of an entry belongs to the same op and the same transition.
+TEST(TraceRingTest, SnapshotsDuringWritesAreConsistent) {
+  TraceRing ring(world(0, 2), 8);
+  constexpr std::uint64_t kOps = 100000;
+  const auto at = [](std::uint64_t ticks) {
+    return OpRecord::Clock::time_point(OpRecord::Clock::duration(ticks));
+  };
+  std::atomic<std::uint64_t> started{0};  // ops started, for the thread that ends them
+  std::atomic<bool> done{false};
+  std::thread ender([&] {
+    for (std::uint64_t id = 0; id < kOps; ++id) {
+      while (started.load(std::memory_order_acquire) <= id) std::this_thread::yield();
+      OpRecord r = all_reduce_of({static_cast<std::int64_t>(id % 100 + 1)});
+      r.sequence = id;
+      r.started = at(3 * id + 1);
+      r.ended = at(3 * id + 2);
+      r.state_ = State::kCompleted;
+      ring.update(id, r);
+    }
+  });
+  std::size_t checked = 0;
+  std::thread reader([&] {
+    while (!done.load()) {
+      for (const auto& e : ring.snapshot()) {
+        ++checked;
+        ASSERT_EQ(e.record.sequence, e.id);
+        ASSERT_EQ(e.other_sequence, 2 * e.id);
+        ASSERT_EQ(e.record.count, static_cast<std::int64_t>(e.id % 100 + 1));
+        ASSERT_EQ(e.record.queued, at(3 * e.id));
+        const auto s = e.record.state();
+        ASSERT_EQ(e.record.started, s == State::kQueued ? at(0) : at(3 * e.id + 1));
+        ASSERT_EQ(e.record.ended, s == State::kCompleted ? at(3 * e.id + 2) : at(0));
+      }
+    }
+  });
+  for (std::uint64_t id = 0; id < kOps; ++id) {
+    OpRecord r = all_reduce_of({static_cast<std::int64_t>(id % 100 + 1)});
+    r.sequence = id;
+    r.queued = at(3 * id);
+    ASSERT_EQ(ring.add(r, 2 * id, 1000ms), id);
+    r.started = at(3 * id + 1);
+    r.state_ = State::kStarted;
+    ring.update(id, r);
+    started.store(id + 1, std::memory_order_release);
+  }
+  ender.join();
+  done.store(true);
+  reader.join();
+  EXPECT_GT(checked, 0u);
 }
 
 TEST(TraceRingTest, RecordsTheShapeFoldingDimsBeyondTheFourth) {
