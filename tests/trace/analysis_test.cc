@@ -59,7 +59,9 @@ class Job {
     dumps_.erase(dumps_.begin() + r);
     return *this;
   }
-  Verdict verdict() const { return analyze(dumps_); }
+  Verdict verdict(const std::map<int, std::string>& no_dump_because = {}) const {
+    return analyze(dumps_, no_dump_because);
+  }
 
  private:
   std::vector<RankDump> dumps_;
@@ -143,6 +145,33 @@ TEST(TraceAnalysisTest, AMemberWithoutADumpIsAProblem) {
   const auto v = Job(3).completed(2).without(2).verdict();
   EXPECT_TRUE(v.problem);
   EXPECT_TRUE(has_line(v, "rank 2 of group world left no dump")) << text(v);
+}
+
+// What the caller knows of why a rank left no dump (a launcher: how the process ended) is said
+// with it.
+TEST(TraceAnalysisTest, ARankWithoutADumpIsNamedWithWhatTheCallerKnows) {
+  const auto v = Job(4).completed(2).without(3).without(2).verdict(
+      {{2, "killed by signal 9 (SIGKILL)"}, {0, "not asked"}});
+  EXPECT_TRUE(v.problem);
+  EXPECT_TRUE(has_line(v, "rank 2 of group world left no dump: killed by signal 9 (SIGKILL)"))
+      << text(v);
+  EXPECT_TRUE(has_line(v, "rank 3 of group world left no dump")) << text(v);
+  EXPECT_EQ(text(v).find("not asked"), std::string::npos) << text(v);  // rank 0 left one
+}
+
+// A member without a dump where the others stopped is named with the first collective not
+// completed, not after it.
+TEST(TraceAnalysisTest, ARankWithoutADumpIsNamedWithTheCollectiveTheOthersSitIn) {
+  Job job(3);
+  job.completed(3).call(0, 3, "all_reduce", "started").call(1, 3, "all_reduce", "failed");
+  const auto v = job.without(2).verdict({{2, "it was killed by signal 9 (SIGKILL)"}});
+  EXPECT_TRUE(v.problem);
+  ASSERT_GE(v.lines.size(), 2u) << text(v);
+  EXPECT_EQ(v.lines[0],
+            "first collective not completed by every rank: all_reduce #3 of group world");
+  EXPECT_EQ(v.lines[1], "rank 2 left no dump: it was killed by signal 9 (SIGKILL)") << text(v);
+  EXPECT_TRUE(has_line(v, "rank 0 called it: started, not completed")) << text(v);
+  EXPECT_EQ(text(v).find("of group world left no dump"), std::string::npos) << text(v);
 }
 
 TEST(TraceAnalysisTest, OpsOlderThanARingReachesAreTakenAsCompleted) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "../rank_threads.h"
@@ -289,23 +290,31 @@ TEST(FlightRecorderTest, FailuresDumpOncePerGroup) {
   EXPECT_FALSE(dumped());
 }
 
-// Two thread ranks over the in-process transport: an abort dumps both ranks' rings before the
-// pending op fails, and dump_traces writes them when asked.
-TEST(FlightRecorderTest, AbortDumpsEveryRankOfTheProcess) {
-  test::TempDir dir;
-  ScopedEnv env_dir("C10D_TRACE_DIR", dir.path().c_str());
-  ScopedEnv env_buffer("C10D_TRACE_BUFFER", "16");
+Tensor four_ones() { return Tensor::from_vector(std::vector<float>(4, 1.0f), DType::kFloat32); }
+
+// Two thread ranks' groups over the in-process transport, with the recorder on; `first`: what
+// each rank does first.
+std::vector<std::shared_ptr<ProcessGroup>> two_ranks(
+    Milliseconds timeout, const std::function<void(ProcessGroup&)>& first) {
   auto inproc = std::make_shared<transport::InProcWorld>(2);
   std::vector<std::shared_ptr<ProcessGroup>> groups(2);
   test::run_rank_threads(2, [&](int r) {
     groups[r] = make_transport_process_group(
-        std::make_shared<transport::InProcTransport>(inproc, r), {.timeout = 30s});
-    auto t = Tensor::from_vector(std::vector<float>(4, 1.0f), DType::kFloat32);
-    groups[r]->all_reduce({t})->wait(30s);
+        std::make_shared<transport::InProcTransport>(inproc, r), {.timeout = timeout});
+    first(*groups[r]);
   });
+  return groups;
+}
+
+// Two thread ranks: an abort dumps both ranks' rings before the pending op fails, and dump_traces
+// writes them when asked.
+TEST(FlightRecorderTest, AbortDumpsEveryRankOfTheProcess) {
+  test::TempDir dir;
+  ScopedEnv env_dir("C10D_TRACE_DIR", dir.path().c_str());
+  ScopedEnv env_buffer("C10D_TRACE_BUFFER", "16");
+  auto groups = two_ranks(30s, [](ProcessGroup& pg) { pg.all_reduce({four_ones()})->wait(30s); });
   // Rank 0 alone calls a second all_reduce and aborts while it waits for rank 1.
-  auto t = Tensor::from_vector(std::vector<float>(4, 1.0f), DType::kFloat32);
-  auto pending = groups[0]->all_reduce({t});
+  auto pending = groups[0]->all_reduce({four_ones()});
   groups[0]->abort();
   EXPECT_THROW(pending->wait(30s), Error);
   for (int r = 0; r < 2; ++r) {
@@ -336,16 +345,10 @@ TEST(FlightRecorderTest, AnOpThatTimesOutIsDumpedFailedWithItsError) {
   test::TempDir dir;
   ScopedEnv env_dir("C10D_TRACE_DIR", dir.path().c_str());
   ScopedEnv env_buffer("C10D_TRACE_BUFFER", "16");
-  auto inproc = std::make_shared<transport::InProcWorld>(2);
-  std::vector<std::shared_ptr<ProcessGroup>> groups(2);
-  test::run_rank_threads(2, [&](int r) {
-    groups[r] = make_transport_process_group(
-        std::make_shared<transport::InProcTransport>(inproc, r), {.timeout = 300ms});
-  });
-  auto t = Tensor::from_vector(std::vector<float>(4, 1.0f), DType::kFloat32);
+  auto groups = two_ranks(300ms, [](ProcessGroup&) {});
   std::string error;
   try {
-    groups[0]->all_reduce({t})->wait(30s);  // rank 1 never calls it
+    groups[0]->all_reduce({four_ones()})->wait(30s);  // rank 1 never calls it
   } catch (const Error& e) {
     error = e.what();
   }

@@ -15,6 +15,8 @@
 //   --grace-period-ms G  after a failure or a stop signal, how long before SIGKILL (5000)
 //   --max-restarts K     after a failure, start the whole job again, K times at most (0;
 //                        restarts.h)
+//   --trace-dir DIR      the flight recorder's directory (default: C10D_TRACE_DIR when set)
+//   --hang-timeout S     no op completing on any process for S seconds fails the job
 // PROGRAM is looked up in PATH.
 //
 // The store: node 0 hosts a TCPStoreServer in this process, listening on A:P; other nodes host
@@ -29,6 +31,8 @@
 //   MASTER_ADDR=A  MASTER_PORT=<the store's port>  C10D_STORE_EXTERNAL=1
 //   C10D_STORE_TOKEN=<the token the launcher made up>, when it made one
 //   C10D_RESTART_COUNT=<the attempt: 0, then 1 after the first restart...>
+//   C10D_TRACE_DIR=<DIR, absolute>, with a trace directory
+//   C10D_PROGRESS_FILE=<its progress counter's file>, with --hang-timeout (progress_watch.h)
 // so c10d::rendezvous("env://") connects every rank, rank 0 included, to the launcher's store
 // (attempt k > 0 to its own part of it, store/attempt_store.h).
 //
@@ -47,6 +51,12 @@
 //   c10drun: rank 2 (pid 1236) is the cause: it was stopped (state T) and made no progress;
 //            ranks 0, 3 timed out waiting for it
 //   c10drun: rank 1 (pid 1235) failed: exited with code 3, after rank 2 made no progress
+// With a trace directory, the launcher then asks the others to dump (SIGUSR1), waits for the
+// dumps (at most 3 s), and prints the flight recorder's verdict before it stops them (verdict.h):
+//   c10drun: the flight recorder's verdict (the dumps in /tmp/traces):
+//   c10drun:   rank 2 never called all_reduce #3 of group world; its last op was ...
+// With --hang-timeout S, no op completing on any process for S seconds fails the job the same
+// way ("c10drun: no process completed an op for S s ...: the job is hung").
 //
 // With --max-restarts K, a failure is followed by a restart of every process, K times at most,
 // each announced on one line naming the attempt and what failed (restarts.h); the launchers of
@@ -69,6 +79,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -81,6 +92,7 @@
 #include "c10d/store.h"
 #include "core/auth.h"
 #include "core/logging.h"
+#include "core/parse.h"
 #include "launcher/launch_options.h"
 #include "launcher/node_sync.h"
 #include "launcher/restarts.h"
@@ -126,8 +138,18 @@ UniqueFd take_over_signals(sigset_t& previous) {
   return fd;
 }
 
-int launch(const LaunchOptions& options) {
+// The trace directory: --trace-dir, else C10D_TRACE_DIR; absolute, so that a process that
+// changes its directory still finds it.
+std::optional<std::string> trace_dir_of(const LaunchOptions& options) {
+  std::optional<std::string> dir = options.trace_dir;
+  if (!dir) dir = core::env_text("C10D_TRACE_DIR");
+  if (!dir) return std::nullopt;
+  return std::filesystem::absolute(*dir).lexically_normal().string();
+}
+
+int launch(LaunchOptions options) {
   ensure_standard_fds();
+  options.trace_dir = trace_dir_of(options);
   InheritedState inherited{};
   UniqueFd signals = take_over_signals(inherited.signal_mask);
   ::getrlimit(RLIMIT_NOFILE, &inherited.open_files);

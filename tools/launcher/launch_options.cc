@@ -13,7 +13,8 @@ namespace {
 
 constexpr std::string_view kUsage = R"(usage:
   c10drun [--nproc-per-node N] [--nnodes M --node-rank R --master-addr A --master-port P]
-          [--grace-period-ms G] [--max-restarts K] [--] PROGRAM [ARGS...]
+          [--grace-period-ms G] [--max-restarts K] [--trace-dir DIR] [--hang-timeout S]
+          [--] PROGRAM [ARGS...]
 
 Starts N copies of PROGRAM (found through PATH) on this node, as ranks R*N .. R*N+N-1 of a
 world of M*N, and hosts the rendezvous store they meet in (on node 0).
@@ -27,6 +28,12 @@ world of M*N, and hosts the rendezvous store they meet in (on node 0).
                        exit before SIGKILL (default 5000)
   --max-restarts K     when a process fails, stop the others and start the whole job
                        again, up to K times (default 0); every node gives the same K
+  --trace-dir DIR      the flight recorder's directory: every process gets C10D_TRACE_DIR=DIR
+                       (default: C10D_TRACE_DIR when set). When a process fails, the others
+                       are asked to dump (SIGUSR1) before they are stopped, and the verdict
+                       on the dumps is printed (docs/tracing.md)
+  --hang-timeout S     when no process completes an op for S seconds, the job has failed
+                       (dumps and verdict as above); default: never
   --help               this text
 
 Each process gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
@@ -56,7 +63,9 @@ enum class Flag {
   kMasterAddr,
   kMasterPort,
   kGracePeriodMs,
-  kMaxRestarts
+  kMaxRestarts,
+  kTraceDir,
+  kHangTimeout,
 };
 
 const std::map<std::string, Flag, std::less<>>& flag_names() {
@@ -64,7 +73,8 @@ const std::map<std::string, Flag, std::less<>>& flag_names() {
       {"nproc-per-node", Flag::kNprocPerNode}, {"nnodes", Flag::kNnodes},
       {"node-rank", Flag::kNodeRank},          {"master-addr", Flag::kMasterAddr},
       {"master-port", Flag::kMasterPort},      {"grace-period-ms", Flag::kGracePeriodMs},
-      {"max-restarts", Flag::kMaxRestarts},
+      {"max-restarts", Flag::kMaxRestarts},    {"trace-dir", Flag::kTraceDir},
+      {"hang-timeout", Flag::kHangTimeout},
   };
   return kNames;
 }
@@ -101,6 +111,14 @@ void apply(Flag flag, std::string_view spelled, const std::string& value, Launch
       break;
     case Flag::kMaxRestarts:
       options.max_restarts = static_cast<int>(parse_integer(spelled, value, 0, kMaxRestarts));
+      break;
+    case Flag::kTraceDir:
+      if (value.empty()) throw UsageError(fmt::format("{} is empty", spelled));
+      options.trace_dir = value;
+      break;
+    case Flag::kHangTimeout:
+      options.hang_timeout =
+          std::chrono::seconds(parse_integer(spelled, value, 1, 7LL * 24 * 3600));
       break;
   }
 }

@@ -7,6 +7,7 @@
 // UsageError whose message names the flag. Plain values; no threads, no state.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -33,6 +34,12 @@ struct LaunchOptions {
   // When a process fails, stop the rest and start the whole job again, this many times at most
   // (restarts.h). 0: the first failure ends the job.
   int max_restarts = 0;
+  // The flight recorder's directory (--trace-dir, else C10D_TRACE_DIR): the launcher gives it to
+  // every process and, when the job fails, prints the verdict of their dumps (verdict.h).
+  std::optional<std::string> trace_dir;
+  // --hang-timeout: no op completing on any local process for this long fails the job
+  // (progress_watch.h); zero: off.
+  std::chrono::seconds hang_timeout{0};
   std::vector<std::string> program;  // the program (looked up in PATH) and its arguments
   bool help = false;                 // --help: print the usage, run nothing
 

@@ -14,6 +14,7 @@
 
 #include "c10d/errors.h"
 #include "core/logging.h"
+#include "core/progress_file.h"
 
 namespace c10d::inline v1::launcher {
 namespace {
@@ -24,6 +25,8 @@ constexpr std::size_t kReadChunk = 64 * 1024;
 constexpr int kMaxReadsPerDrain = 16;
 // How long children that got SIGKILL may take to be reaped before the launcher gives up.
 constexpr auto kReapAfterKill = std::chrono::seconds(5);
+// How often the launcher looks for the dumps it asked for.
+constexpr auto kDumpPoll = std::chrono::milliseconds(20);
 
 // Writes all of `data` to `fd`, waiting when the descriptor is full. Output nobody reads any
 // more (EPIPE, a closed terminal) is dropped: the children must still be supervised.
@@ -73,11 +76,26 @@ Supervisor::Supervisor(const LaunchOptions& options, std::map<std::string, std::
       inherited_(inherited),
       signal_fd_(signal_fd),
       stall_records_(std::move(stall_records)),
-      read_buffer_(kReadChunk) {}
+      read_buffer_(kReadChunk) {
+  if (options_.trace_dir) {
+    std::vector<int> ranks;
+    for (int r = 0; r < options_.nproc_per_node; ++r) ranks.push_back(options_.global_rank(r));
+    verdict_.emplace(*options_.trace_dir, ranks);
+  }
+  if (options_.hang_timeout.count() > 0) {
+    progress_ = std::make_unique<ProgressWatch>(options_.hang_timeout, options_.nproc_per_node);
+  }
+}
 
 int Supervisor::run() {
   start_all();
   while (running_ > 0) {
+    if (phase_ == Phase::kRunning && progress_ && progress_->hung(Clock::now())) on_hang();
+    if (phase_ == Phase::kDumping &&
+        (Clock::now() >= verdict_->deadline() || verdict_->ready(process_views()))) {
+      give_verdict();
+      stop_after_failure();
+    }
     if (phase_ == Phase::kStopping && Clock::now() >= kill_at_) kill_survivors();
     if (phase_ == Phase::kKilling && Clock::now() >= give_up_at_) {
       for (const Child& child : children_) {
@@ -91,6 +109,7 @@ int Supervisor::run() {
     wait_for_events();
     reap();
   }
+  if (phase_ == Phase::kDumping) give_verdict();  // every child ended meanwhile
   finish_output();
   if (failed_) return 1;
   return stop_signal_ != 0 ? 128 + stop_signal_ : 0;
@@ -103,6 +122,8 @@ void Supervisor::start_all() {
     std::map<std::string, std::string> env = env_;
     env["RANK"] = std::to_string(rank);
     env["LOCAL_RANK"] = std::to_string(local_rank);
+    if (verdict_) env["C10D_TRACE_DIR"] = verdict_->dir();
+    if (progress_) env[core::progress::kFileEnv] = progress_->file_of(local_rank);
     SpawnedChild spawned;
     try {
       spawned = spawn_child(options_.program, environment_with(env), inherited_);
@@ -138,6 +159,11 @@ void Supervisor::wait_for_events() {
   const std::size_t job_stop_at = fds.size();
   if (hooks_.stop_fd >= 0) fds.push_back(pollfd{hooks_.stop_fd, POLLIN, 0});
   int timeout_ms = -1;  // running children are the user's business: no deadline
+  if (phase_ == Phase::kRunning && progress_)
+    timeout_ms = milliseconds_until(progress_->next_look());
+  if (phase_ == Phase::kDumping) {
+    timeout_ms = milliseconds_until(std::min(verdict_->deadline(), Clock::now() + kDumpPoll));
+  }
   if (phase_ == Phase::kStopping) timeout_ms = milliseconds_until(kill_at_);
   if (phase_ == Phase::kKilling) timeout_ms = milliseconds_until(give_up_at_);
   if (::poll(fds.data(), fds.size(), timeout_ms) < 0) {
@@ -181,16 +207,16 @@ void Supervisor::on_exit(Child& child, int status) {
     return;
   }
   const std::string how = describe_status(status);
+  child.ended = (WIFSIGNALED(status) ? "it was " : "it ") + how;
   if (phase_ != Phase::kRunning) {
     report(fmt::format("c10drun: rank {} (pid {}) stopped: {}", child.rank, child.pid, how));
     return;
   }
-  const Cause cause = find_cause_of(child);
+  const Cause cause = find_cause_of(child.rank);
   if (cause.rank >= 0) {
     const std::string where =
         cause.pid > 0 ? fmt::format("pid {}", cause.pid) : std::string("on another node");
-    report(
-        fmt::format("c10drun: rank {} ({}) is the cause: {}", cause.rank, where, cause.evidence));
+    report_cause(cause);
     // A rank on another node may have stopped, or its node may be cut off: from here the two
     // look alike.
     report(fmt::format("c10drun: rank {} (pid {}) failed: {}, after rank {} made no progress{}",
@@ -202,15 +228,25 @@ void Supervisor::on_exit(Child& child, int status) {
     report(fmt::format("c10drun: rank {} (pid {}) failed: {}", child.rank, child.pid, how));
     record_failure(fmt::format("rank {} (pid {}): {}", child.rank, child.pid, how));
   }
-  failed_ = true;
-  stop_after_failure();
+  fail_job();
 }
 
-Cause Supervisor::find_cause_of(const Child& failed) {
+void Supervisor::report_cause(const Cause& cause) const {
+  report(fmt::format("c10drun: rank {} ({}) is the cause: {}", cause.rank,
+                     cause.pid > 0 ? fmt::format("pid {}", cause.pid) : "on another node",
+                     cause.evidence));
+}
+
+std::vector<ProcessView> Supervisor::process_views() const {
   std::vector<ProcessView> processes;
   for (const Child& c : children_) {
     processes.push_back({c.rank, c.pid, c.running, c.running ? process_state(c.pid) : '?'});
   }
+  return processes;
+}
+
+Cause Supervisor::find_cause_of(int failed_rank) {
+  const std::vector<ProcessView> processes = process_views();
   std::vector<transport::StallRecord> records;
   if (stall_records_) {
     try {
@@ -219,7 +255,41 @@ Cause Supervisor::find_cause_of(const Child& failed) {
       C10D_LOG_INFO("c10drun: cannot read the ranks' stall records: {}", e.what());
     }
   }
-  return find_cause(processes, failed.rank, records);
+  return find_cause(processes, failed_rank, records);
+}
+
+void Supervisor::fail_job() {
+  failed_ = true;
+  if (verdict_ && running_ > 0) {
+    // Before the SIGTERM: a rank stopped first could not say where it was.
+    verdict_->request(process_views());
+    phase_ = Phase::kDumping;
+    return;  // run() gives the verdict and stops the others once the dumps are in
+  }
+  if (verdict_) give_verdict();
+  stop_after_failure();
+}
+
+void Supervisor::give_verdict() {
+  if (verdict_given_) return;
+  verdict_given_ = true;
+  std::map<int, std::string> ended;
+  for (const Child& c : children_) {
+    if (!c.running && !c.ended.empty()) ended[c.rank] = c.ended;
+  }
+  report(fmt::format("c10drun: the flight recorder's verdict (the dumps in {}):", verdict_->dir()));
+  for (const std::string& line : verdict_->lines(ended)) report("c10drun:   " + line);
+}
+
+void Supervisor::on_hang() {
+  report(
+      fmt::format("c10drun: no process completed an op for {} s ({} ops before that): the job "
+                  "is hung",
+                  progress_->timeout().count(), progress_->completed()));
+  const Cause cause = find_cause_of(-1);
+  if (cause.rank >= 0) report_cause(cause);
+  record_failure(fmt::format("no process completed an op for {} s", progress_->timeout().count()));
+  fail_job();
 }
 
 void Supervisor::on_stop_signal(int signal) {
@@ -233,7 +303,8 @@ void Supervisor::on_stop_signal(int signal) {
   for (const Child& child : children_) {
     if (child.running) ::kill(child.pid, signal);
   }
-  if (phase_ == Phase::kRunning) {
+  if (phase_ == Phase::kDumping) give_verdict();  // with what the dumps say so far
+  if (phase_ == Phase::kRunning || phase_ == Phase::kDumping) {
     phase_ = Phase::kStopping;
     kill_at_ = Clock::now() + options_.grace_period;
   }
@@ -243,9 +314,8 @@ void Supervisor::stop_after_failure() {
   phase_ = Phase::kStopping;
   kill_at_ = Clock::now() + options_.grace_period;
   if (running_ == 0) return;
-  report(
-      fmt::format("c10drun: sending SIGTERM to the {} other running process{}; SIGKILL after {} ms",
-                  running_, running_ == 1 ? "" : "es", options_.grace_period.count()));
+  report(fmt::format("c10drun: sending SIGTERM to the {} running process{}; SIGKILL after {} ms",
+                     running_, running_ == 1 ? "" : "es", options_.grace_period.count()));
   for (const Child& child : children_) {
     if (!child.running) continue;
     ::kill(child.pid, SIGTERM);
@@ -272,8 +342,7 @@ void Supervisor::on_job_stop() {
   if (phase_ != Phase::kRunning) return;  // stopping already (this node's own failure, say)
   failure_ = hooks_.stop_reason ? hooks_.stop_reason() : std::string("another node stopped");
   report(fmt::format("c10drun: stopping this node's processes: {}", failure_));
-  failed_ = true;
-  stop_after_failure();
+  fail_job();
 }
 
 void Supervisor::kill_survivors() {

@@ -22,6 +22,13 @@
 // still running after the grace period get SIGKILL; one that outlives even that (stuck in the
 // kernel) is left behind after a further bound, so the launcher never hangs while stopping.
 //
+// With a trace directory (LaunchOptions::trace_dir), the others are asked to dump before the
+// SIGTERM, and the flight recorder's verdict is printed after the line naming the failed rank
+// (verdict.h); the launcher waits for the dumps up to TraceVerdict::kDumpWait, relaying output
+// and reaping meanwhile. With a hang timeout (LaunchOptions::hang_timeout), no op completing on
+// any child for that long (progress_watch.h) fails the job the same way:
+//   c10drun: no process completed an op for 30 s (1234 ops before that): the job is hung
+//
 // Exit status of run(): 0 when every child exited 0; 1 when one failed or could not be
 // started, or the job's other nodes stopped it; otherwise 128 + the first stop signal received.
 //
@@ -39,6 +46,8 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -47,7 +56,9 @@
 #include "launcher/blame.h"
 #include "launcher/launch_options.h"
 #include "launcher/line_prefixer.h"
+#include "launcher/progress_watch.h"
 #include "launcher/spawn.h"
+#include "launcher/verdict.h"
 
 namespace c10d::inline v1::launcher {
 
@@ -97,10 +108,12 @@ class Supervisor {
     bool running = false;
     Stream out;
     Stream err;
+    std::string ended = {};  // how it ended, for the verdict: "it exited with code 3"
   };
 
   enum class Phase {
     kRunning,   // nobody failed, nobody asked to stop
+    kDumping,   // the job failed: waiting for the dumps the others were asked for (verdict.h)
     kStopping,  // a child failed or a stop signal came: waiting up to the grace period
     kKilling,   // the grace period is over: survivors got SIGKILL
   };
@@ -110,8 +123,15 @@ class Supervisor {
   void read_signals();
   void reap();
   void on_exit(Child& child, int status);
-  // The rank behind `failed`'s failure, when another (blame.h).
-  Cause find_cause_of(const Child& failed);
+  // The rank behind `failed_rank`'s failure (-1: the job's hang), when another (blame.h).
+  Cause find_cause_of(int failed_rank);
+  void report_cause(const Cause& cause) const;
+  std::vector<ProcessView> process_views() const;
+  // The job failed (reported): asks for the dumps when there is a trace directory, else stops.
+  void fail_job();
+  // The verdict on the dumps (verdict.h), once.
+  void give_verdict();
+  void on_hang();
   void on_stop_signal(int signal);
   void stop_after_failure();
   // Another node stopped the attempt (hooks_.stop_fd became readable).
@@ -139,6 +159,9 @@ class Supervisor {
   std::vector<char> read_buffer_;
   JobHooks hooks_;
   std::string failure_;
+  std::optional<TraceVerdict> verdict_;      // with a trace directory
+  std::unique_ptr<ProgressWatch> progress_;  // with a hang timeout
+  bool verdict_given_ = false;
 };
 
 }  // namespace c10d::inline v1::launcher

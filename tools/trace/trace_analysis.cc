@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <tuple>
 
 #include "c10d/errors.h"
@@ -67,7 +68,32 @@ std::map<std::string, GroupView> group_views(const std::vector<RankDump>& dumps)
 }
 
 // The report on the first collective of `g` not every member completed; nullopt: none.
-std::optional<std::vector<std::string>> first_problem(const GroupView& g) {
+// "rank 2<where> left no dump: <why>" for each member of `g` without a dump (those with no why
+// together); whether there were any.
+bool no_dump_lines(const GroupView& g, std::string_view where,
+                   const std::map<int, std::string>& no_dump_because,
+                   std::vector<std::string>& out) {
+  std::vector<int> unexplained;
+  bool any = false;
+  for (int r : g.members) {
+    if (g.ranks.contains(r)) continue;
+    any = true;
+    const auto why = no_dump_because.find(r);
+    if (why == no_dump_because.end()) {
+      unexplained.push_back(r);
+    } else {
+      out.push_back(fmt::format("rank {}{} left no dump: {}", r, where, why->second));
+    }
+  }
+  if (!unexplained.empty()) {
+    out.push_back(fmt::format("{}{} left no dump", ranks_text(unexplained), where));
+  }
+  return any;
+}
+
+// `no_dump_because`: analyze()'s; members without a dump are said with it there.
+std::optional<std::vector<std::string>> first_problem(
+    const GroupView& g, const std::map<int, std::string>& no_dump_because) {
   std::set<std::int64_t> seqs;
   for (const auto& [rank, ops] : g.ranks) {
     for (const auto& [seq, e] : ops.by_seq) seqs.insert(seq);
@@ -128,6 +154,8 @@ std::optional<std::vector<std::string>> first_problem(const GroupView& g) {
       out.push_back(fmt::format("{} called {} with {} {}; {} with {}", ranks_text(*major_ranks),
                                 what, mcount, mdtype, ranks_text(ranks), differs));
     }
+    // Members that left no dump: what they did is unknown.
+    no_dump_lines(g, "", no_dump_because, out);
     // How far the ranks that entered it got.
     std::map<std::string, std::vector<int>> by_state;
     for (const auto& [rank, e] : entered) {
@@ -151,28 +179,26 @@ std::optional<std::vector<std::string>> first_problem(const GroupView& g) {
 
 }  // namespace
 
-Verdict analyze(const std::vector<RankDump>& dumps) {
+Verdict analyze(const std::vector<RankDump>& dumps,
+                const std::map<int, std::string>& no_dump_because) {
   Verdict v;
   if (dumps.empty()) {
     v.problem = true;
     v.lines.push_back("no dumps to analyze");
+    for (const auto& [rank, why] : no_dump_because) {
+      v.lines.push_back(fmt::format("rank {} left no dump: {}", rank, why));
+    }
     return v;
   }
   std::size_t collectives = 0;
   const auto groups = group_views(dumps);
   for (const auto& [name, g] : groups) {
-    std::vector<int> silent;
-    for (int r : g.members) {
-      if (!g.ranks.contains(r)) silent.push_back(r);
-    }
     for (const auto& [rank, ops] : g.ranks) collectives = std::max(collectives, ops.by_seq.size());
-    if (auto problem = first_problem(g)) {
+    if (auto problem = first_problem(g, no_dump_because)) {
       v.problem = true;
       v.lines.insert(v.lines.end(), problem->begin(), problem->end());
-    }
-    if (!silent.empty()) {
+    } else if (no_dump_lines(g, fmt::format(" of group {}", g.desc), no_dump_because, v.lines)) {
       v.problem = true;
-      v.lines.push_back(fmt::format("{} of group {} left no dump", ranks_text(silent), g.desc));
     }
   }
   if (!v.problem) {

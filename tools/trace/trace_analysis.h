@@ -13,9 +13,10 @@
 //  - which members entered it with other sizes or dtypes than the rest: "ranks 0,1 called
 //    all_reduce #12 of group world with 1048576 float32; rank 3 with 524288";
 //  - what the others' entries say (started, not completed; failed, with the error);
-//  - members that left no dump.
+//  - members that left no dump (with why, when the caller knows).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,10 @@ struct Verdict {
   std::vector<std::string> lines;
 };
 
-Verdict analyze(const std::vector<backends::trace::RankDump>& dumps);
+// `no_dump_because`: what is known of ranks that may have left no dump (a launcher's "killed by
+// signal 9 (SIGKILL)"), said with them.
+Verdict analyze(const std::vector<backends::trace::RankDump>& dumps,
+                const std::map<int, std::string>& no_dump_because = {});
 
 // The dumps in `dir` (its *.json files); InvalidArgument naming the file that is not one.
 std::vector<backends::trace::RankDump> read_dumps(const std::string& dir);

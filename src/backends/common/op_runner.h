@@ -18,7 +18,8 @@
 //  - each op's OpRecord (op_record.h): queued, started, then completed or failed; with
 //    Options::trace, the same in the group's flight recorder ring (trace_ring.h); the group's
 //    failure (and an op's that fails alone) dumps the process's rings (flight_recorder.h) before
-//    any Work fails with it.
+//    any Work fails with it; and each completed op counts in core/progress_file.h's counter
+//    (c10drun --hang-timeout).
 //
 // The group is the runner's Driver: it runs or starts what the worker takes (start), and, when
 // its ops stay in flight after starting (the MPI group's nonblocking calls and sends), tests them
@@ -52,6 +53,7 @@
 #include "c10d/types.h"
 #include "c10d/work.h"
 #include "core/check.h"
+#include "core/progress_file.h"
 #include "core/work_control.h"
 
 namespace c10d::inline v1::backends {
@@ -73,9 +75,11 @@ class RunnerOp {
   Milliseconds timeout() const { return timeout_; }
   bool collective() const { return record_.collective; }
 
-  // Completes the op's Work (its record first); on the thread that completes the op.
+  // Completes the op's Work (its record first, and the rank's progress counter for a launcher
+  // that watches for hangs); on the thread that completes the op.
   void succeed(std::vector<Tensor> outputs = {}) {
     move_to(OpRecord::State::kCompleted);
+    core::progress::op_completed();
     core::WorkControl::finish(*work_, std::move(outputs));
   }
   // The record's failure is traced (and dumped, unless its group's failure was: op_failed)
