@@ -1,11 +1,14 @@
 // The flight recorder with real processes: three ranks (pg_fault_child) with C10D_TRACE_DIR set
 // and a 3 s timeout, where rank 2 strays at collective #3, leave one dump each, and
 // `c10d-trace analyze` on the directory names rank 2 and what it did instead; rank 2's dump comes
-// from its group's failure (trace_mismatch) or from SIGUSR1 (trace_skip).
+// from its group's failure (trace_mismatch) or from SIGUSR1 (trace_skip). `c10d-trace timeline`
+// draws the same dumps as a trace with a track per rank.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "fault_ranks.h"
 
@@ -32,6 +35,18 @@ std::string analyze_after(const std::string& scenario, Ranks& ranks,
       ranks.dir.path(), "analyze");
   const auto exit = tool.wait(Clock::now() + 60s);
   EXPECT_EQ(exit.code, 1) << tool.describe();
+  // The same dumps as a timeline: JSON, with a track (process) per rank.
+  const auto json_path = ranks.dir.path() / "trace.json";
+  ChildProcess timeline({(test::build_dir() / "tools" / "c10d-trace").string(), "timeline",
+                         traces.string(), "-o", json_path.string()},
+                        {}, ranks.dir.path(), "timeline");
+  EXPECT_EQ(timeline.wait(Clock::now() + 60s).code, 0) << timeline.describe();
+  std::set<int> pids;
+  const auto trace = nlohmann::json::parse(test::read_file(json_path));
+  for (const auto& e : trace.at("traceEvents")) {
+    pids.insert(e.at("pid").get<int>());
+  }
+  EXPECT_EQ(pids, (std::set<int>{0, 1, 2}));
   return tool.out();
 }
 
