@@ -17,9 +17,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -156,10 +158,12 @@ int run(int argc, char** argv) {
                "batch", "step_ms", "steps/s", "samples/s", "comm_ms", "wait_ms", "overlap");
     fmt::print("{}\n", row);
     if (json_out.is_open()) {
-      json_out << fmt::format(
-          "{{\"world\": {}, \"mode\": \"{}\", \"batch\": {}, \"step_ms\": {:.4f}, "
-          "\"comm_ms\": {:.4f}, \"wait_ms\": {:.4f}}}\n",
-          pg->size(), mode, batch, step * 1e3, c * 1e3, e * 1e3);
+      // Milliseconds to 4 decimals: the timer's resolution, not the double's.
+      const auto ms = [](double seconds) { return std::round(seconds * 1e7) / 1e4; };
+      const nlohmann::ordered_json json_row = {{"world", pg->size()}, {"mode", mode},
+                                               {"batch", batch},      {"step_ms", ms(step)},
+                                               {"comm_ms", ms(c)},    {"wait_ms", ms(e)}};
+      json_out << json_row.dump() << "\n";
       json_out.close();
       if (!json_out) throw std::runtime_error("--json " + json + ": writing it failed");
     }

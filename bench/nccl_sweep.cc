@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -285,8 +286,6 @@ class Sweep {
         fmt::print(stderr, "{}: cannot write {}: {}\n", args_.program, args_.json_path,
                    std::strerror(errno));
         failed = 1;
-      } else {
-        fmt::print(json_.get(), "[");
       }
     }
     return backend_.sum_over_ranks(failed) == 0;
@@ -294,21 +293,32 @@ class Sweep {
 
   void add_json_row(std::int64_t bytes, std::int64_t count, bool in_place, const Cell& cell) {
     if (!json_) return;
-    fmt::print(json_.get(),
-               "{}\n  {{\"collective\": \"{}\", \"backend\": \"{}\", \"world_size\": {}, "
-               "\"size\": {}, \"count\": {}, \"type\": \"{}\", \"redop\": \"{}\", \"root\": {}, "
-               "\"in_place\": {}, \"time_us\": {}, \"algbw\": {}, \"busbw\": {}, \"wrong\": {}}}",
-               json_rows_++ ? "," : "", collective_name(args_.collective), backend_.name(), n_,
-               bytes, count, type_name(args_.dtype),
-               is_reduction(args_.collective) ? reduce_op_name(args_.op) : "none",
-               rooted(args_.collective) ? args_.root : -1, in_place, cell.time_us, cell.algbw,
-               cell.busbw, args_.check ? std::to_string(cell.wrong) : std::string("null"));
+    nlohmann::ordered_json row = {
+        {"collective", collective_name(args_.collective)},
+        {"backend", backend_.name()},
+        {"world_size", n_},
+        {"size", bytes},
+        {"count", count},
+        {"type", type_name(args_.dtype)},
+        {"redop", is_reduction(args_.collective) ? reduce_op_name(args_.op) : "none"},
+        {"root", rooted(args_.collective) ? args_.root : -1},
+        {"in_place", in_place},
+        {"time_us", cell.time_us},
+        {"algbw", cell.algbw},
+        {"busbw", cell.busbw},
+        {"wrong", nullptr}};
+    if (args_.check) row["wrong"] = cell.wrong;
+    json_rows_.push_back(std::move(row));
   }
 
+  // Writes the rows, one JSON array, to the file open_json() opened.
   void close_json() {
     if (!json_) return;
-    fmt::print(json_.get(), "\n]\n");
-    json_.reset();
+    const std::string text = json_rows_.dump(1) + "\n";
+    if (std::fputs(text.c_str(), json_.get()) < 0 || std::fclose(json_.release()) != 0) {
+      fmt::print(stderr, "{}: cannot write {}: {}\n", args_.program, args_.json_path,
+                 std::strerror(errno));
+    }
   }
 
   // Zeroed storage that starts on a page, whatever the heap's layout: how many pages a buffer
@@ -341,7 +351,7 @@ class Sweep {
   std::unique_ptr<Storage> send_;  // zeroed, page-aligned
   std::unique_ptr<Storage> recv_;
   std::unique_ptr<std::FILE, FileCloser> json_;  // rank 0 only
-  int json_rows_ = 0;
+  nlohmann::ordered_json json_rows_ = nlohmann::ordered_json::array();
 };
 
 }  // namespace

@@ -19,13 +19,13 @@
 //
 // Exit status: 0; 1 when a group or op failed; 2 for a bad flag.
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -182,13 +182,13 @@ int main(int argc, char** argv) {
       }
       std::printf(" ms\n");
       if (!args.json.empty()) {
-        std::string out = fmt::format(R"({{"backend": "{}", "world": {}, "group": {})",
-                                      args.backend, world, std::min(args.group, world));
+        nlohmann::ordered_json row = {
+            {"backend", args.backend}, {"world", world}, {"group", std::min(args.group, world)}};
         for (std::size_t i = 0; i < kNumPhases; ++i) {
-          out += fmt::format(R"(, "{}_ms": [{}], "{}_median_rank_ms": [{}])", kPhases[i],
-                             fmt::join(slowest[i], ", "), kPhases[i], fmt::join(middle[i], ", "));
+          row[fmt::format("{}_ms", kPhases[i])] = slowest[i];
+          row[fmt::format("{}_median_rank_ms", kPhases[i])] = middle[i];
         }
-        out += "}\n";
+        const std::string out = row.dump() + "\n";
         std::FILE* f = std::fopen(args.json.c_str(), "w");
         if (f == nullptr || std::fputs(out.c_str(), f) < 0 || std::fclose(f) != 0) {
           throw std::runtime_error("cannot write " + args.json);
