@@ -33,7 +33,7 @@ world of M*N, and hosts the rendezvous store they meet in (on node 0).
                        are asked to dump (SIGUSR1) before they are stopped, and the verdict
                        on the dumps is printed (docs/tracing.md)
   --hang-timeout S     when no process completes an op for S seconds, the job has failed
-                       (dumps and verdict as above); default: never
+                       (with a trace directory, dumps and verdict as above); default: never
   --help               this text
 
 Each process gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
