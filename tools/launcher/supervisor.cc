@@ -159,8 +159,9 @@ void Supervisor::wait_for_events() {
   const std::size_t job_stop_at = fds.size();
   if (hooks_.stop_fd >= 0) fds.push_back(pollfd{hooks_.stop_fd, POLLIN, 0});
   int timeout_ms = -1;  // running children are the user's business: no deadline
-  if (phase_ == Phase::kRunning && progress_)
+  if (phase_ == Phase::kRunning && progress_) {
     timeout_ms = milliseconds_until(progress_->next_look());
+  }
   if (phase_ == Phase::kDumping) {
     timeout_ms = milliseconds_until(std::min(verdict_->deadline(), Clock::now() + kDumpPoll));
   }
