@@ -27,6 +27,14 @@ inline std::chrono::microseconds hot_spin() {
   return has_own_core() ? kHotSpin : std::chrono::microseconds(0);
 }
 
+// Tells the core this thread spins (x86 PAUSE): a tight poll of a word another core writes
+// then does not keep taking the line back while that core waits to write it.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // The longest C10D_SPIN_US: a second of polling is far past any use (and far from overflow).
 inline constexpr std::int64_t kMaxSpinUs = 1'000'000;
 

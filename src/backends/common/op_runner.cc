@@ -77,12 +77,16 @@ void OpRunner::stop(std::exception_ptr reason) {
 }
 
 void OpRunner::finished(bool release_op) {
+  // Cleared before the op's Work completes: a caller that destroys the group as soon as its
+  // last op is done must find nothing running.
+  if (release_op) release();
+  // Nothing queued behind it, the usual case of a caller that waits for each op: no lock. An op
+  // queued meanwhile is its waiter's to take, or the worker's, which its submit woke and which
+  // looks again within InlineSchedule::kGrace when it found this one still running.
+  if (queued_.load(std::memory_order_acquire) == 0) return;
   bool wake = false;
   {
-    // Cleared before the op's Work completes: a caller that destroys the group as soon as its
-    // last op is done must find nothing running.
     std::lock_guard lock(mu_);
-    if (release_op) release_locked();
     // An op queued behind this one that the worker should start now (it may be asleep).
     wake = !queue_.empty() && (!queue_.front()->collective() || !schedule_.predict());
   }

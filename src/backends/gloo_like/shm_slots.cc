@@ -83,7 +83,7 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
   const std::function<bool()> done = [&] {
     return impl.failed.load(std::memory_order_acquire) || published() || closed();
   };
-  if (!published() && !impl.poll_until(done, deadline)) {
+  if (!published() && !impl.poll_until(done, deadline, /*move_bytes=*/false)) {
     const Peer& late = impl.peers[next];
     const std::uint64_t last =
         std::max(header_of(slot_at(late.slots, 0)).round.load(std::memory_order_acquire),

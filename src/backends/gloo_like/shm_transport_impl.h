@@ -285,9 +285,11 @@ struct ShmTransport::Impl {
   void sleep(Done& done, Clock::time_point until);
   void wait(Op& op, Clock::time_point deadline);
   template <typename Done>
-  bool poll_until(Done&& done, Clock::time_point deadline);
-  // The same, for the parts in other files.
-  bool poll_until(const std::function<bool()>& done, Clock::time_point deadline);
+  bool poll_until(Done&& done, Clock::time_point deadline, bool move_bytes = true);
+  // The same, for the parts in other files. Without `move_bytes` the polls only ask `done`
+  // (a shared-slot round waits for no ring; whoever waits on one moves its bytes).
+  bool poll_until(const std::function<bool()>& done, Clock::time_point deadline,
+                  bool move_bytes = true);
 
   // ---- Set-up (shm_setup.cc) ----
   void setup(Store& store, backends::SetupWatch& watch, const ShmTransportOptions& options);

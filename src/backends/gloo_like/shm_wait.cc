@@ -107,24 +107,27 @@ void ShmTransport::Impl::wait(Op& op, Clock::time_point deadline) {
 // deadline passes (false). A template, so that a wait's done() (an atomic load) is inlined into
 // every poll turn; ShmTransport::poll_until passes its std::function.
 template <typename Done>
-bool ShmTransport::Impl::poll_until(Done&& done, Clock::time_point deadline) {
+bool ShmTransport::Impl::poll_until(Done&& done, Clock::time_point deadline, bool move_bytes) {
   // Where processes share cores a waiter yields between polls at once (as core::hot_spin).
   const bool hot = core::has_own_core();
   const auto hot_window =
       hot ? std::chrono::microseconds(kHotWindow) : std::chrono::microseconds(0);
-  auto last_moved = Clock::now();
+  // Read at the first look at the clock (16 polls in), not here: most waits end before it.
+  Clock::time_point last_moved{};
   bool moved = false;
   for (unsigned polls = 1; !done(); ++polls) {
-    const bool moved_now = progress();
+    const bool moved_now = move_bytes && progress();
     moved |= moved_now;
     if (done()) break;
+    // A poll that only reads the peers' words leaves the line to the peer that writes it.
+    if (!move_bytes) core::cpu_relax();
     // Where ranks outnumber cores, every poll that found nothing yields at once: the peer this
     // waits for may be waiting for this very core, and 15 more polls before a yield kept it
     // off (an 8-byte all_reduce of 4 ranks on 2 cores: 27 µs, 22 yielding at once).
     if (!hot && !moved_now) sched_yield();
     if (polls % 16 != 0) continue;
     auto now = Clock::now();
-    if (moved) last_moved = now;
+    if (moved || last_moved == Clock::time_point{}) last_moved = now;
     moved = false;
     if (now >= deadline) return false;
     const auto idle = now - last_moved;
@@ -159,8 +162,9 @@ bool ShmTransport::Impl::poll_until(Done&& done, Clock::time_point deadline) {
   return true;
 }
 
-bool ShmTransport::Impl::poll_until(const std::function<bool()>& done, Clock::time_point deadline) {
-  return poll_until<const std::function<bool()>&>(done, deadline);
+bool ShmTransport::Impl::poll_until(const std::function<bool()>& done, Clock::time_point deadline,
+                                    bool move_bytes) {
+  return poll_until<const std::function<bool()>&>(done, deadline, move_bytes);
 }
 
 bool ShmTransport::poll_until(const std::function<bool()>& done,
