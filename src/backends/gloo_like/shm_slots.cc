@@ -80,9 +80,10 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
   const auto closed = [&] {
     return impl.peers[next].header->closed.load(std::memory_order_acquire) != 0;
   };
-  const std::function<bool()> done = [&] {
+  const auto ready = [&] {
     return impl.failed.load(std::memory_order_acquire) || published() || closed();
   };
+  const std::function<bool()> done = std::ref(ready);  // held by reference: no allocation
   if (!published() && !impl.poll_until(done, deadline, /*move_bytes=*/false)) {
     const Peer& late = impl.peers[next];
     const std::uint64_t last =
