@@ -188,8 +188,8 @@ std::vector<TraceEntry> TraceRing::snapshot() const {
     r.sequence = words[kSequence];
     r.count = static_cast<std::int64_t>(words[kCount]);
     unpack(words[kPacked], r);
-    for (std::size_t i = 0; i < OpRecord::kMaxDims; ++i) {
-      r.shape[i] = static_cast<std::int64_t>(words[kShape + i]);
+    for (std::size_t d = 0; d < OpRecord::kMaxDims; ++d) {
+      r.shape[d] = static_cast<std::int64_t>(words[kShape + d]);
     }
     r.queued = time_of(words[kQueued]);
     r.state_ = static_cast<OpRecord::State>(words[kState]);
