@@ -69,11 +69,11 @@ void all_to_allv(const Context& ctx, std::span<const std::byte> input,
   recvs.reserve(static_cast<std::size_t>(n));
   for (int k = 1; k < n; ++k) {
     const int from = (rank - k + n) % n;
-    recvs.push_back(t.irecv(from, ctx.tag, recv_block(from)));
+    recvs.push_back(t.irecv(from, ctx.tag, recv_block(from), ctx.call));
   }
   for (int k = 1; k < n; ++k) {
     const int to = (rank + k) % n;
-    const auto send = t.isend(to, ctx.tag, send_block(to));
+    const auto send = t.isend(to, ctx.tag, send_block(to), ctx.call);
     recvs[static_cast<std::size_t>(k - 1)]->wait(ctx.deadline);
     send->wait(ctx.deadline);
   }

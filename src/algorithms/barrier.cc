@@ -28,8 +28,8 @@ void barrier(const Context& ctx) {
   for (int k = 0; k < dissemination_rounds(n); ++k) {
     // Receive posted before the send is waited on: on a rendezvous transport the peer's send
     // completes only once this receive matches it.
-    auto r = t.irecv(dissemination_recv_peer(n, ctx.rank(), k), ctx.tag, received);
-    auto s = t.isend(dissemination_send_peer(n, ctx.rank(), k), ctx.tag, token);
+    auto r = t.irecv(dissemination_recv_peer(n, ctx.rank(), k), ctx.tag, received, ctx.call);
+    auto s = t.isend(dissemination_send_peer(n, ctx.rank(), k), ctx.tag, token, ctx.call);
     r->wait(ctx.deadline);
     s->wait(ctx.deadline);
   }

@@ -45,12 +45,13 @@ void gather(const Context& ctx, std::span<const std::byte> input,
   auto& t = ctx.transport;
   if (ctx.rank() != root) {
     // Zero-byte messages still go out, so a size mismatch with the root is reported, not hung.
-    t.isend(root, ctx.tag, input)->wait(ctx.deadline);
+    t.isend(root, ctx.tag, input, ctx.call)->wait(ctx.deadline);
     return;
   }
   std::vector<std::unique_ptr<transport::Request>> recvs;
   for (int q = 0; q < ctx.size(); ++q) {
-    if (q != root) recvs.push_back(t.irecv(q, ctx.tag, outputs[static_cast<std::size_t>(q)]));
+    if (q != root)
+      recvs.push_back(t.irecv(q, ctx.tag, outputs[static_cast<std::size_t>(q)], ctx.call));
   }
   copy_own(input, outputs[static_cast<std::size_t>(root)]);
   transport::wait_all(recvs, ctx.deadline);
@@ -61,12 +62,13 @@ void scatter(const Context& ctx, std::span<const std::span<const std::byte>> inp
   check_buffers(ctx, "scatter", root, inputs, output.size());
   auto& t = ctx.transport;
   if (ctx.rank() != root) {
-    t.irecv(root, ctx.tag, output)->wait(ctx.deadline);
+    t.irecv(root, ctx.tag, output, ctx.call)->wait(ctx.deadline);
     return;
   }
   std::vector<std::unique_ptr<transport::Request>> sends;
   for (int q = 0; q < ctx.size(); ++q) {
-    if (q != root) sends.push_back(t.isend(q, ctx.tag, inputs[static_cast<std::size_t>(q)]));
+    if (q != root)
+      sends.push_back(t.isend(q, ctx.tag, inputs[static_cast<std::size_t>(q)], ctx.call));
   }
   copy_own(inputs[static_cast<std::size_t>(root)], output);
   transport::wait_all(sends, ctx.deadline);

@@ -20,8 +20,8 @@ void exchange(const Context& ctx, int peer, std::span<const std::byte> send,
               std::span<std::byte> into) {
   auto& t = ctx.transport;
   std::unique_ptr<transport::Request> r, w;
-  if (!into.empty()) r = t.irecv(peer, ctx.tag, into);
-  if (!send.empty()) w = t.isend(peer, ctx.tag, send);
+  if (!into.empty()) r = t.irecv(peer, ctx.tag, into, ctx.call);
+  if (!send.empty()) w = t.isend(peer, ctx.tag, send, ctx.call);
   if (r) r->wait(ctx.deadline);
   if (w) w->wait(ctx.deadline);
 }

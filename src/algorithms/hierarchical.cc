@@ -31,8 +31,8 @@ class Groups {
         local_rank_(layout.local_of(ctx.rank())),
         local_(unowned(ctx), layout.ranks_on(host_)),
         cross_(unowned(ctx), layout.cross_ranks(local_rank_)),
-        local_ctx_{local_, ctx.tag, ctx.deadline},
-        cross_ctx_{cross_, ctx.tag, ctx.deadline} {}
+        local_ctx_{local_, ctx.tag, ctx.deadline, ctx.call},
+        cross_ctx_{cross_, ctx.tag, ctx.deadline, ctx.call} {}
 
   int host() const { return host_; }
   int local_rank() const { return local_rank_; }
@@ -291,11 +291,12 @@ void hier_broadcast(const Context& ctx, const HostLayout& layout, std::span<std:
   if (ctx.rank() == root) {
     std::vector<std::unique_ptr<transport::Request>> sends;
     for (int l = 0; l < per_host; ++l) {
-      if (l != root_local && !chunk(l).empty()) sends.push_back(local.isend(l, ctx.tag, chunk(l)));
+      if (l != root_local && !chunk(l).empty())
+        sends.push_back(local.isend(l, ctx.tag, chunk(l), ctx.call));
     }
     transport::wait_all(sends, ctx.deadline);
   } else if (g.host() == root_host && !chunk(g.local_rank()).empty()) {
-    local.irecv(root_local, ctx.tag, chunk(g.local_rank()))->wait(ctx.deadline);
+    local.irecv(root_local, ctx.tag, chunk(g.local_rank()), ctx.call)->wait(ctx.deadline);
   }
   // 2. Cross group l carries chunk l from the root's host to every other.
   const std::span<std::byte> mine = chunk(g.local_rank());

@@ -33,12 +33,12 @@ std::vector<double> probe_edge_rates(const Context& ctx, const HostLayout& layou
   const int left = (host + hosts - 1) % hosts;
   const int right = (host + 1) % hosts;
   std::byte go{1}, go_in{0};
-  auto recv = cross.irecv(left, ctx.tag, in);
-  auto go_recv = cross.irecv(right, ctx.tag, std::span(&go_in, 1));
+  auto recv = cross.irecv(left, ctx.tag, in, ctx.call);
+  auto go_recv = cross.irecv(right, ctx.tag, std::span(&go_in, 1), ctx.call);
   const auto start = std::chrono::steady_clock::now();
-  cross.isend(left, ctx.tag, std::span(&go, 1))->wait(ctx.deadline);
+  cross.isend(left, ctx.tag, std::span(&go, 1), ctx.call)->wait(ctx.deadline);
   go_recv->wait(ctx.deadline);
-  auto send = cross.isend(right, ctx.tag, out);
+  auto send = cross.isend(right, ctx.tag, out, ctx.call);
   recv->wait(ctx.deadline);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

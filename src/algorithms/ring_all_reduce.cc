@@ -73,7 +73,8 @@ void run_reduce_scatter(const Context& ctx, const RingPattern& ring, DType dtype
     std::vector<std::unique_ptr<transport::Request>> sends;
     for (std::int64_t off = 0; off < send_count; off += seg) {
       sends.push_back(t.isend(ring.right(), ctx.tag,
-                              {b.send + bytes(off), bytes(std::min(seg, send_count - off))}));
+                              {b.send + bytes(off), bytes(std::min(seg, send_count - off))},
+                              ctx.call));
     }
     const std::int64_t parts = (recv_count + seg - 1) / seg;
     std::array<std::unique_ptr<transport::Request>, 2> pending;
@@ -83,7 +84,7 @@ void run_reduce_scatter(const Context& ctx, const RingPattern& ring, DType dtype
     const auto len_of = [&](std::int64_t j) { return std::min(seg, recv_count - j * seg); };
     auto post = [&](std::int64_t j) {
       pending[static_cast<std::size_t>(j % 2)] =
-          t.irecv(ring.left(), ctx.tag, {slot_of(j), bytes(len_of(j))});
+          t.irecv(ring.left(), ctx.tag, {slot_of(j), bytes(len_of(j))}, ctx.call);
     };
     for (std::int64_t j = 0; j < std::min<std::int64_t>(parts, 2); ++j) post(j);
     for (std::int64_t j = 0; j < parts; ++j) {
@@ -152,7 +153,7 @@ void run_pipelined(const Context& ctx, const RingPattern& ring, DType dtype,
 
   std::vector<std::unique_ptr<transport::Request>> sends;
   const auto send = [&](std::span<std::byte> bytes) {
-    if (!bytes.empty()) sends.push_back(tr.isend(ring.right(), ctx.tag, bytes));
+    if (!bytes.empty()) sends.push_back(tr.isend(ring.right(), ctx.tag, bytes, ctx.call));
   };
   const Block start = first == 0 ? ring.reduce_scatter_send(0) : ring.all_gather_send(0);
   for (std::int64_t j = 0; j < segments(start); ++j) send(piece(start, j));
@@ -183,10 +184,11 @@ void run_pipelined(const Context& ctx, const RingPattern& ring, DType dtype,
       const std::span<std::byte> into = piece(recv_block(posted.stage), posted.segment);
       if (posted.stage < n - 1) {
         if (rs_posted - rs_done >= 2) return;
-        pending.push_back(tr.irecv(ring.left(), ctx.tag, {slot_of(rs_posted), into.size()}));
+        pending.push_back(
+            tr.irecv(ring.left(), ctx.tag, {slot_of(rs_posted), into.size()}, ctx.call));
         ++rs_posted;
       } else {
-        pending.push_back(tr.irecv(ring.left(), ctx.tag, into));
+        pending.push_back(tr.irecv(ring.left(), ctx.tag, into, ctx.call));
       }
       posted = skip_empty(next(posted));
     }

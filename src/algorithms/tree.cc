@@ -62,10 +62,10 @@ void tree_broadcast(const Context& ctx, std::span<std::byte> data, int root) {
   if (n == 1 || data.empty()) return;
   auto& t = ctx.transport;
   const int parent = binomial_parent(n, root, ctx.rank());
-  if (parent >= 0) t.irecv(parent, ctx.tag, data)->wait(ctx.deadline);
+  if (parent >= 0) t.irecv(parent, ctx.tag, data, ctx.call)->wait(ctx.deadline);
   std::vector<std::unique_ptr<transport::Request>> sends;
   for (int child : binomial_children(n, root, ctx.rank())) {
-    sends.push_back(t.isend(child, ctx.tag, data));
+    sends.push_back(t.isend(child, ctx.tag, data, ctx.call));
   }
   transport::wait_all(sends, ctx.deadline);
 }
@@ -94,13 +94,13 @@ void pipelined_broadcast(const Context& ctx, std::span<std::byte> data, int root
   for (std::size_t j = 0; j < segments; ++j) {
     if (prev >= 0) {
       while (posted < segments && posted < j + kChainInFlight) {
-        recvs.push_back(t.irecv(prev, ctx.tag, segment(posted++)));
+        recvs.push_back(t.irecv(prev, ctx.tag, segment(posted++), ctx.call));
       }
       recvs.front()->wait(ctx.deadline);
       recvs.pop_front();
     }
     if (next >= 0) {
-      sends.push_back(t.isend(next, ctx.tag, segment(j)));
+      sends.push_back(t.isend(next, ctx.tag, segment(j), ctx.call));
       if (sends.size() > kChainInFlight) {
         sends.front()->wait(ctx.deadline);
         sends.pop_front();
@@ -132,7 +132,9 @@ void tree_reduce(const Context& ctx, DType dtype, const Reduction& reduction, vo
     const Scratch scratch(ScratchSlot::kSegments, slots * bytes);
     std::array<std::unique_ptr<transport::Request>, 2> pending;
     auto slot = [&](std::size_t j) { return scratch.span().subspan((j % 2) * bytes, bytes); };
-    auto post = [&](std::size_t j) { pending[j % 2] = t.irecv(children[j], ctx.tag, slot(j)); };
+    auto post = [&](std::size_t j) {
+      pending[j % 2] = t.irecv(children[j], ctx.tag, slot(j), ctx.call);
+    };
     for (std::size_t j = 0; j < slots; ++j) post(j);
     for (std::size_t j = 0; j < children.size(); ++j) {
       pending[j % 2]->wait(ctx.deadline);
@@ -141,7 +143,8 @@ void tree_reduce(const Context& ctx, DType dtype, const Reduction& reduction, vo
     }
     const int parent = binomial_parent(n, root, ctx.rank());
     if (parent >= 0) {
-      t.isend(parent, ctx.tag, std::span<const std::byte>(acc, bytes))->wait(ctx.deadline);
+      t.isend(parent, ctx.tag, std::span<const std::byte>(acc, bytes), ctx.call)
+          ->wait(ctx.deadline);
     }
   }
   if (reduction.op == ReduceOp::kAvg && ctx.rank() == root) {

@@ -31,11 +31,12 @@ std::exception_ptr make_error(const char* file, int line, const std::string& mes
 }  // namespace
 
 struct InProcWorld::Op {
-  Op(int self_rank, int peer_rank, Tag op_tag, std::span<const std::byte> send,
+  Op(int self_rank, int peer_rank, Tag op_tag, Call op_call, std::span<const std::byte> send,
      std::span<std::byte> recv, bool send_side)
       : self(self_rank),
         peer(peer_rank),
         tag(op_tag),
+        call(op_call),
         is_send(send_side),
         send_data(send),
         recv_data(recv) {}
@@ -51,6 +52,7 @@ struct InProcWorld::Op {
   const int self;
   const int peer;
   const Tag tag;
+  const Call call;
   const bool is_send;
   const std::span<const std::byte> send_data;  // set on the send side only
   const std::span<std::byte> recv_data;        // set on the receive side only
@@ -164,18 +166,26 @@ void InProcWorld::submit(Op& op) {
     op.complete_locked(std::move(refusal));
     return;
   }
+  // Each rank's inbox keeps the notes of its own receives' calls (transport/matcher.h).
+  Inbox& own = inboxes_[static_cast<std::size_t>(op.self)];
   if (op.is_send) {
     Inbox& inbox = inboxes_[static_cast<std::size_t>(op.peer)];
     if (const auto recv = inbox.match(op.self, op.tag)) {
       transfer_locked(op, **recv);
     } else {
+      inbox.check_arrived_call(op.peer, op.self, op.tag, op.call, [](Op* r, std::exception_ptr e) {
+        r->complete_locked(std::move(e));
+      });
       inbox.push_unexpected(op.self, op.tag, &op);
     }
     return;
   }
-  Inbox& inbox = inboxes_[static_cast<std::size_t>(op.self)];
-  if (const auto found = inbox.find_unexpected(op.peer, op.tag)) {
-    transfer_locked(*inbox.take(*found), op);
+  if (const auto found = own.find_unexpected(op.peer, op.tag)) {
+    transfer_locked(*own.take(*found), op);
+    return;
+  }
+  if (auto refusal = own.call_refusal(op.self, op)) {
+    op.complete_locked(std::move(refusal));
     return;
   }
   if (op.peer == kAnySource) {
@@ -184,12 +194,19 @@ void InProcWorld::submit(Op& op) {
       return;
     }
   }
-  inbox.post(op.peer, op.tag, &op);
+  own.post(op.peer, op.tag, &op);
 }
 
 void InProcWorld::transfer_locked(Op& send, Op& recv) {
   const std::size_t sent = send.send_data.size();
   const std::size_t room = recv.recv_data.size();
+  if (!calls_agree(recv.call, send.call)) {
+    send.complete_locked(call_mismatch(send.describe(), send.self, recv.self, send.tag, send.call,
+                                       recv.call, /*outgoing=*/true));
+    recv.complete_locked(
+        call_mismatch(recv.describe(), recv.self, send.self, recv.tag, recv.call, send.call));
+    return;
+  }
   if (sent != room) {
     send.complete_locked(
         make_error<InvalidArgument>(__FILE__, __LINE__,
@@ -266,30 +283,31 @@ InProcTransport::InProcTransport(std::shared_ptr<InProcWorld> world, int rank)
              world_->size());
 }
 
-std::unique_ptr<Request> InProcTransport::isend(int peer, Tag tag,
-                                                std::span<const std::byte> data) {
+std::unique_ptr<Request> InProcTransport::isend(int peer, Tag tag, std::span<const std::byte> data,
+                                                Call call) {
   C10D_CHECK(peer >= 0 && peer < size(),
              "rank {} isend ({}): peer {} is outside a world of size {}", rank_, tag_string(tag),
              peer, size());
-  auto request = std::make_unique<InProcWorld::OpRequest>(world_, rank_, peer, tag, data,
+  auto request = std::make_unique<InProcWorld::OpRequest>(world_, rank_, peer, tag, call, data,
                                                           std::span<std::byte>{}, true);
   world_->submit(request->op());
   return request;
 }
 
-std::unique_ptr<Request> InProcTransport::irecv(int peer, Tag tag, std::span<std::byte> data) {
+std::unique_ptr<Request> InProcTransport::irecv(int peer, Tag tag, std::span<std::byte> data,
+                                                Call call) {
   C10D_CHECK(peer >= 0 && peer < size(),
              "rank {} irecv ({}): peer {} is outside a world of size {}", rank_, tag_string(tag),
              peer, size());
   auto request = std::make_unique<InProcWorld::OpRequest>(
-      world_, rank_, peer, tag, std::span<const std::byte>{}, data, false);
+      world_, rank_, peer, tag, call, std::span<const std::byte>{}, data, false);
   world_->submit(request->op());
   return request;
 }
 
 std::unique_ptr<Request> InProcTransport::irecv_any(Tag tag, std::span<std::byte> data) {
   auto request = std::make_unique<InProcWorld::OpRequest>(
-      world_, rank_, kAnySource, tag, std::span<const std::byte>{}, data, false);
+      world_, rank_, kAnySource, tag, kUnchecked, std::span<const std::byte>{}, data, false);
   world_->submit(request->op());
   return request;
 }

@@ -13,7 +13,10 @@
 //     requests. So a send completes only once a receive matched it (rendezvous): an algorithm
 //     that waits on a send before posting the receive that unblocks its peer deadlocks here, which
 //     is what a test wants to find.
-//   - A size mismatch fails both requests with InvalidArgument naming the peer, tag and sizes.
+//   - A receive and a send of different calls (transport.h: Calls) fail both with a
+//     CallMismatch, each from its own side (the send's `outgoing`); calls are compared before
+//     sizes. A size mismatch fails both requests with InvalidArgument naming the peer, tag and
+//     sizes.
 //   - wait() blocks on a condition variable up to its deadline, then throws TimeoutError; the
 //     request stays pending. test() never blocks.
 //   - abort(reason) fails this rank's pending and later requests with `reason`.
@@ -108,8 +111,11 @@ class InProcTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return world_->size(); }
 
-  std::unique_ptr<Request> isend(int peer, Tag tag, std::span<const std::byte> data) override;
-  std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data) override;
+  using Transport::irecv;
+  using Transport::isend;
+  std::unique_ptr<Request> isend(int peer, Tag tag, std::span<const std::byte> data,
+                                 Call call) override;
+  std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data, Call call) override;
   std::unique_ptr<Request> irecv_any(Tag tag, std::span<std::byte> data) override;
   void abort(std::exception_ptr reason) override;
   std::vector<int> host_of_rank() const override { return world_->host_of_rank(); }

@@ -17,8 +17,16 @@
 //    T, the one that arrived first. Arrival is stamped from the matcher's own counter when the
 //    message is queued, so stamps never tie. Matchers whose stamps are compared with each other
 //    (routed_transport.h: a rank's shared-memory and TCP channels) share an ArrivalClock instead.
-//  - What it does not do: sizes (a transport checks the buffer against the message it matched,
-//    transport.h), deadlines, errors.
+//  - What it does not do: sizes and calls (a transport checks the buffer and the call against
+//    the message it matched, transport.h: Calls), deadlines, errors.
+//
+// Calls of ops (transport.h: Calls): a message of another call may never meet a receive (its
+// receiver waits for other peers, or other lanes, of its own op), so the matcher keeps notes of
+// recent ops' calls (call_notes.h). A receive posted under an op for which a message of another
+// call already waits, or a message that arrives under an op this rank posted receives of with
+// another call, is a conflict: the transport fails the receive, or the op's queued receives
+// (call_refusal, check_arrived_call). Sends are not refused: the receiver meets their message
+// and fails itself.
 //
 // Cost: per peer a null pointer until the peer is first received from or sends here, then one
 // queue of posted receives and one of unexpected messages; and one queue of any-source receives.
@@ -60,6 +68,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "transport/call_notes.h"
 #include "transport/transport.h"
 #include "transport/unexpected_buffer.h"
 
@@ -275,13 +284,7 @@ class Matcher {
   // The queued receives for which pred(recv) holds leave (pred may complete them).
   template <typename Pred>
   void erase_receives_if(Pred&& pred) {
-    const auto erase = [&](std::deque<Posted>& q) {
-      receives_ -= std::erase_if(q, [&](Posted& p) { return pred(p.recv); });
-    };
-    erase(any_);
-    for (auto& pq : peers_) {
-      if (pq) erase(pq->posted);
-    }
+    erase_posted_if([&](Posted& p) { return pred(p.recv); });
   }
   // The unexpected messages of `peer` for which pred(message) holds leave.
   template <typename Pred>
@@ -302,6 +305,29 @@ class Matcher {
 
   std::size_t receives() const { return receives_; }  // queued, any-source ones included
   bool any_source_posted() const { return !any_.empty(); }
+
+  // ---- Calls of ops (see the top) ----
+
+  // For a receive `op` (what Recv points to: `tag`, `call`, describe()) of rank `self` that found
+  // no message waiting, CallNotes::posted: the CallMismatch to fail it with, or null.
+  template <typename Op>
+  std::exception_ptr call_refusal(int self, const Op& op) {
+    const auto c = calls_.posted(op.tag, op.call);
+    return c ? call_mismatch(op.describe(), self, c->peer, op.tag, op.call, c->call) : nullptr;
+  }
+  // CallNotes::arrived for a message about to wait unexpected; on a conflict the queued
+  // receives of its op (any peer, any lane) of another call leave, each failed by
+  // fail(recv, error).
+  template <typename Fail>
+  void check_arrived_call(int self, int peer, Tag tag, Call call, Fail&& fail) {
+    if (!calls_.arrived(peer, tag, call)) return;
+    const Tag op = lane_op_tag(tag);
+    erase_posted_if([&](Posted& p) {
+      if (lane_op_tag(p.tag) != op || calls_agree(p.recv->call, call)) return false;
+      fail(p.recv, call_mismatch(p.recv->describe(), self, peer, tag, p.recv->call, call));
+      return true;
+    });
+  }
 
   // ---- The bound on unexpected messages ----
 
@@ -370,6 +396,14 @@ class Matcher {
   static typename std::deque<Posted>::iterator find_tag(std::deque<Posted>& q, Tag tag) {
     return std::find_if(q.begin(), q.end(), [&](const Posted& p) { return p.tag == tag; });
   }
+  // Every queued receive for which pred(posted) holds leaves.
+  template <typename Pred>
+  void erase_posted_if(Pred&& pred) {
+    receives_ -= std::erase_if(any_, pred);
+    for (auto& pq : peers_) {
+      if (pq) receives_ -= std::erase_if(pq->posted, pred);
+    }
+  }
   Recv take_posted(std::deque<Posted>& q, typename std::deque<Posted>::iterator it) {
     Recv r = std::move(it->recv);
     q.erase(it);
@@ -384,6 +418,8 @@ class Matcher {
   std::uint64_t max_unexpected_ = kDefaultMaxUnexpectedBytes;
   std::shared_ptr<ArrivalClock> arrivals_;  // shared stamps; null: next_arrival_
   std::uint64_t next_arrival_ = 0;
+
+  CallNotes calls_;  // of recent ops (see the top)
 };
 
 }  // namespace c10d::inline v1::transport

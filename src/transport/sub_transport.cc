@@ -60,12 +60,14 @@ std::vector<int> SubTransport::host_of_rank() const {
   return number_hosts(hosts);
 }
 
-std::unique_ptr<Request> SubTransport::isend(int peer, Tag tag, std::span<const std::byte> data) {
-  return parent_->isend(parent_rank(peer), tag, data);
+std::unique_ptr<Request> SubTransport::isend(int peer, Tag tag, std::span<const std::byte> data,
+                                             Call call) {
+  return parent_->isend(parent_rank(peer), tag, data, call);
 }
 
-std::unique_ptr<Request> SubTransport::irecv(int peer, Tag tag, std::span<std::byte> data) {
-  return parent_->irecv(parent_rank(peer), tag, data);
+std::unique_ptr<Request> SubTransport::irecv(int peer, Tag tag, std::span<std::byte> data,
+                                             Call call) {
+  return parent_->irecv(parent_rank(peer), tag, data, call);
 }
 
 std::unique_ptr<Request> SubTransport::irecv_any(Tag tag, std::span<std::byte> data) {

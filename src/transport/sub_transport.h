@@ -27,8 +27,11 @@ class SubTransport final : public Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(ranks_->size()); }
-  std::unique_ptr<Request> isend(int peer, Tag tag, std::span<const std::byte> data) override;
-  std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data) override;
+  using Transport::irecv;
+  using Transport::isend;
+  std::unique_ptr<Request> isend(int peer, Tag tag, std::span<const std::byte> data,
+                                 Call call) override;
+  std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data, Call call) override;
   std::unique_ptr<Request> irecv_any(Tag tag, std::span<std::byte> data) override;
   void abort(std::exception_ptr reason) override { parent_->abort(std::move(reason)); }
   std::vector<int> host_of_rank() const override;

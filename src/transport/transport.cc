@@ -68,6 +68,21 @@ PeerTimeout any_source_timeout(std::string_view what, Tag tag, Clock::time_point
       kAnySource);
 }
 
+std::exception_ptr call_mismatch(std::string_view request, int self, int peer, Tag tag, Call mine,
+                                 Call theirs, bool outgoing) {
+  const std::string what =
+      outgoing ? fmt::format(
+                     "{}: the matching irecv on rank {} belongs to another call ({:#x}) than "
+                     "this send ({:#x})",
+                     request, peer, theirs, mine)
+               : fmt::format(
+                     "{}: the message from rank {} belongs to another call ({:#x}) than "
+                     "this receive ({:#x})",
+                     request, peer, theirs, mine);
+  return std::make_exception_ptr(CallMismatch(core::with_location(__FILE__, __LINE__, what), self,
+                                              peer, tag, mine, theirs, outgoing));
+}
+
 void wait_all(std::span<const std::unique_ptr<Request>> requests, Clock::time_point deadline) {
   for (const auto& r : requests) {
     if (r) r->wait(deadline);

@@ -11,6 +11,16 @@
 // InvalidArgument that names the peer, the tag and both sizes (and the send too, where the
 // transport still can: in-process it does, over TCP the send has completed when it was written).
 //
+// Calls: every message of a collective carries the call it belongs to, a 64-bit word the process
+// group packs (backends/common/fingerprint.h: pack_call: op, dtype, reduce op and element count),
+// and each of the collective's receives expects that call. A receive that matches a message of
+// another call fails with a CallMismatch naming both calls and the sender, before sizes are
+// compared: ranks that called different collectives under one sequence number, or the same one
+// with other sizes, fail there instead of returning what they received or naming only sizes.
+// kUnchecked (0) on either side matches any call: point-to-point messages, control messages and
+// irecv_any carry it. The check is one 64-bit compare when a receive and a message meet; a message
+// waits unexpected with its call.
+//
 // Any source: irecv_any(tag, data) takes the next message with `tag` from whichever peer sends
 // it (MPI_ANY_SOURCE). A message from P with tag T goes to the earliest posted receive that
 // accepts it, a receive from P or an any-source receive alike, so the order above holds whoever
@@ -200,6 +210,42 @@ class SharedSlots {
   std::atomic<bool> claimed_{false};
 };
 
+// What every message of an op carries (Calls above); kUnchecked matches any.
+using Call = std::uint64_t;
+inline constexpr Call kUnchecked = 0;
+// Whether a receive expecting `expected` may take a message of `sent`.
+constexpr bool calls_agree(Call expected, Call sent) {
+  return expected == sent || expected == kUnchecked || sent == kUnchecked;
+}
+
+// A receive of rank `self` with `tag` met a message from `peer` of another call (Calls above):
+// this rank runs `expected` under the tag, the peer `received`. `outgoing`: the other way round,
+// this rank's send met the peer's receive (the in-process transport, where a send completes only
+// with its receive; over a wire the sender has moved on and learns of it from the receiver). Ranks
+// as the transport numbers them (a subgroup's view: its parent's, as its timeouts name them).
+class CallMismatch : public InvalidArgument {
+ public:
+  CallMismatch(const std::string& what, int self_rank, int peer_rank, Tag op_tag, Call mine,
+               Call theirs, bool sent = false)
+      : InvalidArgument(what),
+        self(self_rank),
+        peer(peer_rank),
+        tag(op_tag),
+        expected(mine),
+        received(theirs),
+        outgoing(sent) {}
+  int self;
+  int peer;
+  Tag tag;
+  Call expected;
+  Call received;
+  bool outgoing;
+};
+// The CallMismatch of `request` (how it names itself: "rank 3 irecv from rank 2 (group 0 seq 5,
+// 4096 bytes)"), whose call `mine` met rank `peer`'s `theirs`.
+std::exception_ptr call_mismatch(std::string_view request, int self, int peer, Tag tag, Call mine,
+                                 Call theirs, bool outgoing = false);
+
 // A round of SharedSlots whose ranks did not publish the same op: `peer` published `tag` with
 // `check` and `bytes` where this rank expected its own.
 class SlotMismatch : public InvalidArgument {
@@ -219,8 +265,19 @@ class Transport {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  virtual std::unique_ptr<Request> isend(int peer, Tag tag, std::span<const std::byte> data) = 0;
-  virtual std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data) = 0;
+  // A message of the collective whose call is `call` (Calls above), and a receive of one.
+  virtual std::unique_ptr<Request> isend(int peer, Tag tag, std::span<const std::byte> data,
+                                         Call call) = 0;
+  virtual std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data,
+                                         Call call) = 0;
+  // The same, unchecked (kUnchecked): point-to-point and control messages. A transport says
+  // `using Transport::isend; using Transport::irecv;` so that its own type offers these too.
+  std::unique_ptr<Request> isend(int peer, Tag tag, std::span<const std::byte> data) {
+    return isend(peer, tag, data, kUnchecked);
+  }
+  std::unique_ptr<Request> irecv(int peer, Tag tag, std::span<std::byte> data) {
+    return irecv(peer, tag, data, kUnchecked);
+  }
   // A receive of the next message with `tag` from any peer (see Any source above).
   virtual std::unique_ptr<Request> irecv_any(Tag tag, std::span<std::byte> data) = 0;
 

@@ -28,13 +28,14 @@ namespace {
 class DelayedSend final : public transport::Request {
  public:
   DelayedSend(transport::Transport& t, int peer, transport::Tag tag,
-              std::span<const std::byte> data, std::chrono::duration<double> delay,
-              std::shared_future<void> before, std::promise<void> posted)
-      : done_(std::async(std::launch::async, [&t, peer, tag, data, delay, before,
+              std::span<const std::byte> data, transport::Call call,
+              std::chrono::duration<double> delay, std::shared_future<void> before,
+              std::promise<void> posted)
+      : done_(std::async(std::launch::async, [&t, peer, tag, data, call, delay, before,
                                               posted = std::move(posted)]() mutable {
           if (before.valid()) before.wait();
           std::this_thread::sleep_for(delay);
-          auto send = t.isend(peer, tag, data);
+          auto send = t.isend(peer, tag, data, call);
           posted.set_value();
           send->wait(transport::Clock::now() + std::chrono::seconds(60));
         })) {}
@@ -70,23 +71,26 @@ class SlowLinks final : public transport::Transport {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   std::vector<int> host_of_rank() const override { return inner_->host_of_rank(); }
+  using transport::Transport::irecv;
+  using transport::Transport::isend;
   std::unique_ptr<transport::Request> isend(int peer, transport::Tag tag,
-                                            std::span<const std::byte> data) override {
+                                            std::span<const std::byte> data,
+                                            transport::Call call) override {
     const std::vector<int> hosts = inner_->host_of_rank();
     const auto from = static_cast<std::size_t>(hosts[static_cast<std::size_t>(rank())]);
     const auto to = static_cast<std::size_t>(hosts[static_cast<std::size_t>(peer)]);
-    if (from == to) return inner_->isend(peer, tag, data);
+    if (from == to) return inner_->isend(peer, tag, data, call);
     const double rate = std::min(rates_[from], rates_[to]) / per_host_;
     std::promise<void> posted;
     std::shared_future<void> before = std::exchange(last_[peer], posted.get_future().share());
     return std::make_unique<DelayedSend>(
-        *inner_, peer, tag, data,
+        *inner_, peer, tag, data, call,
         std::chrono::duration<double>(static_cast<double>(data.size()) / rate), before,
         std::move(posted));
   }
-  std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag,
-                                            std::span<std::byte> data) override {
-    return inner_->irecv(peer, tag, data);
+  std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag, std::span<std::byte> data,
+                                            transport::Call call) override {
+    return inner_->irecv(peer, tag, data, call);
   }
   std::unique_ptr<transport::Request> irecv_any(transport::Tag tag,
                                                 std::span<std::byte> data) override {

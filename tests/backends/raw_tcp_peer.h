@@ -137,7 +137,7 @@ void read_frame(int fd, Decode&& decode, Clock::time_point deadline, const char*
 // Plays rank `rank` of the group `group` of `world` ranks against the real ranks `reals`, every
 // one of them lower than `rank` (the other ranks of the world, if any, never come): publishes a
 // listening address in `store` as a rank does, connects to each real rank and accepts its
-// connection, each with the handshake TCPTransport's set-up runs (tcp_wire.h, version 4),
+// connection, each with the handshake TCPTransport's set-up runs (tcp_wire.h, version 5),
 // proving itself with the job's key as a rank of the job would (tcp_handshake.h:
 // transport_key). The real ranks' set-ups run meanwhile on other threads. Returns one RawPeer
 // per real rank, in the order of `reals`. Throws std::runtime_error at `deadline` or on a

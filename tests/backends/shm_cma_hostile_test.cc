@@ -104,7 +104,7 @@ TEST(ShmSingleCopyHostileTest, ForbiddenDescriptorsAndStrayAcknowledgementsFailT
       {"a message of kind 7", true,
        [&](FakeShmPeer& f) {
          auto msg = f.single_copy(kOtherTag, address, 8);
-         const std::uint32_t kind = 7;
+         const std::uint16_t kind = 7;
          std::memcpy(msg.data() + offsetof(shm::MessageHeader, kind), &kind, sizeof kind);
          return msg;
        }},

@@ -105,6 +105,20 @@ void run_routed_first_far(int n, const std::function<void(int, transport::Transp
 C10D_ANY_SOURCE_TESTS(RoutedAnySourceTest, run_routed_last_far)
 C10D_ANY_SOURCE_TESTS(RoutedAnySourceOtherWayTest, run_routed_first_far)
 
+// Message headers carry their call (shm_layout.h): a small message, one that spans the ring
+// several times, and one that goes single-copy; and over the routed transport's TCP channel.
+TEST(ShmTransportTest, AMessageOfAnotherCallFailsItsReceiveNamingBothCallsBeforeSizes) {
+  for (const std::size_t bytes :
+       {std::size_t{32}, std::size_t{200} << 10, kDefaultSingleCopyMinBytes + 4096}) {
+    SCOPED_TRACE(bytes);
+    const auto checked = [&](int r, transport::Transport& t) {
+      c10d::testing::expect_calls_checked(r, t, bytes);
+    };
+    run_shm(2, checked);
+    run_routed(2, {1}, checked);
+  }
+}
+
 // Over shared memory, and over the routed transport's TCP channel (its requests wrap TCP's).
 TEST(ShmTransportTest, APendingReceiveTellsWhatItsRankLastHeardFromThePeer) {
   run_shm(2, c10d::testing::expect_heard_names_the_last_message);

@@ -77,6 +77,22 @@ TEST(FrameHeaderTest, KindsAndFaults) {
   EXPECT_NE(describe_frame_fault(FrameFault::kAbortLength, h).find("length 3"), std::string::npos);
 }
 
+// A data frame carries its call after tag and length (little-endian, bytes 16-23); 0 unchecked.
+TEST(FrameHeaderTest, TheCallRidesAfterTagAndLength) {
+  const auto bytes = encode_frame_header(42, 1000, 0x0102ff0000000400);
+  EXPECT_EQ(kFrameHeaderBytes, 24u);
+  EXPECT_EQ(get_le<std::uint64_t>(bytes.data() + 16), 0x0102ff0000000400u);
+  EXPECT_EQ(bytes[16], std::byte{0x00});
+  EXPECT_EQ(bytes[23], std::byte{0x01});
+  FrameHeader h;
+  ASSERT_EQ(decode_frame_header(bytes, h), FrameFault::kNone);
+  EXPECT_EQ(h.tag, 42u);
+  EXPECT_EQ(h.length, 1000u);
+  EXPECT_EQ(h.call, 0x0102ff0000000400u);
+  ASSERT_EQ(decode(42, 1000, h), FrameFault::kNone);
+  EXPECT_EQ(h.call, 0u);
+}
+
 TEST(FrameHeaderTest, TheFrameOfAnAbortNoticeDecodesAsOne) {
   const auto frame = encode_abort_notice({2, std::string(10000, 'y')});
   FrameHeader h;
@@ -121,6 +137,7 @@ TEST(FrameHeaderFuzzTest, RandomAndMutatedHeadersAndAbortNoticesNeverCrashOrRead
         std::span<const std::byte, kFrameHeaderBytes>(placed.data(), kFrameHeaderBytes), h);
     ASSERT_EQ(h.tag, get_le<std::uint64_t>(raw.data()));
     ASSERT_EQ(h.length, get_le<std::uint64_t>(raw.data() + 8));
+    ASSERT_EQ(h.call, get_le<std::uint64_t>(raw.data() + 16));
     if (fault != FrameFault::kNone) {
       ++refused;
       ASSERT_FALSE(describe_frame_fault(fault, h).empty());

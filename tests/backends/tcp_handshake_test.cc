@@ -306,7 +306,7 @@ TEST_F(HandshakeTest, AStrangerAtAPublishedAddressIsNotJoinedAndIsNamed) {
               std::string::npos)
         << what;
     what = planted_error(Planted::kNewerVersion, mode);
-    EXPECT_NE(what.find("speaks transport handshake version 5, this rank speaks version 4"),
+    EXPECT_NE(what.find("speaks transport handshake version 6, this rank speaks version 5"),
               std::string::npos)
         << what;
   }

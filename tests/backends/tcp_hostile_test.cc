@@ -354,7 +354,8 @@ std::vector<std::byte> fuzz_frames(std::mt19937_64& rng, bool clean) {
     if (!clean && rng() % 3 == 0 && !f.empty()) {
       if (rng() % 2 == 0) {
         for (int k = 0, n = 1 + static_cast<int>(rng() % 3); k < n; ++k) {
-          f[rng() % std::min<std::size_t>(f.size(), 16)] = static_cast<std::byte>(rng());
+          f[rng() % std::min<std::size_t>(f.size(), kFrameHeaderBytes)] =
+              static_cast<std::byte>(rng());
         }
       } else {
         f.resize(rng() % f.size());

@@ -127,6 +127,17 @@ TEST(TCPTransportTest, SendBeforeRecvAndRecvBeforeSendDeliverExactBytes) {
   });
 }
 
+// Frames carry their call (tcp_wire.h): small ones, and ones of 1 MiB that wait in the socket
+// for their receive (parked) before they are read.
+TEST(TCPTransportTest, AMessageOfAnotherCallFailsItsReceiveNamingBothCallsBeforeSizes) {
+  for (const std::size_t bytes : {std::size_t{32}, std::size_t{1} << 20}) {
+    SCOPED_TRACE(bytes);
+    run_ranks(2, [&](int r, transport::Transport& t) {
+      c10d::testing::expect_calls_checked(r, t, bytes);
+    });
+  }
+}
+
 TEST(TCPTransportTest, APendingReceiveTellsWhatItsRankLastHeardFromThePeer) {
   run_ranks(2, c10d::testing::expect_heard_names_the_last_message);
 }
@@ -507,23 +518,26 @@ TEST(TCPTransportTest, LocalAddressTowardsAHostIsTheInterfaceThatReachesIt) {
 
 TEST(TCPTransportTest, AbortNoticeRoundTripsAndCutsLongMessages) {
   const auto frame = encode_abort_notice({3, "rank 0: connection to peer rank 3 lost"});
-  ASSERT_GE(frame.size(), 20u);
+  ASSERT_GE(frame.size(), kFrameHeaderBytes + 4);
   EXPECT_EQ(get_le<std::uint64_t>(frame.data()), kAbortTag);
-  EXPECT_EQ(get_le<std::uint64_t>(frame.data() + 8), frame.size() - 16);
-  const AbortNotice back = decode_abort_notice(std::span(frame).subspan(16));
+  EXPECT_EQ(get_le<std::uint64_t>(frame.data() + 8), frame.size() - kFrameHeaderBytes);
+  const AbortNotice back = decode_abort_notice(std::span(frame).subspan(kFrameHeaderBytes));
   EXPECT_EQ(back.lost_rank, 3);
   EXPECT_EQ(back.message, "rank 0: connection to peer rank 3 lost");
   EXPECT_FALSE(back.stalled);
   // A rank that made no progress travels as -2 - rank.
   const auto stalled = encode_abort_notice({2, "rank 1: all_reduce #4 timed out", true});
-  EXPECT_EQ(static_cast<std::int32_t>(get_le<std::uint32_t>(stalled.data() + 16)), -4);
-  const AbortNotice stalled_back = decode_abort_notice(std::span(stalled).subspan(16));
+  EXPECT_EQ(static_cast<std::int32_t>(get_le<std::uint32_t>(stalled.data() + kFrameHeaderBytes)),
+            -4);
+  const AbortNotice stalled_back =
+      decode_abort_notice(std::span(stalled).subspan(kFrameHeaderBytes));
   EXPECT_EQ(stalled_back.lost_rank, 2);
   EXPECT_TRUE(stalled_back.stalled);
   const auto long_frame = encode_abort_notice({-1, std::string(10000, 'x')});
-  EXPECT_EQ(long_frame.size(), 16 + 4 + kMaxAbortMessageBytes);
-  EXPECT_EQ(decode_abort_notice(std::span(long_frame).subspan(16)).lost_rank, -1);
-  EXPECT_EQ(decode_abort_notice(std::span(long_frame).subspan(16, 2)).message, "");  // short
+  EXPECT_EQ(long_frame.size(), kFrameHeaderBytes + 4 + kMaxAbortMessageBytes);
+  EXPECT_EQ(decode_abort_notice(std::span(long_frame).subspan(kFrameHeaderBytes)).lost_rank, -1);
+  EXPECT_EQ(decode_abort_notice(std::span(long_frame).subspan(kFrameHeaderBytes, 2)).message,
+            "");  // short
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../algorithms/ranks.h"
+#include "../transport/call_mismatch.h"
 #include "algorithms/context.h"
 #include "algorithms/halving_doubling_all_reduce.h"
 #include "algorithms/ring_all_reduce.h"
@@ -117,6 +118,45 @@ inline void expect_heard_names_the_last_message(int r, transport::Transport& t) 
   EXPECT_FALSE(pending->test());
   EXPECT_EQ(pending->heard().tag, 5u);
   t.isend(0, 6, data)->wait(soon());
+}
+
+// Two ranks, each message of `bytes`: a receive that meets a message of another call fails with
+// a CallMismatch naming both calls (compared before sizes: the receive's buffer is twice the
+// message), whether the receive was posted first or the message came first; the message is
+// dropped and the next one (of the next op: this one is lost) arrives whole. Rank 0 sends, rank 1
+// receives; unchecked messages on other tags say when to go on.
+inline void expect_calls_checked(int r, transport::Transport& t, std::size_t bytes) {
+  constexpr transport::Call kMine = 0x0101ff0000001000;    // what rank 1 runs
+  constexpr transport::Call kTheirs = 0x0102ff0000001000;  // what rank 0 sends
+  const transport::Tag tag = transport::make_tag(0, 5);
+  const auto data = pattern(bytes, 1);
+  std::byte token{1};
+  if (r == 0) {
+    t.irecv(1, 100, std::span(&token, 1))->wait(soon());  // rank 1's receive is posted
+    t.isend(1, tag, data, kTheirs)->wait(soon());
+    t.isend(1, tag, data, kTheirs)->wait(soon());  // this one waits for its receive
+    t.isend(1, 101, std::span(&token, 1))->wait(soon());
+    t.isend(1, transport::make_tag(0, 6), data, kMine)->wait(soon());
+    return;
+  }
+  for (int posted_first : {1, 0}) {
+    std::vector<std::byte> got(2 * bytes, std::byte{0});
+    std::unique_ptr<transport::Request> recv;
+    if (posted_first) {
+      recv = t.irecv(0, tag, got, kMine);
+      t.isend(0, 100, std::span(&token, 1))->wait(soon());
+    } else {
+      t.irecv(0, 101, std::span(&token, 1))->wait(soon());  // behind the message, in its stream
+      recv = t.irecv(0, tag, got, kMine);
+    }
+    SCOPED_TRACE(posted_first ? "the receive posted first" : "the message came first");
+    const std::string what = expect_call_mismatch(*recv, {1, 0, tag, kMine, kTheirs}, soon());
+    EXPECT_NE(what.find("0x102ff0000001000"), std::string::npos) << what;
+    EXPECT_EQ(got, std::vector<std::byte>(2 * bytes, std::byte{0}));  // nothing copied
+  }
+  std::vector<std::byte> got(bytes);
+  t.irecv(0, transport::make_tag(0, 6), got, kMine)->wait(soon());
+  EXPECT_EQ(got, data);
 }
 
 // The error of type E that `req` fails with before `deadline`; a failure of the test when it

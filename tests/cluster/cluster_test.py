@@ -373,8 +373,8 @@ def test_cut(a):
 
 # ---- stranger ----
 
-# The transport handshake's hello (tcp_wire.h: magic "C10T", version 4), before its nonce.
-HELLO = struct.pack("<IH", 0x54303143, 4)
+# The transport handshake's hello (tcp_wire.h: magic "C10T", version 5), before its nonce.
+HELLO = struct.pack("<IH", 0x54303143, 5)
 
 
 def stranger_garbage(addr, port):

@@ -212,6 +212,58 @@ TEST(ThreadsConformanceSelfTest, TheSuiteCatchesPlantedBugs) {
       << join(failures);
 }
 
+// Without C10D_DEBUG: two ranks that call different collectives under one sequence number (or
+// one with another size) both fail, each naming its own call and the other rank's (transport.h:
+// Calls), whether its send met the other's receive or its receive the other's send.
+TEST(ThreadsDesyncTest, RanksThatCallDifferentCollectivesFailNamingBothCalls) {
+  struct Desync {
+    int count1;         // rank 1's all_reduce count; 0: rank 1 calls broadcast
+    std::string mine0;  // rank 0's call as the errors name it
+    std::string mine1;
+  };
+  for (const Desync& d :
+       {Desync{0, "all_reduce(float32, count 4096, sum) #1", "broadcast(float32, count 4096) #1"},
+        Desync{2048, "all_reduce(float32, count 4096, sum) #1",
+               "all_reduce(float32, count 2048, sum) #1"}}) {
+    auto world = std::make_shared<transport::InProcWorld>(2);
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        auto pg = backends::make_transport_process_group(
+            std::make_shared<transport::InProcTransport>(world, r),
+            {.backend_name = "inproc", .timeout = 20s});
+        auto t = Tensor::from_vector(std::vector<float>(4096, 1.0f), DType::kFloat32);
+        pg->all_reduce({t})->wait(20s);  // #0 agrees
+        std::shared_ptr<Work> work;
+        if (r == 0) {
+          work = pg->all_reduce({t});
+        } else if (d.count1 == 0) {
+          // From rank 1: its message meets rank 0's receive (in-process, a failure reaches no
+          // other rank, and rank 0 waits for its receive before its send).
+          work = pg->broadcast({t}, {.root = 1});
+        } else {
+          work = pg->all_reduce(
+              {Tensor::from_vector(std::vector<float>(d.count1, 1.0f), DType::kFloat32)});
+        }
+        try {
+          work->wait(20s);
+          errors[static_cast<std::size_t>(r)] = "succeeded";
+        } catch (const InvalidArgument& e) {
+          errors[static_cast<std::size_t>(r)] = e.what();
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(r)] = std::string("wrong error: ") + e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_NE(errors[0].find("rank 0: its " + d.mine0), std::string::npos) << errors[0];
+    EXPECT_NE(errors[0].find("rank 1's " + d.mine1), std::string::npos) << errors[0];
+    EXPECT_NE(errors[1].find("rank 1: its " + d.mine1), std::string::npos) << errors[1];
+    EXPECT_NE(errors[1].find("rank 0's " + d.mine0), std::string::npos) << errors[1];
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ThreadsConformanceTest, ::testing::Range(1, 9),
                          [](const ::testing::TestParamInfo<int>& p) {
                            return "world" + std::to_string(p.param);

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <thread>
 
+#include "../backends/transport_test_util.h"
 #include "../transport/any_source_cases.h"
 #include "backends/tpu_ici/ici_transport.h"
 #include "c10d/errors.h"
@@ -65,6 +66,17 @@ void run_ring(int n, const std::function<void(int, transport::Transport&)>& fn) 
   }
 }
 C10D_ANY_SOURCE_TESTS(IciAnySourceTest, run_ring)
+
+// Packets carry their message's call (fabric_layout.h): a receive that meets a message of
+// another call fails naming both, in one packet or many.
+TEST(IciFabricTest, AMessageOfAnotherCallFailsItsReceiveNamingBothCallsBeforeSizes) {
+  for (const std::size_t bytes : {std::size_t{32}, 3 * kMiB}) {
+    SCOPED_TRACE(bytes);
+    run_ring(2, [&](int r, transport::Transport& t) {
+      c10d::testing::expect_calls_checked(r, t, bytes);
+    });
+  }
+}
 
 // A message to an any-source receive that crossed two links keeps its sender's rank.
 TEST(IciFabricTest, AnAnySourceReceiveNamesAFarSender) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backends/tpu_ici/timing_sim.h"
@@ -147,6 +148,52 @@ TEST(ProcessGroupIciTest, ACollectiveThatCannotRouteFailsOnEveryRankNamingTheLin
   EXPECT_TRUE(errors.empty()) << joined(errors);
   EXPECT_EQ(named.load(), 4);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+// Without C10D_DEBUG, rank 2 calls broadcast where the others call all_reduce, or passes half
+// the size: the torus plans' messages carry their call, so a receive fails naming both calls and
+// both ranks, and the abort floods the torus: every rank fails well before the op's timeout,
+// with those words, and none returns success.
+TEST(ProcessGroupIciTest, ARankThatCallsAnotherCollectiveFailsEveryRankNamingBothCalls) {
+  for (const bool broadcast : {true, false}) {
+    SCOPED_TRACE(broadcast ? "broadcast" : "half the size");
+    const std::string others = "all_reduce(float32, count 1024, sum) #1";
+    const std::string rank2 =
+        broadcast ? "broadcast(float32, count 1024) #1" : "all_reduce(float32, count 512, sum) #1";
+    ProcessGroupICIOptions options;
+    options.topology = "2x2";
+    options.timeout = 20s;
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::string> failures(4);
+    const auto errors = run_ranks(4, options, [&](int rank, ProcessGroup& pg) {
+      Tensor t = Tensor::from_vector(std::vector<float>(1024, 1.0f), DType::kFloat32);
+      pg.all_reduce({t})->wait(30s);  // #0 agrees
+      std::shared_ptr<Work> work;
+      if (rank != 2) {
+        work = pg.all_reduce({t});
+      } else if (broadcast) {
+        work = pg.broadcast({t});
+      } else {
+        work = pg.all_reduce({Tensor::from_vector(std::vector<float>(512, 1.0f), DType::kFloat32)});
+      }
+      try {
+        work->wait(30s);
+        ADD_FAILURE() << "rank " << rank << ": the mismatched collective succeeded";
+      } catch (const Error& e) {
+        failures[static_cast<std::size_t>(rank)] = e.what();
+      }
+    });
+    EXPECT_TRUE(errors.empty()) << joined(errors);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+    for (int r = 0; r < 4; ++r) {
+      const std::string& f = failures[static_cast<std::size_t>(r)];
+      const auto has = [&](const std::string& part) { return f.find(part) != std::string::npos; };
+      const bool named =
+          has(": its " + others + " received a frame of rank 2's " + rank2) ||
+          (has("rank 2: its " + rank2 + " received a frame of rank ") && has("'s " + others));
+      EXPECT_TRUE(named) << "rank " << r << ": " << f;
+    }
+  }
 }
 
 TEST(ProcessGroupIciTest, OtherBackendsHaveNoSimulatedTime) {

@@ -1,6 +1,6 @@
 // The in-process transport's contract (transport.h, inproc_transport.h): matching, the one copy,
-// size checks, deadlines, abort, a dying peer, requests destroyed while pending, and receives
-// from any source (any_source_cases.h, and the dying peers that end one).
+// call and size checks, deadlines, abort, a dying peer, requests destroyed while pending, and
+// receives from any source (any_source_cases.h, and the dying peers that end one).
 #include "transport/inproc_transport.h"
 
 #include <gtest/gtest.h>
@@ -13,12 +13,14 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../algorithms/ranks.h"
 #include "../memory_use.h"
 #include "any_source_cases.h"
 #include "c10d/errors.h"
+#include "call_mismatch.h"
 #include "transport/sub_transport.h"
 
 namespace c10d::inline v1::transport {
@@ -191,6 +193,38 @@ TEST_F(InProcTransportTest, SizeMismatchFailsBothSidesNamingPeerTagAndSizes) {
   expect_mentions(message_of<InvalidArgument>([&] { r->wait(soon()); }),
                   {"rank 1 irecv from rank 0", tag, "receive buffer has 8 bytes", "has 16 bytes"});
   EXPECT_EQ(got, Bytes(8));  // nothing copied
+}
+
+// Calls (transport.h): a receive that meets a message of another call fails with a CallMismatch,
+// before sizes are compared, and so does the send (in-process the send completes only with its
+// receive); nothing is copied. kUnchecked on either side takes any call.
+TEST_F(InProcTransportTest, AMessageOfAnotherCallFailsBothSidesNamingBothCallsBeforeSizes) {
+  start(2);
+  constexpr Call kMine = 0x0102ff0000000400;
+  constexpr Call kTheirs = 0x0101ff0000000400;
+  const Tag tag = make_tag(3, 5);
+  const Bytes sent = pattern(1, 16);
+  Bytes got(8);  // another size too: the calls are named, not the sizes
+  auto s = rank(0).isend(1, tag, sent, kTheirs);
+  auto r = rank(1).irecv(0, tag, got, kMine);
+  expect_mentions(
+      testing::expect_call_mismatch(*r, {1, 0, tag, kMine, kTheirs}, soon()),
+      {"rank 1 irecv from rank 0", tag_string(tag), "0x102ff0000000400", "0x101ff0000000400"});
+  expect_mentions(testing::expect_call_mismatch(*s, {0, 1, tag, kTheirs, kMine, true}, soon()),
+                  {"rank 0 isend to rank 1", "the matching irecv on rank 1"});
+  EXPECT_EQ(got, Bytes(8));  // nothing copied
+
+  // Unchecked on either side: delivered.
+  for (const auto& [send_call, recv_call] :
+       {std::pair<Call, Call>{kUnchecked, kMine}, std::pair<Call, Call>{kMine, kUnchecked},
+        std::pair<Call, Call>{kMine, kMine}}) {
+    Bytes into(16);
+    auto unchecked_s = rank(0).isend(1, tag, sent, send_call);
+    auto unchecked_r = rank(1).irecv(0, tag, into, recv_call);
+    unchecked_r->wait(soon());
+    unchecked_s->wait(soon());
+    EXPECT_EQ(into, sent);
+  }
 }
 
 TEST_F(InProcTransportTest, WaitTimeoutNamesPeerAndTagAndTheRequestCanStillComplete) {

@@ -1,5 +1,6 @@
 // transport::Matcher alone: the matching rules of transport/matcher.h with receives and
-// messages as plain names, the bound on unexpected bytes, and SourceClaim.
+// messages as plain names, the bound on unexpected bytes, SourceClaim, and the notes of calls
+// (call_notes.h) that find a message of another call no receive will meet.
 #include "transport/matcher.h"
 
 #include <gtest/gtest.h>
@@ -320,6 +321,80 @@ TEST(SourceClaimTest, ExactlyOneOfManyRacingPartsTakesIt) {
     for (auto& t : threads) t.join();
     EXPECT_EQ(winners.load(), 1);
   }
+}
+
+// CallNotes (call_notes.h): a message of another call under an op is found whichever came
+// first, the receive or the message, across peers and lanes of the op; the same call, an
+// unchecked one, or another op is no conflict.
+TEST(CallNotesTest, AMessageOfAnotherCallUnderAnOpThisRankReceivesIsAConflictEitherWay) {
+  constexpr Call kMine = 0x0101ff0000000400;
+  constexpr Call kTheirs = 0x0102ff0000000400;
+  const Tag op = make_tag(0, 5);
+  {  // this rank's receive first, then a message from another peer on another lane
+    CallNotes notes;
+    EXPECT_FALSE(notes.posted(lane_tag(op, 0, 1), kMine));
+    EXPECT_FALSE(notes.arrived(2, lane_tag(op, 0, 1), kMine));   // the same call
+    EXPECT_FALSE(notes.arrived(2, make_tag(0, 6), kTheirs));     // another op
+    EXPECT_FALSE(notes.arrived(2, user_tag(0, 5), kUnchecked));  // point-to-point
+    EXPECT_TRUE(notes.arrived(3, lane_tag(op, 1, 2), kTheirs));  // another call
+    const auto later = notes.posted(op, kMine);  // the op's next receive finds it too
+    ASSERT_TRUE(later);
+    EXPECT_EQ(later->peer, 3);
+    EXPECT_EQ(later->call, kTheirs);
+    EXPECT_FALSE(notes.posted(make_tag(0, 6), kTheirs));  // the next op is another matter
+  }
+  {  // the message first, then this rank's receive
+    CallNotes same;
+    EXPECT_FALSE(same.arrived(1, op, kTheirs));
+    EXPECT_FALSE(same.posted(op, kTheirs));  // its own call: no conflict
+    CallNotes other;
+    EXPECT_FALSE(other.arrived(1, op, kTheirs));
+    EXPECT_FALSE(other.posted(op, kUnchecked));  // an unchecked receive takes any
+    const auto conflict = other.posted(lane_tag(op, 3, 0), kMine);
+    ASSERT_TRUE(conflict);
+    EXPECT_EQ(conflict->peer, 1);
+    EXPECT_EQ(conflict->call, kTheirs);
+  }
+}
+
+// check_arrived_call fails the queued receives of the op whose call differs, of every peer and
+// lane, and leaves the rest queued.
+TEST(MatcherCallsTest, AConflictingArrivalFailsTheOpsQueuedReceivesOfAnotherCall) {
+  struct Recv {
+    Tag tag;
+    Call call;
+    std::string name;
+    std::string describe() const { return name; }
+  };
+  constexpr Call kMine = 0x0101ff0000000400;
+  constexpr Call kTheirs = 0x0102ff0000000400;
+  const Tag op = make_tag(0, 5);
+  Matcher<std::shared_ptr<Recv>, std::string> m(kPeers, 1000);
+  const auto post = [&](int peer, Tag tag, Call call, const std::string& name) {
+    auto r = std::make_shared<Recv>(Recv{tag, call, name});
+    EXPECT_EQ(m.call_refusal(0, *r), nullptr);
+    m.post(peer, tag, r);
+  };
+  post(0, lane_tag(op, 0, 0), kMine, "lane 0 from 0");
+  post(2, lane_tag(op, 0, 1), kMine, "lane 1 from 2");
+  post(2, make_tag(0, 6), kTheirs, "next op");
+  post(1, user_tag(0, 5), kUnchecked, "point-to-point");
+  std::vector<std::string> failed;
+  m.check_arrived_call(3, 1, lane_tag(op, 0, 2), kTheirs,
+                       [&](const std::shared_ptr<Recv>& r, std::exception_ptr e) {
+                         failed.push_back(r->name);
+                         try {
+                           std::rethrow_exception(e);
+                         } catch (const CallMismatch& mm) {
+                           EXPECT_EQ(mm.self, 3);
+                           EXPECT_EQ(mm.peer, 1);
+                           EXPECT_EQ(mm.expected, kMine);
+                           EXPECT_EQ(mm.received, kTheirs);
+                         }
+                       });
+  std::sort(failed.begin(), failed.end());
+  EXPECT_EQ(failed, (std::vector<std::string>{"lane 0 from 0", "lane 1 from 2"}));
+  EXPECT_EQ(m.receives(), 2u);
 }
 
 }  // namespace

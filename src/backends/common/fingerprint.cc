@@ -27,8 +27,6 @@ constexpr std::array<std::string_view, 14> kOpNames = {"?",
                                                        "send",
                                                        "recv"};
 
-static_assert(kOpNames[Fingerprint::kAllReduce] == "all_reduce");
-
 constexpr std::uint64_t kCountBits = 40;
 constexpr std::uint64_t kCountMask = (std::uint64_t{1} << kCountBits) - 1;
 
@@ -58,6 +56,18 @@ std::string describe_call(std::uint64_t packed) {
   const std::uint64_t count = packed & kCountMask;
   return describe_parts(packed >> 56, (packed >> 48) & 0xff, (packed >> 40) & 0xff, -1,
                         count == kCountMask ? -1 : static_cast<std::int64_t>(count), false);
+}
+
+std::string describe_call_mismatch(const transport::CallMismatch& m) {
+  const auto seq = m.tag & transport::kSequenceMask;  // the same on both sides: they matched
+  if (m.outgoing) {
+    return fmt::format("rank {}: its {} #{} sent a frame to rank {}'s {} #{}: {}", m.self,
+                       describe_call(m.expected), seq, m.peer, describe_call(m.received), seq,
+                       kSameCallsRule);
+  }
+  return fmt::format("rank {}: its {} #{} received a frame of rank {}'s {} #{}: {}", m.self,
+                     describe_call(m.expected), seq, m.peer, describe_call(m.received), seq,
+                     kSameCallsRule);
 }
 
 bool detail_from_env() {

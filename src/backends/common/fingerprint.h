@@ -27,6 +27,7 @@
 #include "backends/common/op_record.h"
 #include "c10d/tensor.h"
 #include "c10d/types.h"
+#include "transport/transport.h"
 
 namespace c10d::inline v1::backends {
 
@@ -45,8 +46,6 @@ struct Fingerprint {
   // without, and MPI cannot match the two, so there every rank must pass them alike.
   bool split_sizes = false;
 
-  static constexpr std::uint8_t kAllReduce = 1;  // all_reduce's op_id
-
   // The call `r` records (OpRecord::of), with its sequence number.
   static Fingerprint of(const OpRecord& r);
   void set_op(std::string_view op);
@@ -57,11 +56,23 @@ struct Fingerprint {
 std::string describe_fingerprint(std::span<const std::byte, Fingerprint::kBytes> bytes);
 
 // A call in 64 bits: op, dtype, reduce op and the count's low 40 bits (not the root or the
-// sequence number). A collective whose ranks' bytes meet without a message (shared slots)
-// compares these at no extra cost, whatever C10D_DEBUG says.
+// sequence number: the op's tag carries that, and a root takes bits the count needs); never 0
+// for a collective (its op id is 1 or more).
+// Whatever C10D_DEBUG says, every message of a collective carries its op's (transport.h: Calls),
+// and a collective whose ranks' bytes meet without a message (shared slots) compares these, so
+// ranks that call different collectives, or one with other sizes, dtypes or reductions, fail at
+// no extra cost; ranks that disagree only on a root are caught by DETAIL.
 std::uint64_t pack_call(const Fingerprint& fp);
 // "all_reduce(float32, count 2, sum)" for what pack_call packed.
 std::string describe_call(std::uint64_t packed);
+// What a group's error says of `m`, a message of another call that met one of its receives (or,
+// in-process, sends), opening with the rank: "rank 3: its all_reduce(float32, count 1024, sum)
+// #5 received a frame of rank 2's broadcast(float32, count 1024) #5: every rank must ...".
+std::string describe_call_mismatch(const transport::CallMismatch& m);
+// What every rank must do, as such errors end.
+inline constexpr std::string_view kSameCallsRule =
+    "every rank must call the same collectives in the same order, with the same sizes, dtypes "
+    "and reductions";
 
 // `all` holds every rank's fingerprint in rank order. Null when they all equal rank 0's, else
 // the InvalidArgument that names the calls, for `group` (its name in messages).

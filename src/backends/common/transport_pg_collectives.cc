@@ -27,18 +27,16 @@ namespace c10d::inline v1::backends::tpg_detail {
 
 namespace {
 
-// Runs `round`, a shared-slot round of the call `call` (pack_call) on `rank`, and words a
-// SlotMismatch as the two calls.
+// Runs `round`, a shared-slot round of the op ctx runs on `rank`, and words a SlotMismatch as
+// the two calls.
 template <typename Round>
-void in_slots(const Context& ctx, int rank, std::uint64_t call, Round&& round) {
+void in_slots(const Context& ctx, int rank, Round&& round) {
   try {
     round();
   } catch (const transport::SlotMismatch& m) {
-    C10D_THROW(InvalidArgument,
-               "rank {}: its {} #{} does not match rank {}'s {} #{}: every rank must call the "
-               "same collectives in the same order, with the same sizes, dtypes and reductions",
-               rank, describe_call(call), ctx.tag & transport::kSequenceMask, m.peer,
-               describe_call(m.check), m.tag & transport::kSequenceMask);
+    C10D_THROW(InvalidArgument, "rank {}: its {} #{} does not match rank {}'s {} #{}: {}", rank,
+               describe_call(ctx.call), ctx.tag & transport::kSequenceMask, m.peer,
+               describe_call(m.check), m.tag & transport::kSequenceMask, kSameCallsRule);
   }
 }
 
@@ -212,10 +210,7 @@ std::shared_ptr<Work> TransportProcessGroup::scatter(Tensor output, std::vector<
 std::shared_ptr<Work> TransportProcessGroup::barrier(const BarrierOptions& opts) {
   return enqueue("barrier", OpRecord{}, opts.timeout, [this](const Context& ctx) {
     if (slots_ != nullptr) {  // a round of nothing: everyone has arrived once it completes
-      Fingerprint call;
-      call.set_op("barrier");
-      in_slots(ctx, rank(), pack_call(call),
-               [&] { slots_->gather(ctx.tag, pack_call(call), {}, ctx.deadline); });
+      in_slots(ctx, rank(), [&] { slots_->gather(ctx.tag, ctx.call, {}, ctx.deadline); });
     } else {
       algorithms::barrier(ctx);
     }
@@ -277,14 +272,8 @@ void TransportProcessGroup::all_reduce_one(const Context& ctx, const Tensor& t,
                                 host_shares(ctx, bytes), hier_pieces_);
   } else if (algo == Algorithm::kHalvingDoubling && !forced_.all_reduce && slots_ != nullptr &&
              static_cast<std::size_t>(bytes) <= slots_->max_bytes()) {
-    Fingerprint call;
-    call.op_id = Fingerprint::kAllReduce;
-    call.dtype = static_cast<std::uint8_t>(t.dtype());
-    call.reduce_op = static_cast<std::uint8_t>(r.op);
-    call.count = t.numel();
-    in_slots(ctx, rank(), pack_call(call), [&] {
-      algorithms::slot_all_reduce(ctx, *slots_, pack_call(call), t.dtype(), r, t.raw_data(),
-                                  t.numel());
+    in_slots(ctx, rank(), [&] {
+      algorithms::slot_all_reduce(ctx, *slots_, ctx.call, t.dtype(), r, t.raw_data(), t.numel());
     });
   } else if (algo == Algorithm::kRing) {
     algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(), ring_);

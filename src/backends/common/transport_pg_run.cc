@@ -69,7 +69,8 @@ TransportProcessGroup::Outcome TransportProcessGroup::run_op(const std::shared_p
   if (hooks_) hooks_->op_started(*op.work);
   try {
     if (op.collective()) {
-      const Context ctx{*transport_, transport::make_tag(options_.group_id, seq), deadline};
+      const Context ctx{*transport_, transport::make_tag(options_.group_id, seq), deadline,
+                        pack_call(Fingerprint::of(op.record()))};
       if (detail_) {
         // Every rank sees the same fingerprints and fails this op alike, so the sequence
         // numbers stay in step and the group stays usable.
@@ -100,6 +101,11 @@ TransportProcessGroup::Outcome TransportProcessGroup::run_op(const std::shared_p
     return {.handed_off = true};
   } catch (const transport::PeerTimeout& t) {
     fail(explain_timeout(op, t));
+  } catch (const transport::CallMismatch& m) {
+    // A rank that called another collective under this sequence number (or this one with other
+    // sizes): the group fails as with any error, naming both calls.
+    fail(std::make_exception_ptr(
+        InvalidArgument(core::with_location(__FILE__, __LINE__, describe_call_mismatch(m)))));
   } catch (...) {
     fail(std::current_exception());
   }

@@ -194,15 +194,17 @@ std::unique_ptr<transport::Request> RoutedTransport::over_tcp(
 }
 
 std::unique_ptr<transport::Request> RoutedTransport::isend(int peer, transport::Tag tag,
-                                                           std::span<const std::byte> data) {
-  if (shm_->serves(peer)) return shm_->isend(peer, tag, data);
-  return over_tcp(tcp_->isend(peer, tag, data));
+                                                           std::span<const std::byte> data,
+                                                           transport::Call call) {
+  if (shm_->serves(peer)) return shm_->isend(peer, tag, data, call);
+  return over_tcp(tcp_->isend(peer, tag, data, call));
 }
 
 std::unique_ptr<transport::Request> RoutedTransport::irecv(int peer, transport::Tag tag,
-                                                           std::span<std::byte> data) {
-  if (shm_->serves(peer)) return shm_->irecv(peer, tag, data);
-  return over_tcp(tcp_->irecv(peer, tag, data));
+                                                           std::span<std::byte> data,
+                                                           transport::Call call) {
+  if (shm_->serves(peer)) return shm_->irecv(peer, tag, data, call);
+  return over_tcp(tcp_->irecv(peer, tag, data, call));
 }
 
 std::unique_ptr<transport::Request> RoutedTransport::irecv_any(transport::Tag tag,

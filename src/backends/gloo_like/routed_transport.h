@@ -45,10 +45,13 @@ class RoutedTransport final : public transport::Transport {
 
   int rank() const override { return tcp_->rank(); }
   int size() const override { return tcp_->size(); }
+  using transport::Transport::irecv;
+  using transport::Transport::isend;
   std::unique_ptr<transport::Request> isend(int peer, transport::Tag tag,
-                                            std::span<const std::byte> data) override;
-  std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag,
-                                            std::span<std::byte> data) override;
+                                            std::span<const std::byte> data,
+                                            transport::Call call) override;
+  std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag, std::span<std::byte> data,
+                                            transport::Call call) override;
   std::unique_ptr<transport::Request> irecv_any(transport::Tag tag,
                                                 std::span<std::byte> data) override;
   void abort(std::exception_ptr reason) override;

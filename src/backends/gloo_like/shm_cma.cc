@@ -131,6 +131,7 @@ bool ShmTransport::Impl::write_single_copy_locked(Peer& p, ShmRing::Writer& w, O
   h.tag = op.tag;
   h.bytes = op.bytes;
   h.sequence = p.next_sequence++;
+  h.call = op.call;
   h.kind = kSingleCopy;
   h.pid = own_header->pid;
   h.address = reinterpret_cast<std::uintptr_t>(op.send_data);
@@ -152,7 +153,7 @@ bool ShmTransport::Impl::write_acks_locked(Peer& p, ShmRing::Writer& w) {
     h.sequence = p.next_sequence++;
     h.kind = kAck;
     h.acked = a.sequence;
-    h.status = a.status;
+    h.status = static_cast<std::uint16_t>(a.status);
     w.write(std::as_bytes(std::span(&h, 1)));
     p.acks.pop_front();
     moved = true;
@@ -200,8 +201,9 @@ bool ShmTransport::Impl::begin_single_copy_locked(Peer& p, const MessageHeader& 
   std::optional<std::shared_ptr<Op>> recv = matcher.match_claiming(
       p.rank, h.tag, [](const std::shared_ptr<Op>& lost) { lost->complete(); });
   if (!recv) {
+    check_arrived_locked(p, h);
     if (!hold_locked(p, transport::kUnexpectedOverheadBytes)) return false;
-    auto u = std::make_shared<Unexpected>(p.rank, h.bytes);
+    auto u = std::make_shared<Unexpected>(p.rank, h.bytes, h.call);
     u->copy = Unexpected::Copy::kParked;
     u->sequence = h.sequence;
     u->address = h.address;
@@ -215,8 +217,8 @@ bool ShmTransport::Impl::begin_single_copy_locked(Peer& p, const MessageHeader& 
   std::shared_ptr<Op> op = std::move(*recv);
   op->source.store(p.rank, std::memory_order_relaxed);
   Pull pull{.tag = h.tag, .sequence = h.sequence, .address = h.address, .bytes = h.bytes};
-  if (op->bytes != h.bytes) {
-    op->complete(size_mismatch(*op, p.rank, h.bytes));  // the message is dropped
+  if (auto refused = refusal(*op, p.rank, h.call, h.bytes)) {
+    op->complete(std::move(refused));  // the message is dropped
   } else {
     pull.op = std::move(op);
   }

@@ -34,8 +34,9 @@ static_assert(std::endian::native == std::endian::little, "shared memory layout:
 
 inline constexpr std::uint32_t kSegmentMagic = 0x4d533143;  // "C1SM"
 inline constexpr std::uint32_t kMessageMagic = 0x48533143;  // "C1SH"
-// Version 3 added `closed`; 4 the slots after the rings.
-inline constexpr std::uint32_t kVersion = 4;
+// Version 3 added `closed`; 4 the slots after the rings; 5 a message's call and the segment's
+// posted call.
+inline constexpr std::uint32_t kVersion = 5;
 inline constexpr std::size_t kSegmentHeaderBytes = 4096;
 inline constexpr std::size_t kRingHeaderBytes = 128;
 inline constexpr std::size_t kMessageHeaderBytes = 64;
@@ -59,17 +60,28 @@ struct SegmentHeader {
   // Set (release) by the owner as it closes its transport in order: a process that exits after
   // that has finished, not failed (ShmTransport::Impl::lost_peer).
   alignas(64) std::atomic<std::uint32_t> closed;
+  // The tag and call (transport.h: Calls) of the last collective this rank posted a message or a
+  // receive of (call 0: none yet), set by the owner as it posts, as a seqlock: the tag
+  // kWritingTag, the call, then the tag. A peer whose shared-slot round for the same tag waits for
+  // this rank reads them (tag, call, tag again, so a torn pair is not taken): this rank runs that
+  // op as messages while the peer runs it in the slots, so with another call they called different
+  // collectives (shm_slots.cc).
+  alignas(64) std::atomic<std::uint64_t> posted_tag;
+  std::atomic<std::uint64_t> posted_call;
 };
+// SegmentHeader::posted_tag while its call changes: no op's tag (it has the user bit and a group
+// id above transport::kMaxGroups).
+inline constexpr std::uint64_t kWritingTag = ~std::uint64_t{0};
 static_assert(sizeof(SegmentHeader) <= kSegmentHeaderBytes);
 static_assert(offsetof(SegmentHeader, doorbell) == 64 && offsetof(SegmentHeader, sleepers) == 128 &&
-              offsetof(SegmentHeader, closed) == 192);
+              offsetof(SegmentHeader, closed) == 192 && offsetof(SegmentHeader, posted_tag) == 256);
 
 // A ring is transport/shm_ring.h's: head at +0, tail at +64; its writer-waiting word (+72) stays
 // 0 here, as a reader rings the writer's doorbell after every read it makes anyway.
 using RingHeader = transport::ShmRingHeader;
 static_assert(kRingHeaderBytes == transport::kShmRingHeaderBytes);
 
-enum MessageKind : std::uint32_t { kData = 0, kSingleCopy = 1, kAck = 2 };
+enum MessageKind : std::uint16_t { kData = 0, kSingleCopy = 1, kAck = 2 };
 
 struct MessageHeader {
   std::uint32_t magic = kMessageMagic;
@@ -77,14 +89,14 @@ struct MessageHeader {
   std::uint64_t tag = 0;
   std::uint64_t bytes = 0;     // payload bytes (kData: padded to 64 in the ring; kAck: 0)
   std::uint64_t sequence = 0;  // per ordered pair of ranks, from 0, every kind counted
-  std::uint32_t kind = kData;
-  std::int32_t pid = 0;       // kSingleCopy: the sender's process
-  std::uint64_t address = 0;  // kSingleCopy: where its `bytes` bytes start there
-  std::uint64_t acked = 0;    // kAck: the sequence number of the kSingleCopy message answered
-  std::uint32_t status = 0;   // kAck: 0, or the errno of the copy that failed
-  std::uint32_t pad = 0;
+  std::uint64_t call = 0;      // kData, kSingleCopy: transport::Call of the message; 0 unchecked
+  std::uint64_t address = 0;   // kSingleCopy: where its `bytes` bytes start there
+  std::uint64_t acked = 0;     // kAck: the sequence number of the kSingleCopy message answered
+  std::int32_t pid = 0;        // kSingleCopy: the sender's process
+  std::uint16_t kind = kData;
+  std::uint16_t status = 0;  // kAck: 0, or the errno of the copy that failed (errnos fit)
 };
-static_assert(sizeof(MessageHeader) == kMessageHeaderBytes);
+static_assert(sizeof(MessageHeader) == kMessageHeaderBytes && offsetof(MessageHeader, call) == 32);
 
 // Where ring `i` of a segment with `ring_bytes` rings starts.
 constexpr std::size_t ring_offset(std::size_t i, std::size_t ring_bytes) {

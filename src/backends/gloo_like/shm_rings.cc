@@ -51,6 +51,7 @@ bool ShmTransport::Impl::write_locked(Peer& p) {
       h.tag = op.tag;
       h.bytes = op.bytes;
       h.sequence = p.next_sequence++;
+      h.call = op.call;
       w.write(std::as_bytes(std::span(&h, 1)));  // published with the payload's first chunk
       p.send_pos = kMessageHeaderBytes;
       moved = true;
@@ -94,20 +95,29 @@ bool ShmTransport::Impl::begin_message_locked(Peer& p, const MessageHeader& h) {
   std::optional<std::shared_ptr<Op>> recv = matcher.match_claiming(
       p.rank, h.tag, [](const std::shared_ptr<Op>& lost) { lost->complete(); });
   if (!recv) {
+    check_arrived_locked(p, h);
     if (!hold_locked(p, transport::kUnexpectedOverheadBytes)) return false;
-    auto u = std::make_shared<Unexpected>(p.rank, h.bytes);
+    auto u = std::make_shared<Unexpected>(p.rank, h.bytes, h.call);
     matcher.push_unexpected(p.rank, h.tag, u);
     p.reading_unexpected = std::move(u);
     return true;
   }
   std::shared_ptr<Op> op = std::move(*recv);
   op->source.store(p.rank, std::memory_order_relaxed);
-  if (op->bytes != h.bytes) {
-    op->complete(size_mismatch(*op, p.rank, h.bytes));  // the message is dropped
+  if (auto refused = refusal(*op, p.rank, h.call, h.bytes)) {
+    op->complete(std::move(refused));  // the message is dropped
     return true;
   }
   p.reading_op = std::move(op);
   return true;
+}
+
+// Under mu: a message from `p` (its header `h`) is about to wait unexpected; receives of its op
+// that expect another call fail (transport/matcher.h: Calls of ops).
+void ShmTransport::Impl::check_arrived_locked(const Peer& p, const MessageHeader& h) {
+  matcher.check_arrived_call(
+      rank, p.rank, h.tag, h.call,
+      [](const std::shared_ptr<Op>& r, std::exception_ptr e) { r->complete(std::move(e)); });
 }
 
 // Under mu: `bytes` more held for `p`'s unexpected messages; past the limit the transport
@@ -145,6 +155,17 @@ std::exception_ptr ShmTransport::Impl::size_mismatch(const Op& op, int sender,
   return C10D_ERROR(InvalidArgument,
                     "{}: the message from rank {} has {} bytes, the receive buffer {}",
                     op.describe(), sender, sent, op.bytes);
+}
+
+// Why the receive `op` cannot take a message of `call` and `bytes` from `sender`: another call
+// (checked first: transport.h: Calls), or another size; null when it can.
+std::exception_ptr ShmTransport::Impl::refusal(const Op& op, int sender, transport::Call call,
+                                               std::uint64_t bytes) const {
+  if (!transport::calls_agree(op.call, call)) {
+    return transport::call_mismatch(op.describe(), rank, sender, op.tag, op.call, call);
+  }
+  if (op.bytes != bytes) return size_mismatch(op, sender, bytes);
+  return nullptr;
 }
 
 // Under mu: reads what has arrived from `p`. True when bytes moved.

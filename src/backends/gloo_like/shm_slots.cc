@@ -80,8 +80,26 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
   const auto closed = [&] {
     return impl.peers[next].header->closed.load(std::memory_order_acquire) != 0;
   };
+  // Nor does one that posted messages of another call under this round's tag: it runs another
+  // collective (or this one with other sizes) outside the slots. (The same call may: an
+  // all_reduce of several tensors sends the large ones as messages.) Its call, read as
+  // shm_layout.h says (SegmentHeader::posted_tag); 0 while it has not.
+  std::uint64_t elsewhere = 0;
+  const auto runs_elsewhere = [&] {
+    const SegmentHeader& ph = *impl.peers[next].header;
+    if (ph.posted_tag.load(std::memory_order_acquire) != tag) return false;
+    const std::uint64_t call = ph.posted_call.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);  // the seqlock's read
+    if (ph.posted_tag.load(std::memory_order_relaxed) != tag || call == transport::kUnchecked ||
+        call == check) {
+      return false;
+    }
+    elsewhere = call;
+    return true;
+  };
   const auto ready = [&] {
-    return impl.failed.load(std::memory_order_acquire) || published() || closed();
+    return impl.failed.load(std::memory_order_acquire) || published() || closed() ||
+           runs_elsewhere();
   };
   const std::function<bool()> done = std::ref(ready);  // held by reference: no allocation
   if (!published() && !impl.poll_until(done, deadline, /*move_bytes=*/false)) {
@@ -104,6 +122,22 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
     std::lock_guard lock(impl.mu);
     std::rethrow_exception(impl.failure);
   }
+  // The SlotMismatch of peer `p`, which `did` what it says ("published ...").
+  const auto mismatch = [&](const Peer& p, const std::string& did, Tag their_tag,
+                            std::uint64_t their_check, std::uint64_t their_bytes) {
+    return transport::SlotMismatch(
+        core::with_location(__FILE__, __LINE__,
+                            fmt::format("{}: shared-slot round {}: this rank published {} (check "
+                                        "{:#x}, {} bytes), rank {} {}",
+                                        impl.who, want, transport::tag_string(tag), check,
+                                        mine.size(), p.rank, did)),
+        p.rank, their_tag, their_check, their_bytes);
+  };
+  if (next < impl.peers.size() && elsewhere != 0) {
+    throw mismatch(impl.peers[next],
+                   fmt::format("runs that op as messages (check {:#x})", elsewhere), tag, elsewhere,
+                   0);
+  }
   if (next < impl.peers.size()) {
     C10D_THROW(NetworkError,
                "{}: rank {} closed its shared memory (its group was destroyed) before it "
@@ -120,14 +154,10 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
                  impl.who, p.rank, r, want);
     }
     if (ph.tag != tag || ph.check != check || ph.bytes != mine.size()) {
-      throw transport::SlotMismatch(
-          core::with_location(
-              __FILE__, __LINE__,
-              fmt::format("{}: shared-slot round {}: this rank published {} (check {:#x}, {} "
-                          "bytes), rank {} published {} (check {:#x}, {} bytes)",
-                          impl.who, want, transport::tag_string(tag), check, mine.size(), p.rank,
-                          transport::tag_string(ph.tag), ph.check, ph.bytes)),
-          p.rank, ph.tag, ph.check, ph.bytes);
+      throw mismatch(p,
+                     fmt::format("published {} (check {:#x}, {} bytes)",
+                                 transport::tag_string(ph.tag), ph.check, ph.bytes),
+                     ph.tag, ph.check, ph.bytes);
     }
   }
   heard_tag.store(tag, std::memory_order_relaxed);

@@ -54,11 +54,13 @@ bool ShmTransport::Impl::admit_locked(Op& op) {
 }
 
 std::shared_ptr<Op> ShmTransport::Impl::post_send(int peer_rank, Tag tag,
-                                                  std::span<const std::byte> data) {
-  auto op = make_op(true, peer_rank, tag, data.size());
+                                                  std::span<const std::byte> data,
+                                                  transport::Call call) {
+  auto op = make_op(true, peer_rank, tag, call, data.size());
   op->send_data = data.data();
   std::lock_guard lock(mu);
   if (!admit_locked(*op)) return op;
+  announce_locked(*op);
   Peer& p = peer(peer_rank);
   p.sends.push_back(op);
   write_locked(p);
@@ -67,12 +69,14 @@ std::shared_ptr<Op> ShmTransport::Impl::post_send(int peer_rank, Tag tag,
 
 // A receive from `peer_rank` (kAnySource: any same-host rank); `claim`: see Op::claim.
 std::shared_ptr<Op> ShmTransport::Impl::post_recv(int peer_rank, Tag tag, std::span<std::byte> data,
+                                                  transport::Call call,
                                                   std::shared_ptr<transport::SourceClaim> claim) {
-  auto op = make_op(false, peer_rank, tag, data.size());
+  auto op = make_op(false, peer_rank, tag, call, data.size());
   op->recv_data = data.data();
   op->claim = std::move(claim);
   std::lock_guard lock(mu);
   if (!admit_locked(*op)) return op;
+  announce_locked(*op);
   if (op->any_source() && peers.empty()) {
     op->complete(C10D_ERROR(NetworkError, "{}: this rank has no same-host peer that could send it",
                             op->describe()));
@@ -84,6 +88,10 @@ std::shared_ptr<Op> ShmTransport::Impl::post_recv(int peer_rank, Tag tag, std::s
   }
   const auto found = matcher.find_unexpected(peer_rank, tag);
   if (!found) {
+    if (auto refused = matcher.call_refusal(rank, *op)) {
+      op->complete(std::move(refused));
+      return op;
+    }
     matcher.post(peer_rank, tag, op);
     if (op->any_source()) {
       for (Peer& p : peers) read_locked(p);
@@ -106,10 +114,10 @@ std::shared_ptr<Op> ShmTransport::Impl::post_recv(int peer_rank, Tag tag, std::s
   }
   const bool arriving = p.reading_unexpected == u;
   const bool single_copy = u->copy != Unexpected::Copy::kNone;  // not all copied yet
-  if (u->data.size() != op->bytes) {
+  if (auto refused = refusal(*op, p.rank, u->call, u->data.size())) {
     if (arriving) p.reading_unexpected.reset();  // the rest is dropped as it comes
     if (single_copy) drop_single_copy_locked(p, *u);
-    op->complete(size_mismatch(*op, p.rank, u->data.size()));
+    op->complete(std::move(refused));
     return op;
   }
   if (single_copy) {  // the rest straight from the sender into the receive's buffer
@@ -130,7 +138,7 @@ std::shared_ptr<Op> ShmTransport::Impl::post_recv(int peer_rank, Tag tag, std::s
 }
 
 std::shared_ptr<Op> ShmTransport::Impl::make_op(bool is_send, int peer_rank, Tag tag,
-                                                std::size_t bytes) const {
+                                                transport::Call call, std::size_t bytes) const {
   C10D_CHECK((!is_send && peer_rank == transport::kAnySource) ||
                  (peer_rank >= 0 && peer_rank < world &&
                   peer_index[static_cast<std::size_t>(peer_rank)] >= 0),
@@ -141,8 +149,23 @@ std::shared_ptr<Op> ShmTransport::Impl::make_op(bool is_send, int peer_rank, Tag
   op->self = rank;
   op->peer = peer_rank;
   op->tag = tag;
+  op->call = call;
   op->bytes = bytes;
   return op;
+}
+
+// Under mu: `op` of a collective is posted; the first of its op (tag) says so in this rank's
+// segment, for the peers' shared-slot rounds (shm_layout.h: SegmentHeader::posted_tag). The tag
+// is kWritingTag while the call changes, so that a reader never pairs one op's tag with another's
+// call.
+void ShmTransport::Impl::announce_locked(const Op& op) {
+  if (op.call == transport::kUnchecked || op.tag == posted_tag || own_header == nullptr) return;
+  posted_tag = op.tag;
+  // A seqlock's write (shm_slots.cc reads): plain stores on x86, the fence orders them.
+  own_header->posted_tag.store(kWritingTag, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  own_header->posted_call.store(op.call, std::memory_order_relaxed);
+  own_header->posted_tag.store(op.tag, std::memory_order_release);
 }
 
 // A request dropped before it completed: its buffer may go away. A send partly in the ring
@@ -250,13 +273,15 @@ std::optional<std::uint64_t> ShmTransport::earliest_unexpected(transport::Tag ta
 }
 
 std::unique_ptr<transport::Request> ShmTransport::isend(int peer, transport::Tag tag,
-                                                        std::span<const std::byte> data) {
-  return std::make_unique<ShmRequest>(impl_, impl_->post_send(peer, tag, data));
+                                                        std::span<const std::byte> data,
+                                                        transport::Call call) {
+  return std::make_unique<ShmRequest>(impl_, impl_->post_send(peer, tag, data, call));
 }
 
 std::unique_ptr<transport::Request> ShmTransport::irecv(int peer, transport::Tag tag,
-                                                        std::span<std::byte> data) {
-  return std::make_unique<ShmRequest>(impl_, impl_->post_recv(peer, tag, data));
+                                                        std::span<std::byte> data,
+                                                        transport::Call call) {
+  return std::make_unique<ShmRequest>(impl_, impl_->post_recv(peer, tag, data, call));
 }
 
 std::unique_ptr<transport::Request> ShmTransport::irecv_any(transport::Tag tag,
@@ -267,7 +292,8 @@ std::unique_ptr<transport::Request> ShmTransport::irecv_any(transport::Tag tag,
 std::unique_ptr<transport::Request> ShmTransport::irecv_any(
     transport::Tag tag, std::span<std::byte> data, std::shared_ptr<transport::SourceClaim> claim) {
   return std::make_unique<ShmRequest>(
-      impl_, impl_->post_recv(transport::kAnySource, tag, data, std::move(claim)));
+      impl_,
+      impl_->post_recv(transport::kAnySource, tag, data, transport::kUnchecked, std::move(claim)));
 }
 
 std::shared_ptr<transport::ArrivalClock> ShmTransport::arrivals() const {

@@ -24,7 +24,7 @@
 // shm_layout.h):
 //
 //   offset 0   SegmentHeader (4096 bytes)
-//              +0  u32 magic "C1SM"   +4  u32 version (3)   +8  i32 rank   +12 u32 rings
+//              +0  u32 magic "C1SM"   +4  u32 version (5)   +8  i32 rank   +12 u32 rings
 //              +16 u64 ring bytes (a power of two)          +24 i32 pid
 //              +32 u64 probe address  +40 u64 probe value: where a peer reads this process at
 //                   set-up to learn whether it can copy single-copy messages out of it (0: none)
@@ -32,6 +32,9 @@
 //                   one of this rank's rings or freed room in a ring this rank writes; futex word
 //              +128 atomic u32 sleepers: threads of this rank asleep on the doorbell
 //              +192 atomic u32 closed: set as this rank closes its transport in order
+//              +256 atomic u64 posted tag, +264 atomic u64 posted call: the last collective this
+//                   rank posted a request of (transport.h: Calls), for the peers' shared-slot
+//                   rounds (shm_slots.cc)
 //   4096 + i * (128 + ring bytes)   ring i: the bytes from the i-th other same-host rank (in
 //              ascending rank order) to this one; written only by that rank, read only by this;
 //              a transport/shm_ring.h ring:
@@ -43,11 +46,11 @@
 //              +128 data, wrapping at the ring size
 //
 // A ring is a byte stream of messages in send order: a 64-byte MessageHeader (u32 magic "C1SH",
-// u32 version, u64 tag, u64 payload bytes, u64 sequence number per pair, u32 kind, i32 pid, u64
-// address, u64 acked, u32 status, padding) and then the payload, padded to 64 bytes so that every
-// header starts a cache line. A message may be larger than its ring: the writer copies it in
-// chunks as room appears and the reader copies it out as it arrives, each publishing its
-// position per chunk (kChunk), so both copies overlap.
+// u32 version, u64 tag, u64 payload bytes, u64 sequence number per pair, u64 call (transport.h:
+// Calls), u64 address, u64 acked, i32 pid, u16 kind, u16 status) and then the payload, padded to 64
+// bytes so that every header starts a cache line. A message may be larger than its ring: the writer
+// copies it in chunks as room appears and the reader copies it out as it arrives, each publishing
+// its position per chunk (kChunk), so both copies overlap.
 //
 // Single-copy (shm_cma.cc): a message of single_copy_min_bytes or more to a peer that can read
 // this process (set-up probes each direction with process_vm_readv; C10D_SHM_CMA=0 turns it off)
@@ -56,16 +59,17 @@
 // turn, and answers with a kAck header in its own ring, on which the send completes.
 //
 // Matching is transport.h's, by transport/matcher.h (any-source receives, from any same-host peer,
-// included). A message whose receive is not posted yet is copied out of the ring into a buffer of
-// its own (so that it never blocks the messages behind it), in chunks allocated as its bytes come
-// out (never at the size its header claims: transport/unexpected_buffer.h), and from there when the
-// receive is posted; if the receive comes while the message is still arriving, the rest goes
-// straight into its buffer. A single-copy message whose receive is not posted waits as its
-// header alone for 20 ms, then is copied into such a buffer too. What one peer's unexpected
-// messages hold is bounded (max_unexpected_bytes): a peer past it fails the transport with a
-// NetworkError naming it, the bytes and the limit. A send completes once its last byte is in the
-// ring (single-copy: once the receiver copied it); a receive once its last byte is in the caller's
-// buffer.
+// included); a receive that meets a message of another call fails with a CallMismatch
+// (transport.h: Calls), before sizes are compared. A message whose receive is not posted yet is
+// copied out of the ring into a buffer of its own (so that it never blocks the messages behind it),
+// in chunks allocated as its bytes come out (never at the size its header claims:
+// transport/unexpected_buffer.h), and from there when the receive is posted; if the receive comes
+// while the message is still arriving, the rest goes straight into its buffer. A single-copy
+// message whose receive is not posted waits as its header alone for 20 ms, then is copied into such
+// a buffer too. What one peer's unexpected messages hold is bounded (max_unexpected_bytes): a peer
+// past it fails the transport with a NetworkError naming it, the bytes and the limit. A send
+// completes once its last byte is in the ring (single-copy: once the receiver copied it); a receive
+// once its last byte is in the caller's buffer.
 //
 // Progress and threads: no thread of its own. Whoever posts, tests or waits moves the bytes of
 // every pair of this rank (one mutex, taken with try_lock by waiters). A waiter polls while
@@ -184,10 +188,13 @@ class ShmTransport final : public transport::Transport {
   // that closes rings this rank's doorbell. Lock-free; cheap enough for a poll_until's done().
   bool peers_open() const;
 
+  using transport::Transport::irecv;
+  using transport::Transport::isend;
   std::unique_ptr<transport::Request> isend(int peer, transport::Tag tag,
-                                            std::span<const std::byte> data) override;
-  std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag,
-                                            std::span<std::byte> data) override;
+                                            std::span<const std::byte> data,
+                                            transport::Call call) override;
+  std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag, std::span<std::byte> data,
+                                            transport::Call call) override;
   // From any same-host peer.
   std::unique_ptr<transport::Request> irecv_any(transport::Tag tag,
                                                 std::span<std::byte> data) override;

@@ -59,7 +59,8 @@ struct Op {
   int self = 0;
   int peer = 0;  // transport::kAnySource for an any-source receive
   Tag tag = 0;
-  const std::byte* send_data = nullptr;  // null once abandoned: the rest goes out unwritten
+  transport::Call call = transport::kUnchecked;  // a send's, or what a receive expects
+  const std::byte* send_data = nullptr;          // null once abandoned: the rest goes out unwritten
   std::byte* recv_data = nullptr;
   std::size_t bytes = 0;
   Clock::time_point posted_at = Clock::now();
@@ -97,10 +98,12 @@ struct Op {
 // A message that arrived before its receive was posted; its chunks are allocated as its bytes
 // come out of the ring.
 struct Unexpected {
-  Unexpected(int from, std::uint64_t size) : peer(from), data(size) {}
+  Unexpected(int from, std::uint64_t size, transport::Call sent)
+      : peer(from), data(size), call(sent) {}
   const int peer;
   transport::UnexpectedBuffer data;
-  std::uint64_t got = 0;  // bytes in `data` so far
+  const transport::Call call;  // its header's
+  std::uint64_t got = 0;       // bytes in `data` so far
   // What it counts against the peer's limit (Impl::matcher's hold) while it is queued.
   std::uint64_t held() const { return data.allocated() + transport::kUnexpectedOverheadBytes; }
 
@@ -225,10 +228,13 @@ struct ShmTransport::Impl {
   // ---- Writing and reading the rings (shm_rings.cc) ----
   bool write_locked(Peer& p);
   bool begin_message_locked(Peer& p, const MessageHeader& h);
+  void check_arrived_locked(const Peer& p, const MessageHeader& h);
   bool hold_locked(Peer& p, std::uint64_t bytes);
   bool copy_to_unexpected_locked(Peer& p, const ShmRing::Reader& r, std::uint64_t at,
                                  std::uint64_t n);
   std::exception_ptr size_mismatch(const Op& op, int sender, std::uint64_t sent) const;
+  std::exception_ptr refusal(const Op& op, int sender, transport::Call call,
+                             std::uint64_t bytes) const;
   bool read_locked(Peer& p);
   bool progress_locked();
   bool progress();
@@ -271,10 +277,15 @@ struct ShmTransport::Impl {
 
   // ---- Posting, cancelling and failure (shm_transport.cc) ----
   bool admit_locked(Op& op);
-  std::shared_ptr<Op> post_send(int peer_rank, Tag tag, std::span<const std::byte> data);
+  std::shared_ptr<Op> post_send(int peer_rank, Tag tag, std::span<const std::byte> data,
+                                transport::Call call);
   std::shared_ptr<Op> post_recv(int peer_rank, Tag tag, std::span<std::byte> data,
+                                transport::Call call,
                                 std::shared_ptr<transport::SourceClaim> claim = nullptr);
-  std::shared_ptr<Op> make_op(bool is_send, int peer_rank, Tag tag, std::size_t bytes) const;
+  std::shared_ptr<Op> make_op(bool is_send, int peer_rank, Tag tag, transport::Call call,
+                              std::size_t bytes) const;
+  void announce_locked(const Op& op);
+  Tag posted_tag = 0;  // GUARDED_BY(mu): what announce_locked last wrote
   void cancel(const std::shared_ptr<Op>& op);
   void abort_locked(std::exception_ptr reason);
 

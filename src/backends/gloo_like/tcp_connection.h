@@ -96,6 +96,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/gloo_like/tcp_wire.h"
 #include "store/asio.h"
 #include "transport/matcher.h"
 #include "transport/transport.h"
@@ -125,11 +126,12 @@ struct Op {
   int self = 0;
   int peer = 0;  // transport::kAnySource for irecv_any
   transport::Tag tag = 0;
+  transport::Call call = transport::kUnchecked;  // a send's, or what a receive expects
   bool is_send = false;
   std::span<const std::byte> send_data;
   std::span<std::byte> recv_data;
-  std::array<std::byte, 16> header{};  // a send's frame header
-  std::size_t written = 0;             // bytes of header + payload already written
+  std::array<std::byte, kFrameHeaderBytes> header{};  // a send's frame header
+  std::size_t written = 0;                            // bytes of header + payload already written
   const transport::Clock::time_point posted_at = transport::Clock::now();
   bool in_flight = false;  // GUARDED_BY(Impl::mu_)
   std::atomic<bool> done{false};
@@ -161,9 +163,11 @@ struct Op {
 // A message that arrived before its irecv. Its chunks are allocated, under Impl::mu_, by the
 // read side as the payload arrives (Impl::next_window), and read once it is complete.
 struct Unexpected {
-  Unexpected(int from, std::uint64_t size) : peer(from), data(size) {}
+  Unexpected(int from, std::uint64_t size, transport::Call sent)
+      : peer(from), data(size), call(sent) {}
   const int peer;
   transport::UnexpectedBuffer data;
+  const transport::Call call;  // its frame's
   // GUARDED_BY(Impl::mu_):
   bool complete = false;       // the payload is all here
   bool dropped = false;        // left the queue before it was complete: the rest is read and lost
@@ -256,11 +260,12 @@ struct Connection {
   bool rewatch_pending = false;  // io thread only: a rewatch_later timer runs (one at a time)
 
   // The frame state, owned by the read_owner holder:
-  std::array<std::byte, 16> header{};
+  std::array<std::byte, kFrameHeaderBytes> header{};
   std::size_t header_got = 0;
   bool in_payload = false;
   transport::Tag frame_tag = 0;
   std::uint64_t frame_length = 0;
+  transport::Call frame_call = transport::kUnchecked;
   std::uint64_t payload_got = 0;
   // Where the payload's next bytes go: `into` holds payload bytes from offset `into_at` on (the
   // whole receive buffer; a chunk of the unexpected entry; or the sink).

@@ -45,7 +45,7 @@ using tcp_detail::kReadAhead;
 using tcp_detail::what_of;
 
 // Requires mu_. Chooses where the payload of the message in front goes: its irecv, an
-// unexpected entry, the sink (a receive whose size differs), or nowhere yet (parked: false;
+// unexpected entry, the sink (a receive of another call or size), or nowhere yet (parked: false;
 // also false when the entry broke the peer's limit and the transport aborted).
 bool TCPTransport::Impl::start_payload_locked(Connection& c, int peer) {
   c.payload_got = 0;
@@ -56,7 +56,11 @@ bool TCPTransport::Impl::start_payload_locked(Connection& c, int peer) {
   if (recv) {
     c.target = std::move(*recv);
     c.target->source.store(peer, std::memory_order_relaxed);
-    if (c.target->recv_data.size() != c.frame_length) {
+    if (!transport::calls_agree(c.target->call, c.frame_call)) {
+      c.target->complete_locked(transport::call_mismatch(
+          c.target->describe(), rank, peer, c.frame_tag, c.target->call, c.frame_call));
+      c.target.reset();
+    } else if (c.target->recv_data.size() != c.frame_length) {
       c.target->complete_locked(
           C10D_ERROR(InvalidArgument,
                      "{}: size mismatch: the receive buffer has {} bytes but the message "
@@ -68,6 +72,10 @@ bool TCPTransport::Impl::start_payload_locked(Connection& c, int peer) {
       c.into = c.target->recv_data;
     }
   } else {
+    matcher.check_arrived_call(rank, peer, c.frame_tag, c.frame_call,
+                               [](const std::shared_ptr<Op>& r, std::exception_ptr e) {
+                                 r->complete_locked(std::move(e));
+                               });
     const auto now = Clock::now();
     if (c.frame_length >= kParkBytes && !c.dead && !aborted) {
       if (!c.parked) {
@@ -83,7 +91,7 @@ bool TCPTransport::Impl::start_payload_locked(Connection& c, int peer) {
       if (now < c.park_deadline) return false;
     }
     if (!hold_locked(c, peer, transport::kUnexpectedOverheadBytes)) return false;
-    c.entry = std::make_shared<Unexpected>(peer, c.frame_length);
+    c.entry = std::make_shared<Unexpected>(peer, c.frame_length, c.frame_call);
     matcher.push_unexpected(peer, c.frame_tag, c.entry);
     // A small payload is most likely in c.ahead already: its one chunk now, under this lock.
     if (c.frame_length > 0 && c.frame_length <= kReadAhead) {
@@ -136,6 +144,10 @@ void TCPTransport::Impl::submit_receive_locked(const std::shared_ptr<Op>& op) {
   }
   const auto found = matcher.find_unexpected(op->peer, op->tag);
   if (!found) {
+    if (auto refusal = matcher.call_refusal(rank, *op)) {
+      op->complete_locked(std::move(refusal));
+      return;
+    }
     if (op->any_source()) {
       if (auto none = no_sender_locked()) {
         refuse_any_source_locked(*op, std::move(none));
@@ -173,8 +185,11 @@ void TCPTransport::Impl::submit_receive_locked(const std::shared_ptr<Op>& op) {
   Connection& c = conn(peer);
   const std::shared_ptr<Unexpected> u = matcher.take(*found);
   op->source.store(peer, std::memory_order_relaxed);
-  if (u->data.size() != op->recv_data.size()) {
-    // The message is dropped, the rest of it unread if it is still arriving.
+  // A message of another call or size is dropped, the rest of it unread if it is still arriving.
+  if (!transport::calls_agree(op->call, u->call)) {
+    op->complete_locked(
+        transport::call_mismatch(op->describe(), rank, peer, op->tag, op->call, u->call));
+  } else if (u->data.size() != op->recv_data.size()) {
     op->complete_locked(
         C10D_ERROR(InvalidArgument,
                    "{}: size mismatch: the receive buffer has {} bytes but the message from "

@@ -191,6 +191,7 @@ bool TCPTransport::Impl::read_frame_header(Connection& c, int peer) {
   const FrameFault fault = decode_frame_header(c.header, h);
   c.frame_tag = h.tag;
   c.frame_length = h.length;
+  c.frame_call = h.call;
   if (fault != FrameFault::kNone || h.kind == FrameKind::kGoodbye) {
     std::lock_guard lock(mu_);
     c.read_closed.store(true);

@@ -62,7 +62,8 @@ TCPTransport::~TCPTransport() {
 }
 
 std::unique_ptr<transport::Request> TCPTransport::isend(int peer, Tag tag,
-                                                        std::span<const std::byte> data) {
+                                                        std::span<const std::byte> data,
+                                                        transport::Call call) {
   C10D_CHECK(peer >= 0 && peer < world_size_ && peer != rank_,
              "rank {} isend ({}): bad peer {} in a world of size {}", rank_,
              transport::tag_string(tag), peer, world_size_);
@@ -70,15 +71,17 @@ std::unique_ptr<transport::Request> TCPTransport::isend(int peer, Tag tag,
   op->self = rank_;
   op->peer = peer;
   op->tag = tag;
+  op->call = call;
   op->is_send = true;
   op->send_data = data;
-  op->header = encode_frame_header(tag, data.size());
+  op->header = encode_frame_header(tag, data.size(), call);
   impl_->submit(op);
   return tcp_detail::make_request(impl_, std::move(op));
 }
 
 std::unique_ptr<transport::Request> TCPTransport::irecv(int peer, Tag tag,
-                                                        std::span<std::byte> data) {
+                                                        std::span<std::byte> data,
+                                                        transport::Call call) {
   C10D_CHECK(peer >= 0 && peer < world_size_ && peer != rank_,
              "rank {} irecv ({}): bad peer {} in a world of size {}", rank_,
              transport::tag_string(tag), peer, world_size_);
@@ -86,6 +89,7 @@ std::unique_ptr<transport::Request> TCPTransport::irecv(int peer, Tag tag,
   op->self = rank_;
   op->peer = peer;
   op->tag = tag;
+  op->call = call;
   op->recv_data = data;
   impl_->submit(op);
   return tcp_detail::make_request(impl_, std::move(op));

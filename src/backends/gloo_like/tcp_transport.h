@@ -31,7 +31,7 @@
 // records why in the store, and the others, whatever they wait for (a key, a connection, an
 // answer), fail within a fraction of a second naming it and its reason (setup_watch.h).
 //
-// Each connection opens with a mutually authenticated handshake (tcp_wire.h, version 4): both
+// Each connection opens with a mutually authenticated handshake (tcp_wire.h, version 5): both
 // sides prove by HMAC-SHA256 over fresh nonces from both that they know the job's key, derived
 // from the store's token or from a random secret the ranks share through the store
 // (tcp_handshake.h); the key never crosses the wire. The accepting side tells a connection
@@ -59,17 +59,18 @@
 // irecv, to be read straight into place. What one peer's unexpected messages hold is bounded
 // (max_unexpected_bytes); a peer that goes past it aborts the transport with a NetworkError naming
 // it, the bytes and the limit. A header this protocol never sends (tcp_wire.h: decode_frame_header)
-// ends the connection as a loss of that peer. A receive whose size differs from the message fails
-// with InvalidArgument (the message is read through a small buffer and dropped; the sender has
-// already completed). No exception escapes the io thread: one from a handler fails the transport. A
-// lost connection fails every pending and later request with that peer with a NetworkError naming
-// it (an any-source receive fails once every peer's connection is gone); with
-// options.fail_all_on_peer_loss (what a ProcessGroup wants: one lost rank means the group cannot
-// finish any collective) it aborts the whole transport with that error instead. A request that
-// times out throws transport::PeerTimeout with what this rank last heard from the peer (when the
-// last frame header came, and its tag); find_stalled follows the ranks' waits through the store,
-// and an abort whose reason is a PeerTimeout names its rank to the peers as the one that made no
-// progress (tcp_wire.h).
+// ends the connection as a loss of that peer. A receive whose message belongs to another call (its
+// frame's call differs: transport.h: Calls) fails with a CallMismatch, one whose size differs from
+// the message with InvalidArgument (calls are compared first; either way the message is read
+// through a small buffer and dropped, and the sender has already completed). No exception escapes
+// the io thread: one from a handler fails the transport. A lost connection fails every pending and
+// later request with that peer with a NetworkError naming it (an any-source receive fails once
+// every peer's connection is gone); with options.fail_all_on_peer_loss (what a ProcessGroup wants:
+// one lost rank means the group cannot finish any collective) it aborts the whole transport with
+// that error instead. A request that times out throws transport::PeerTimeout with what this rank
+// last heard from the peer (when the last frame header came, and its tag); find_stalled follows the
+// ranks' waits through the store, and an abort whose reason is a PeerTimeout names its rank to the
+// peers as the one that made no progress (tcp_wire.h).
 //
 // Failure spreading: an aborting transport sends its abort notice on each connection it has, in
 // both directions (the accepting side's last frame goes back on the connection it accepted:
@@ -184,10 +185,13 @@ class TCPTransport final : public transport::Transport {
   int rank() const override { return rank_; }
   int size() const override { return world_size_; }
 
+  using transport::Transport::irecv;
+  using transport::Transport::isend;
   std::unique_ptr<transport::Request> isend(int peer, transport::Tag tag,
-                                            std::span<const std::byte> data) override;
-  std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag,
-                                            std::span<std::byte> data) override;
+                                            std::span<const std::byte> data,
+                                            transport::Call call) override;
+  std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag, std::span<std::byte> data,
+                                            transport::Call call) override;
   std::unique_ptr<transport::Request> irecv_any(transport::Tag tag,
                                                 std::span<std::byte> data) override;
   // A part of an any-source receive that another transport takes part in too, sharing `claim`

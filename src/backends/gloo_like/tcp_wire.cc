@@ -282,9 +282,8 @@ AbortNotice notice_of(std::int32_t cause, std::string_view message) {
 
 std::vector<std::byte> encode_abort_notice(const AbortNotice& notice) {
   const std::size_t n = std::min(notice.message.size(), kMaxAbortMessageBytes);
-  std::vector<std::byte> out;
-  put_le(out, kAbortTag);
-  put_le(out, static_cast<std::uint64_t>(4 + n));
+  const auto header = encode_frame_header(kAbortTag, 4 + n);
+  std::vector<std::byte> out(header.begin(), header.end());
   put_le(out, static_cast<std::uint32_t>(cause_of(notice)));
   const auto* p = reinterpret_cast<const std::byte*>(notice.message.data());
   out.insert(out.end(), p, p + n);
@@ -325,11 +324,13 @@ std::optional<FailureRecord> decode_failure_record(std::string_view text) {
 }
 
 std::array<std::byte, kFrameHeaderBytes> encode_frame_header(std::uint64_t tag,
-                                                             std::uint64_t length) {
+                                                             std::uint64_t length,
+                                                             std::uint64_t call) {
   std::array<std::byte, kFrameHeaderBytes> out{};
   for (std::size_t i = 0; i < 8; ++i) {
     out[i] = static_cast<std::byte>((tag >> (8 * i)) & 0xff);
     out[8 + i] = static_cast<std::byte>((length >> (8 * i)) & 0xff);
+    out[16 + i] = static_cast<std::byte>((call >> (8 * i)) & 0xff);
   }
   return out;
 }

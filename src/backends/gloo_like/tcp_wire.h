@@ -1,14 +1,14 @@
 // Wire formats of the TCP transport: the handshake each connection opens with, and the message
 // frame. Pure functions over bytes, no sockets.
 //
-// Handshake, version 4 (little-endian). Connector C is the rank that connects (and will write on
+// Handshake, version 5 (little-endian). Connector C is the rank that connects (and will write on
 // the connection), acceptor A the rank that accepted (and will read). Both prove they know the
 // job's key by HMAC-SHA256 over fresh nonces from both sides; the key never crosses the wire.
 // Every handshake frame from either side opens with the same 6 bytes in every version, so a
 // peer of another version can always be told which one it speaks:
 //   +-------------+-------------+
 //   | magic u32   | version u16 |
-//   | "C10T"      | 4           |
+//   | "C10T"      | 5           |
 //   +-------------+-------------+
 //  1. C -> A  Hello:     magic, version, nonce_c (32 random bytes). Says nothing of the job.
 //  2. A -> C  Challenge: magic, version, nonce_a (32 random bytes), the same 38-byte layout.
@@ -31,20 +31,25 @@
 //     connection it refused. C checks mac_a, then the fields, and names both sides' values.
 // The key is HMAC-SHA256(secret, "c10d-transport-key"), the secret being the store's token
 // (C10D_STORE_TOKEN or an option), else a random job secret kept in the store (tcp_handshake.h).
-// Version 3 had the same frames, but its ranks made every connection during set-up and sent
-// their last frame forward only; version 2 exchanged world size, rank and group name in the
+// Version 4 had the same handshake, but message frames without the call; version 3 had the
+// same frames as 4, but its ranks made every connection during set-up and sent their last frame
+// forward only; version 2 exchanged world size, rank and group name in the
 // clear, with no proof; version 1 had one connection per pair of ranks instead of one per
 // direction.
 //
 // Message frame, after the handshake, from the connecting rank to the accepting one:
-//   +----------+-------------+-----------------+
-//   | tag u64  | length u64  | length bytes    |
-//   +----------+-------------+-----------------+
-// The reader checks each header before it uses it (decode_frame_header): a length over
-// kMaxMessageBytes, or a reserved tag with a length its frame never has, is a fault that ends the
-// connection; nothing is allocated for the length a header claims (see tcp_reader.cc).
-// Goodbye: a message frame with tag kGoodbyeTag and length 0, the last frame of an orderly close.
-// Abort notice: the last frame of a transport that aborted, tag kAbortTag, whose payload is
+//   +----------+-------------+-----------+-----------------+
+//   | tag u64  | length u64  | call u64  | length bytes    |
+//   +----------+-------------+-----------+-----------------+
+// `call` is the call of the collective the message belongs to (transport.h: Calls), 0 for
+// point-to-point and control messages, goodbyes and abort notices: a receive compares it with its
+// own before it takes the payload, and one that differs fails the receive (CallMismatch) and
+// drops the payload. The reader checks each header before it uses it (decode_frame_header): a
+// length over kMaxMessageBytes, or a reserved tag with a length its frame never has, is a fault
+// that ends the connection; nothing is allocated for the length a header claims (see
+// tcp_reader.cc). Goodbye: a message frame with tag kGoodbyeTag and length 0, the last frame of an
+// orderly close. Abort notice: the last frame of a transport that aborted, tag kAbortTag, whose
+// payload is
 //   +---------------+------------------------------------------+
 //   | lost_rank i32 | message bytes (<= kMaxAbortMessageBytes)  |
 //   +---------------+------------------------------------------+
@@ -111,7 +116,7 @@ std::optional<FailureRecord> decode_failure_record(std::string_view text);
 // ---- the handshake ----
 
 inline constexpr std::uint32_t kHandshakeMagic = 0x54303143;  // "C10T" as little-endian bytes
-inline constexpr std::uint16_t kHandshakeVersion = 4;
+inline constexpr std::uint16_t kHandshakeVersion = 5;
 inline constexpr std::size_t kPreambleBytes = 6;  // magic and version
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kGreetingBytes = kPreambleBytes + kNonceBytes;  // Hello, Challenge
@@ -215,7 +220,7 @@ std::string refusal_at_connector(AcceptStatus status, const Identity& connector,
 
 // ---- Message frame headers ----
 
-inline constexpr std::size_t kFrameHeaderBytes = 16;
+inline constexpr std::size_t kFrameHeaderBytes = 24;
 // A data frame claiming more is refused before anything is read or allocated for it.
 inline constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 40;
 
@@ -225,6 +230,7 @@ struct FrameHeader {
   FrameKind kind = FrameKind::kData;
   std::uint64_t tag = 0;
   std::uint64_t length = 0;  // payload bytes after the header
+  std::uint64_t call = 0;    // transport::Call of the message; 0: unchecked
 };
 
 // What makes a header one this protocol never sends.
@@ -236,9 +242,10 @@ enum class FrameFault : std::uint8_t {
 };
 
 std::array<std::byte, kFrameHeaderBytes> encode_frame_header(std::uint64_t tag,
-                                                             std::uint64_t length);
-// Decodes the 16 bytes of a header: `out` gets its tag and length either way, and its kind when
-// the result is kNone. Pure; called by the read side for every frame.
+                                                             std::uint64_t length,
+                                                             std::uint64_t call = 0);
+// Decodes the 24 bytes of a header: `out` gets its tag, length and call either way, and its kind
+// when the result is kNone. Pure; called by the read side for every frame.
 inline FrameFault decode_frame_header(std::span<const std::byte, kFrameHeaderBytes> bytes,
                                       FrameHeader& out);
 // `fault` of `header` as text naming the values ("length 2199023255552 of the frame on tag ...
@@ -261,6 +268,7 @@ inline FrameFault decode_frame_header(std::span<const std::byte, kFrameHeaderByt
                                       FrameHeader& out) {
   out.tag = get_le<std::uint64_t>(bytes.data());
   out.length = get_le<std::uint64_t>(bytes.data() + 8);
+  out.call = get_le<std::uint64_t>(bytes.data() + 16);
   out.kind = FrameKind::kData;
   if (out.tag == kGoodbyeTag) {
     if (out.length != 0) return FrameFault::kGoodbyeWithPayload;

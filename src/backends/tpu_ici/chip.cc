@@ -79,13 +79,19 @@ void IciTransport::Chip::abort_locked(std::exception_ptr reason, int origin, boo
 void IciTransport::Chip::bind_locked(const std::shared_ptr<Incoming>& msg,
                                      const std::shared_ptr<Op>& op) {
   op->source.store(msg->src, std::memory_order_relaxed);
-  if (op->recv.size() != msg->bytes) {
-    complete_locked(op,
-                    error<InvalidArgument>(fmt::format(
-                        "{}: size mismatch: the receive buffer has {} bytes but the matching "
-                        "isend from rank {} has {} bytes",
-                        op->describe(), op->recv.size(), msg->src, msg->bytes)),
-                    now);
+  // Calls first (transport.h: Calls), then sizes; the message is dropped either way.
+  std::exception_ptr refused;
+  if (!transport::calls_agree(op->call, msg->call)) {
+    refused =
+        transport::call_mismatch(op->describe(), rank, msg->src, op->tag, op->call, msg->call);
+  } else if (op->recv.size() != msg->bytes) {
+    refused = error<InvalidArgument>(
+        fmt::format("{}: size mismatch: the receive buffer has {} bytes but the matching isend "
+                    "from rank {} has {} bytes",
+                    op->describe(), op->recv.size(), msg->src, msg->bytes));
+  }
+  if (refused) {
+    complete_locked(op, std::move(refused), now);
     msg->discard = true;
     release_locked(*msg);
     return;
@@ -132,12 +138,17 @@ void IciTransport::Chip::deliver_locked(
     msg = std::make_shared<Incoming>();
     msg->src = h.src;
     msg->tag = h.tag;
+    msg->call = h.call;
     msg->bytes = h.message_bytes;
     msg->tail = h.tail;
     if (auto op = matcher.match(h.src, h.tag)) {
       arriving[mkey] = msg;
       bind_locked(msg, *op);
     } else {
+      matcher.check_arrived_call(rank, h.src, h.tag, h.call,
+                                 [&](const std::shared_ptr<Op>& r, std::exception_ptr e) {
+                                   complete_locked(r, std::move(e), now);
+                                 });
       if (!hold_locked(h.src, transport::kUnexpectedOverheadBytes)) return;
       arriving[mkey] = msg;
       msg->buffer = transport::UnexpectedBuffer(h.message_bytes);
@@ -287,6 +298,7 @@ bool IciTransport::Chip::write_locked(int hop) {
     h.src = rank;
     h.dst = op.peer;
     h.tag = op.tag;
+    h.call = op.call;
     h.seq = op.seq;
     h.message_bytes = op.send.size();
     h.offset = op.written;

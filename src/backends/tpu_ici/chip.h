@@ -61,6 +61,7 @@ struct Op {
   int self = 0;
   int peer = 0;  // transport::kAnySource for an any-source receive
   Tag tag = 0;
+  transport::Call call = transport::kUnchecked;  // a send's, or what a receive expects
   std::span<const std::byte> send;
   std::span<std::byte> recv;
   Clock::time_point posted = Clock::now();
@@ -89,6 +90,7 @@ struct Op {
 struct Incoming {
   int src = 0;
   Tag tag = 0;
+  transport::Call call = transport::kUnchecked;
   std::uint64_t bytes = 0;
   double tail = 0;
   std::uint64_t received = 0;

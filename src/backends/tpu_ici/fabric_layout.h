@@ -9,7 +9,7 @@
 // reclaims the segments of chips whose process is gone):
 //
 //   offset 0      ChipHeader (4096 bytes)
-//                 +0   u32 magic "C1IS"       +4  u32 version (1)
+//                 +0   u32 magic "C1IS"       +4  u32 version (2)
 //                 +8   i32 rank               +12 i32 world size
 //                 +16  u32 rings (2 x axes)   +20 u32 ring bytes (a power of two)
 //                 +24  i32 pid                +28 atomic u32 state (0 running, 1 leaving,
@@ -27,13 +27,15 @@
 //
 // A packet is a PacketHeader (128 bytes, below) and then its payload, padded to 8 bytes:
 //
-//   +0  u32 magic "C1IP"   +4  u16 version (1)    +6  u16 hops in the route
+//   +0  u32 magic "C1IP"   +4  u16 version (2)    +6  u16 hops in the route
 //   +8  i32 source rank    +12 i32 destination rank
 //   +16 u64 tag            +24 u64 message sequence (per source -> destination pair)
 //   +32 u64 message bytes  +40 u64 offset of this payload in the message
 //   +48 u32 payload bytes  +52 u32 index of the hop this packet is crossing
 //   +56 f64 head           +64 f64 tail  (virtual times at the end of the hop: link_model.h)
-//   +72 u8 route[56]       the hops from the source, one byte each
+//   +72 u64 call           the call of the collective the message belongs to (transport.h:
+//                          Calls), 0 unchecked: the receive compares it with its own
+//   +80 u8 route[48]       the hops from the source, one byte each
 //
 // Integers are in the host's byte order, which is little-endian (checked at compile time): the
 // segments never leave the host. Limits are checked before use: a packet whose magic, version,
@@ -58,11 +60,12 @@ static_assert(std::endian::native == std::endian::little, "the ICI fabric assume
 
 inline constexpr std::uint32_t kSegmentMagic = 0x53493143;  // "C1IS"
 inline constexpr std::uint32_t kPacketMagic = 0x50493143;   // "C1IP"
-inline constexpr std::uint32_t kLayoutVersion = 1;
+// Version 2 added the packet's call (its route gave up 8 of its 56 hops).
+inline constexpr std::uint32_t kLayoutVersion = 2;
 inline constexpr std::size_t kChipHeaderBytes = 4096;
 inline constexpr std::size_t kRingHeaderBytes = 128;
 inline constexpr std::size_t kPacketHeaderBytes = 128;
-inline constexpr std::size_t kMaxRouteHops = 56;
+inline constexpr std::size_t kMaxRouteHops = 48;
 inline constexpr std::size_t kMaxReasonBytes = 1024;
 inline constexpr std::size_t kDefaultRingBytes = std::size_t{1} << 20;
 // The header keeps the ring size in a u32; rings are far smaller than that anyway.
@@ -113,10 +116,11 @@ struct PacketHeader {
   std::uint32_t hop_index = 0;
   double head = 0;
   double tail = 0;
+  std::uint64_t call = 0;
   std::uint8_t route[kMaxRouteHops] = {};
 };
 static_assert(sizeof(PacketHeader) == kPacketHeaderBytes && offsetof(PacketHeader, head) == 56 &&
-              offsetof(PacketHeader, route) == 72);
+              offsetof(PacketHeader, call) == 72 && offsetof(PacketHeader, route) == 80);
 
 // Callers bound ring_bytes by kMaxRingBytes and rings by 2 x 8 axes, so this cannot overflow.
 inline std::size_t segment_bytes(std::size_t rings, std::size_t ring_bytes) {

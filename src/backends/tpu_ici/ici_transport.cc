@@ -124,7 +124,8 @@ double IciTransport::clock() const {
 }
 
 std::unique_ptr<transport::Request> IciTransport::isend(int peer, Tag tag,
-                                                        std::span<const std::byte> data) {
+                                                        std::span<const std::byte> data,
+                                                        transport::Call call) {
   C10D_CHECK(peer >= 0 && peer < size(), "rank {} isend ({}): peer {} is outside a world of {}",
              rank(), transport::tag_string(tag), peer, size());
   Chip& c = *chip_;
@@ -133,6 +134,7 @@ std::unique_ptr<transport::Request> IciTransport::isend(int peer, Tag tag,
   op->self = c.rank;
   op->peer = peer;
   op->tag = tag;
+  op->call = call;
   op->send = data;
   if (peer != c.rank) {
     op->route = c.torus.route(c.rank, peer);  // NetworkError when down links cut it off
@@ -150,6 +152,7 @@ std::unique_ptr<transport::Request> IciTransport::isend(int peer, Tag tag,
       PacketHeader h;
       h.src = h.dst = c.rank;
       h.tag = tag;
+      h.call = call;
       h.seq = c.next_seq[static_cast<std::size_t>(peer)]++;
       h.message_bytes = h.payload_bytes = static_cast<std::uint32_t>(data.size());
       h.head = h.tail = at;
@@ -173,30 +176,39 @@ std::unique_ptr<transport::Request> IciTransport::isend(int peer, Tag tag,
 }
 
 std::unique_ptr<transport::Request> IciTransport::irecv(int peer, Tag tag,
-                                                        std::span<std::byte> data) {
+                                                        std::span<std::byte> data,
+                                                        transport::Call call) {
   C10D_CHECK(peer >= 0 && peer < size(), "rank {} irecv ({}): peer {} is outside a world of {}",
              rank(), transport::tag_string(tag), peer, size());
-  return post_receive(peer, tag, data);
+  return post_receive(peer, tag, data, call);
 }
 
 std::unique_ptr<transport::Request> IciTransport::irecv_any(Tag tag, std::span<std::byte> data) {
-  return post_receive(transport::kAnySource, tag, data);
+  return post_receive(transport::kAnySource, tag, data, transport::kUnchecked);
 }
 
 std::unique_ptr<transport::Request> IciTransport::post_receive(int peer, Tag tag,
-                                                               std::span<std::byte> data) {
+                                                               std::span<std::byte> data,
+                                                               transport::Call call) {
   Chip& c = *chip_;
   auto op = std::make_shared<Op>();
   op->self = c.rank;
   op->peer = peer;
   op->tag = tag;
+  op->call = call;
   op->recv = data;
   std::lock_guard lock(c.mu);
   if (c.aborted) {
     c.complete_locked(op, c.aborted, c.now);
     return std::make_unique<IciRequest>(chip_, std::move(op));
   }
-  if (auto found = c.matcher.post_or_take(peer, tag, op)) c.bind_locked(found->second, op);
+  if (const auto found = c.matcher.find_unexpected(peer, tag)) {
+    c.bind_locked(c.matcher.take(*found), op);
+  } else if (auto refused = c.matcher.call_refusal(c.rank, *op)) {
+    c.complete_locked(op, std::move(refused), c.now);
+  } else {
+    c.matcher.post(peer, tag, op);
+  }
   return std::make_unique<IciRequest>(chip_, std::move(op));
 }
 

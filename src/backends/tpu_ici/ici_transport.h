@@ -4,8 +4,9 @@
 // store and exchange real bytes only with their torus neighbours.
 //
 // Semantics are those of transport.h: FIFO per (source, tag), receives from any source
-// (transport/matcher.h), a size mismatch fails the receive with InvalidArgument naming both
-// sizes, wait() takes a deadline. An any-source receive fails only when the chip fails. A send
+// (transport/matcher.h), a message of another call fails the receive with a CallMismatch (its
+// call rides in every packet header), a size mismatch with InvalidArgument naming both sizes,
+// wait() takes a deadline. An any-source receive fails only when the chip fails. A send
 // completes once its last byte is in the first link's ring (so sends never wait for their receive).
 // A message to a far chip follows its route (Torus::route, fixed per pair, so messages never
 // overtake each other) and is forwarded by the router thread of every chip on the way.
@@ -79,10 +80,13 @@ class IciTransport final : public transport::Transport {
 
   int rank() const override;
   int size() const override;
+  using transport::Transport::irecv;
+  using transport::Transport::isend;
   std::unique_ptr<transport::Request> isend(int peer, transport::Tag tag,
-                                            std::span<const std::byte> data) override;
-  std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag,
-                                            std::span<std::byte> data) override;
+                                            std::span<const std::byte> data,
+                                            transport::Call call) override;
+  std::unique_ptr<transport::Request> irecv(int peer, transport::Tag tag, std::span<std::byte> data,
+                                            transport::Call call) override;
   std::unique_ptr<transport::Request> irecv_any(transport::Tag tag,
                                                 std::span<std::byte> data) override;
   void abort(std::exception_ptr reason) override;
@@ -98,7 +102,7 @@ class IciTransport final : public transport::Transport {
  private:
   // irecv and irecv_any (peer transport::kAnySource).
   std::unique_ptr<transport::Request> post_receive(int peer, transport::Tag tag,
-                                                   std::span<std::byte> data);
+                                                   std::span<std::byte> data, transport::Call call);
 
   std::shared_ptr<Chip> chip_;
 };

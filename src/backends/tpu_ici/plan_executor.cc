@@ -53,14 +53,16 @@ void post(const algorithms::Context& ctx, LaneRun& run, std::span<std::byte> dat
     switch (t.kind) {
       case TransferKind::kSend:
         run.requests.push_back(ctx.transport.isend(
-            t.peer, run.tag, t.from_input ? input.subspan(off, len) : data.subspan(off, len)));
+            t.peer, run.tag, t.from_input ? input.subspan(off, len) : data.subspan(off, len),
+            ctx.call));
         break;
       case TransferKind::kRecv:
-        run.requests.push_back(ctx.transport.irecv(t.peer, run.tag, data.subspan(off, len)));
+        run.requests.push_back(
+            ctx.transport.irecv(t.peer, run.tag, data.subspan(off, len), ctx.call));
         break;
       case TransferKind::kRecvReduce:
-        run.requests.push_back(
-            ctx.transport.irecv(t.peer, run.tag, std::span<std::byte>(run.scratch + at, len)));
+        run.requests.push_back(ctx.transport.irecv(
+            t.peer, run.tag, std::span<std::byte>(run.scratch + at, len), ctx.call));
         at += len;
         break;
     }
