@@ -57,7 +57,7 @@ double run_once(Ring& ring, const Options& o) {
     OpRecord& r = records[i % records.size()];
     r.sequence = i;
     r.state_ = OpRecord::State::kQueued;
-    r.queued = OpRecord::coarse_now();
+    r.queued = c10d::core::coarse_now();
     const std::uint64_t id = ring.add(r, 0, c10d::Milliseconds(30000));
     r.move_to(OpRecord::State::kStarted);
     ring.update(id, r);

@@ -161,7 +161,7 @@ TEST(TraceJsonTest, PyTorchFieldsRoundTrip) {
   TraceRing ring(world(1, 3), 10);
   OpRecord a = all_reduce_of({4, 256});
   a.timed = true;
-  a.queued = OpRecord::coarse_now();
+  a.queued = core::coarse_now();
   a.sequence = 7;
   const auto a_id = ring.add(a, 2, 5000ms);
   a.move_to(State::kStarted);

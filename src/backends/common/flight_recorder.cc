@@ -42,7 +42,7 @@ Registry& registry() {
 std::vector<TraceEntry> entries_of(const TraceRing& ring, const std::string_view* failed) {
   std::vector<TraceEntry> entries = ring.snapshot();
   if (failed == nullptr) return entries;
-  const auto now = OpRecord::coarse_now();
+  const auto now = core::coarse_now();
   for (TraceEntry& e : entries) {
     const auto state = e.record.state();
     if (state == OpRecord::State::kCompleted || state == OpRecord::State::kFailed) continue;

@@ -7,16 +7,14 @@
 // Cost: a call fills its record with plain stores (no lookup, no allocation); `state` is one byte
 // stored with release order (a plain store on x86). The timestamps are read only when the group
 // asks (OpRunner::Options::stamp_times: the flight recorder is on), and then from the coarse
-// monotonic clock (coarse_now: about 6 ns against 30 for steady_clock on these guests, in ticks
-// of 1-4 ms, plenty to tell which op a hung rank sat in).
+// monotonic clock (core::coarse_now: about 6 ns against 30 for steady_clock on these guests, in
+// ticks of 1-4 ms, plenty to tell which op a hung rank sat in).
 //
 // Thread-safety: each transition is written by the thread that makes it (the caller queues, the
 // worker or a waiter starts, whoever completes the op ends it). A reader on another thread loads
 // state() first and reads only what that state has published (started: `started`; completed or
 // failed: `ended`).
 #pragma once
-
-#include <time.h>
 
 #include <algorithm>
 #include <array>
@@ -28,6 +26,7 @@
 
 #include "c10d/tensor.h"
 #include "c10d/types.h"
+#include "core/coarse_clock.h"
 
 namespace c10d::inline v1::backends {
 
@@ -83,16 +82,8 @@ struct OpRecord {
   State state() const { return std::atomic_ref(state_).load(std::memory_order_acquire); }
   // A transition (OpRunner and RunnerOp make them).
   void move_to(State s) {
-    if (timed) (s == State::kStarted ? started : ended) = coarse_now();
+    if (timed) (s == State::kStarted ? started : ended) = core::coarse_now();
     std::atomic_ref(state_).store(s, std::memory_order_release);
-  }
-
-  // steady_clock's clock (CLOCK_MONOTONIC) as of the kernel's last tick.
-  static Clock::time_point coarse_now() {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return Clock::time_point(std::chrono::duration_cast<Clock::duration>(
-        std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
   }
 };
 

@@ -274,7 +274,7 @@ OpRunner::OpPtr OpRunner::submit(OpRecord record, Make&& make) {
     C10D_CHECK(!stopping_, "{}: the group is being destroyed", record.op);
     record.sequence = record.collective ? next_collective_++ : next_p2p_++;
     record.timed = options_.stamp_times || options_.trace != nullptr;
-    if (record.timed) record.queued = OpRecord::coarse_now();
+    if (record.timed) record.queued = core::coarse_now();
     op = make(record);
     if (TraceRing* ring = options_.trace.get()) {
       op->trace_ = ring;

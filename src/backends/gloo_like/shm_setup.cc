@@ -56,9 +56,8 @@ std::size_t ring_bytes_from(std::size_t requested) {
 
 // Bytes of a segment of `rings` rings of `ring_bytes`, or InvalidArgument should that not fit.
 std::size_t segment_bytes(std::size_t rings, std::size_t ring_bytes) {
-  const auto bytes =
-      core::checked_mul_add(rings, kRingHeaderBytes + ring_bytes,
-                            kSegmentHeaderBytes + kSlots * kSlotStride);
+  const auto bytes = core::checked_mul_add(rings, kRingHeaderBytes + ring_bytes,
+                                           kSegmentHeaderBytes + kSlots * kSlotStride);
   C10D_CHECK(bytes.has_value(),
              "a shared-memory segment of {} rings of {} bytes does not fit in {} bytes", rings,
              ring_bytes, std::numeric_limits<std::size_t>::max());

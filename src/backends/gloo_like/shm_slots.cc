@@ -3,7 +3,6 @@
 // the same round. No message, no request, no allocation: an 8-byte all_reduce of 2 ranks is one
 // cache line each way, where a ring message costs a header, matching and a request per side.
 #include <fmt/format.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cstring>
@@ -13,6 +12,7 @@
 #include "backends/gloo_like/shm_transport_impl.h"
 #include "c10d/errors.h"
 #include "core/check.h"
+#include "core/coarse_clock.h"
 
 namespace c10d::inline v1::gloo_like {
 
@@ -28,12 +28,6 @@ SlotHeader& header_of(std::byte* slot) { return *reinterpret_cast<SlotHeader*>(s
 
 std::span<const std::byte> payload_of(std::byte* slot, std::uint64_t bytes) {
   return {slot + kSlotHeaderBytes, static_cast<std::size_t>(bytes)};
-}
-
-Clock::time_point coarse_now() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);  // steady_clock's clock, at tick resolution
-  return Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
 }
 
 }  // namespace
@@ -161,7 +155,7 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
     }
   }
   heard_tag.store(tag, std::memory_order_relaxed);
-  heard_at.store(coarse_now().time_since_epoch().count(), std::memory_order_release);
+  heard_at.store(core::coarse_now().time_since_epoch().count(), std::memory_order_release);
 }
 
 std::span<const std::byte> ShmTransport::Impl::Slots::part(int r) const {
