@@ -36,6 +36,9 @@ std::string tag_string(Tag tag) {
   if ((tag >> 40) & kMaxGroups) {
     return fmt::format("group {} control seq {}", group, tag & kSequenceMask);
   }
+  if (is_entry_tag(tag)) {
+    return fmt::format("group {} seq {} entry check", group, tag & kSequenceMask);
+  }
   const int lane = tag_lane(tag);
   if (lane >= 0) {
     return fmt::format("group {} seq {} stage {} lane {}", group, tag & kSequenceMask,

@@ -92,17 +92,25 @@ constexpr Tag make_tag(std::uint32_t group, std::uint64_t sequence) {
 // plans) gives every lane of every stage a tag of its own, so two lanes' messages between the
 // same two ranks never take each other's receives. Lane l (0 <= l < kMaxLanes) of stage s
 // (0 <= s < kMaxStages) of the op tagged `tag` carries l + 1 in bits 36-39 and s in bits 32-35;
-// tag_lane gives l back (-1 for a tag of no lane), lane_stage_tag the tag shared by the lanes of
-// that stage, and lane_op_tag the op's own tag.
-inline constexpr int kMaxLanes = 15;
+// tag_lane gives l back (-1 for a tag of no lane, entry_tag's included), lane_stage_tag the tag
+// shared by the lanes of that stage, and lane_op_tag the op's own tag.
+inline constexpr int kMaxLanes = 14;
 inline constexpr int kMaxStages = 16;
 constexpr Tag lane_tag(Tag tag, int stage, int lane) {
   return (tag & ~(Tag{0xff} << 32)) | (static_cast<Tag>(lane + 1) << 36) |
          (static_cast<Tag>(stage) << 32);
 }
-constexpr int tag_lane(Tag tag) { return static_cast<int>((tag >> 36) & 0xf) - 1; }
+constexpr int tag_lane(Tag tag) {
+  const int lane = static_cast<int>((tag >> 36) & 0xf) - 1;
+  return lane < kMaxLanes ? lane : -1;  // entry_tag (below) is no lane
+}
 constexpr Tag lane_stage_tag(Tag tag) { return tag & ~(Tag{0xf} << 36); }
 constexpr Tag lane_op_tag(Tag tag) { return tag & ~(Tag{0xff} << 32); }
+// The entry check of a rooted collective (algorithms/entry_check.h) sends under the lane field's
+// last value, which no lane takes (kMaxLanes stops below it): lane_op_tag gives the op's tag
+// back, so the call notes (call_notes.h) take its messages for the op's.
+constexpr Tag entry_tag(Tag tag) { return lane_op_tag(tag) | (Tag{0xf} << 36); }
+constexpr bool is_entry_tag(Tag tag) { return ((tag >> 32) & 0xff) == 0xf0; }
 constexpr Tag user_tag(std::uint32_t group, std::uint32_t tag) {
   return kUserTagBit | (static_cast<Tag>(group & 0x7fffff) << 40) | tag;
 }

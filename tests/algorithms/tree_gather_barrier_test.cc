@@ -10,11 +10,13 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <latch>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "algorithms/barrier.h"
+#include "algorithms/entry_check.h"
 #include "algorithms/gather_scatter.h"
 #include "algorithms/tree.h"
 #include "c10d/errors.h"
@@ -346,6 +348,52 @@ TEST(BarrierTest, ARankThatNeverJoinsTimesOutTheOthersByTheirDeadline) {
     EXPECT_EQ(outcome[r], "timeout") << "rank " << r;
     EXPECT_GE(took[r], kTimeout - 5ms) << "rank " << r;
     EXPECT_LT(took[r], kTimeout + 2s) << "rank " << r;
+  }
+}
+
+// ---- Entry check of rooted ops ----
+
+TEST(EntryCheckTest, RanksThatAgreeOnTheRootLeaveWithNoConflict) {
+  for (int n = 1; n <= 7; ++n) {
+    for (int root = 0; root < n; ++root) {
+      std::atomic<int> conflicts{0};
+      run_ranks(n, [&](int r, transport::Transport& t) {
+        EntryCheck entry(context(t), root);
+        if (r != root && entry.first()) conflicts.fetch_add(1);
+        if (entry.finish()) conflicts.fetch_add(1);
+      });
+      EXPECT_EQ(conflicts.load(), 0) << "n " << n << " root " << root;
+    }
+  }
+}
+
+// Rank 2 of 4 names root 1, the others root 0: the ranks that hear from it name it and its
+// root, rank 2 names the root it heard, and no rank leaves the check as if all agreed.
+TEST(EntryCheckTest, ARankWithAnotherRootIsNamedAndNoRankLeaves) {
+  constexpr int kN = 4;
+  std::vector<std::string> outcome(kN);
+  // In-process a send completes only with its receive: a rank keeps its check (and the sends it
+  // posted) until every rank is done, as a real wire keeps what was sent.
+  std::latch done(kN);
+  run_ranks(kN, [&](int r, transport::Transport& t) {
+    const std::int32_t root = r == 2 ? 1 : 0;
+    EntryCheck entry(context(t, 1, 500ms), root);
+    try {
+      auto conflict = r != root ? entry.first() : std::nullopt;
+      if (!conflict) conflict = entry.finish();
+      outcome[r] = conflict ? "rank " + std::to_string(conflict->peer) + " root " +
+                                  std::to_string(conflict->theirs)
+                            : "left";
+    } catch (const TimeoutError&) {
+      outcome[r] = "timeout";
+    }
+    done.arrive_and_wait();
+  });
+  EXPECT_EQ(outcome[2], "rank 1 root 0");  // its predecessor, before any data
+  EXPECT_EQ(outcome[3], "rank 2 root 1");
+  for (int r : {0, 1}) {
+    EXPECT_TRUE(outcome[r] == "timeout" || outcome[r] == "rank 2 root 1")
+        << r << ": " << outcome[r];
   }
 }
 

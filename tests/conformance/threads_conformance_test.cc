@@ -239,9 +239,10 @@ TEST(ThreadsDesyncTest, RanksThatCallDifferentCollectivesFailNamingBothCalls) {
         if (r == 0) {
           work = pg->all_reduce({t});
         } else if (d.count1 == 0) {
-          // From rank 1: its message meets rank 0's receive (in-process, a failure reaches no
-          // other rank, and rank 0 waits for its receive before its send).
-          work = pg->broadcast({t}, {.root = 1});
+          // Rank 1 receives: its entry check's message (algorithms/entry_check.h) meets rank
+          // 0's all_reduce, and rank 0's frame its receive. (A root would wait for rank 0's
+          // entry message, and in-process a failure reaches no other rank.)
+          work = pg->broadcast({t}, {.root = 0});
         } else {
           work = pg->all_reduce(
               {Tensor::from_vector(std::vector<float>(d.count1, 1.0f), DType::kFloat32)});

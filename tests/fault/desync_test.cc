@@ -1,7 +1,8 @@
 // Ranks that disagree on a collective, under c10drun with real processes and C10D_DEBUG unset:
 // after five matching all_reduces rank 2 calls broadcast while the others call a sixth
-// all_reduce, or passes half the size. No rank may return success, and every rank must fail
-// within moments (not at its 60 s timeout) with an error that names both calls and both ranks,
+// all_reduce (as a receiver, or as the root, which only sends), or passes half the size, or
+// broadcasts from another root than the others. No rank may return success, and every rank must
+// fail within moments (not at its 60 s timeout) with an error that names both calls and both ranks,
 // whichever way the bytes go: shared-memory slots (4 KiB), shared-memory ring messages, TCP
 // frames (C10D_SHM=0). desync_child.cc is one rank; it ignores the launcher's SIGTERM, so each
 // rank reports how its op ended even after the first failure stops the job.
@@ -23,7 +24,7 @@ using test::TempDir;
 constexpr int kRanks = 4;
 
 struct Desync {
-  std::string scenario;  // desync_child's: "call" or "size"
+  std::string scenario;  // desync_child's: "call", "size", "root" or "rootof"
   int count;             // floats the other ranks all_reduce
   bool shm;              // C10D_SHM
   std::string name;
@@ -33,16 +34,29 @@ std::string all_reduce_of(int count) {
   return "all_reduce(float32, count " + std::to_string(count) + ", sum) #5";
 }
 
+std::string broadcast_of(int count) {
+  return "broadcast(float32, count " + std::to_string(count) + ") #5";
+}
+
 // What rank 2 calls as its sixth op, and what the others call.
 std::string rank2_call(const Desync& d) {
-  return d.scenario == "call" ? "broadcast(float32, count " + std::to_string(d.count) + ") #5"
-                              : all_reduce_of(d.count / 2);
+  return d.scenario == "size" ? all_reduce_of(d.count / 2) : broadcast_of(d.count);
 }
 
 // The words of a rank that found the mismatch, in either direction: a receive that met a frame
-// of the other call, or a shared-slot round that met the other op.
+// of the other call, or a shared-slot round that met the other op; for roots that differ, a
+// rooted op's entry check (algorithms/entry_check.h).
 std::vector<std::string> findings(const Desync& d) {
   std::vector<std::string> out;
+  if (d.scenario == "rootof") {
+    for (int r : {0, 1, 3}) {
+      out.push_back("rank " + std::to_string(r) + ": its " + broadcast_of(d.count) +
+                    " has root 0, rank 2's has root 1");
+      out.push_back("rank 2: its " + broadcast_of(d.count) + " has root 1, rank " +
+                    std::to_string(r) + "'s has root 0");
+    }
+    return out;
+  }
   for (const std::string verb : {"received a frame of", "does not match"}) {
     for (int r : {0, 1, 3}) {
       out.push_back("rank " + std::to_string(r) + ": its " + all_reduce_of(d.count) + " " + verb +
@@ -97,7 +111,14 @@ INSTANTIATE_TEST_SUITE_P(
         // Above the 4 KiB slots: messages on both sides.
         Desync{"call", 4096, true, "BroadcastAmongAllReducesInSharedMemoryRings"},
         Desync{"size", 4096, true, "HalfSizeAllReduceInSharedMemoryRings"},
-        Desync{"size", 4096, false, "HalfSizeAllReduceOverTcp"}),
+        Desync{"size", 4096, false, "HalfSizeAllReduceOverTcp"},
+        // Rank 2 is the broadcast's root: it only sends, and must not finish before the others
+        // failed.
+        Desync{"root", 1024, true, "SendOnlyRootAmongSlotAllReduces"},
+        Desync{"root", 4096, false, "SendOnlyRootAmongAllReducesOverTcp"},
+        // Every rank broadcasts; only the root differs.
+        Desync{"rootof", 1024, true, "OtherRootOverSharedMemory"},
+        Desync{"rootof", 4096, false, "OtherRootOverTcp"}),
     [](const ::testing::TestParamInfo<Desync>& p) { return p.param.name; });
 
 }  // namespace

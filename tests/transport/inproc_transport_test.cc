@@ -151,6 +151,15 @@ TEST(LaneTagTest, EveryLaneOfEveryStageHasATagOfItsOwn) {
       EXPECT_NE(lane_stage_tag(t), lane_stage_tag(lane_tag(op, (stage + 1) % kMaxStages, lane)));
     }
   }
+  // A rooted op's entry check: the op's in the call notes, no lane's, no other tag's.
+  const Tag entry = entry_tag(op);
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), entry), 0);
+  EXPECT_EQ(lane_op_tag(entry), op);
+  EXPECT_TRUE(is_entry_tag(entry));
+  for (const Tag t : seen) EXPECT_FALSE(is_entry_tag(t)) << tag_string(t);
+  EXPECT_FALSE(is_entry_tag(user_tag(3, 0xffffffffu)));
+  EXPECT_EQ(tag_lane(entry), -1);
+  EXPECT_EQ(tag_string(entry), "group 3 seq 17 entry check");
   EXPECT_EQ(tag_lane(op), -1);
   EXPECT_EQ(tag_lane(user_tag(3, 0xffffffffu)), -1);
   EXPECT_EQ(tag_string(lane_tag(op, 2, 1)), "group 3 seq 17 stage 2 lane 1");

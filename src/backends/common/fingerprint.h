@@ -61,7 +61,8 @@ std::string describe_fingerprint(std::span<const std::byte, Fingerprint::kBytes>
 // Whatever C10D_DEBUG says, every message of a collective carries its op's (transport.h: Calls),
 // and a collective whose ranks' bytes meet without a message (shared slots) compares these, so
 // ranks that call different collectives, or one with other sizes, dtypes or reductions, fail at
-// no extra cost; ranks that disagree only on a root are caught by DETAIL.
+// no extra cost; ranks that disagree only on a root are caught by a rooted op's entry check
+// (algorithms/entry_check.h).
 std::uint64_t pack_call(const Fingerprint& fp);
 // "all_reduce(float32, count 2, sum)" for what pack_call packed.
 std::string describe_call(std::uint64_t packed);

@@ -1,12 +1,14 @@
 // TransportProcessGroup as OpRunner's driver (transport_process_group_impl.h): the worker, or a
 // waiter that runs its collective inline, runs each op to its end (a send/recv: until posted);
 // the group's first failure aborts the transport. With DETAIL checks each collective first
-// compares the ranks' fingerprints; a collective that times out is failed with an error that
-// names the peer it waited for and the rank the ranks' waits lead to.
+// compares the ranks' fingerprints, else a rooted one runs between its entry checks
+// (algorithms/entry_check.h); a collective that times out is failed with an error that names
+// the peer it waited for and the rank the ranks' waits lead to.
 #include <algorithm>
 #include <chrono>
 
 #include "algorithms/all_gather.h"
+#include "algorithms/entry_check.h"
 #include "backends/common/inline_schedule.h"
 #include "backends/common/transport_process_group_impl.h"
 
@@ -78,7 +80,10 @@ TransportProcessGroup::Outcome TransportProcessGroup::run_op(const std::shared_p
           return {{}, mismatch};
         }
       }
-      return {op.run(ctx), nullptr};
+      // A rooted op's ranks also check that every rank entered it with the same root (the
+      // DETAIL fingerprints compare roots already).
+      if (detail_ || op.record().rank < 0 || size() == 1) return {op.run(ctx), nullptr};
+      return {run_rooted(op, ctx), nullptr};
     }
     PostedP2P posted{p,
                      op.work,
@@ -113,6 +118,26 @@ TransportProcessGroup::Outcome TransportProcessGroup::run_op(const std::shared_p
   return {{}, runner_.failure()};
 }
 
+// A rooted collective between its entry checks (algorithms/entry_check.h): a rank other than the
+// root hears its predecessor's root before the data moves, and no rank leaves before all
+// entered with this call and root.
+std::vector<Tensor> TransportProcessGroup::run_rooted(PendingOp& op, const Context& ctx) {
+  const int root = op.record().rank;
+  algorithms::EntryCheck entry(ctx, root);
+  const auto check = [&](std::optional<algorithms::RootConflict> conflict) {
+    if (!conflict) return;
+    C10D_THROW(InvalidArgument,
+               "rank {}: its {} #{} has root {}, rank {}'s has root {}: every rank must pass the "
+               "same root",
+               rank(), describe_call(ctx.call), op.record().sequence, root, conflict->peer,
+               conflict->theirs);
+  };
+  if (rank() != root) check(entry.first());
+  std::vector<Tensor> out = op.run(ctx);
+  check(entry.finish());
+  return out;
+}
+
 // ---- DETAIL checks and the errors of ops that time out ----
 
 // "all_reduce #11" (or "all_reduce #11 stage 1 lane 2") for a tag of one of this group's recent
@@ -128,6 +153,7 @@ std::string TransportProcessGroup::frame_name_locked(transport::Tag tag) const {
   if (transport::lane_op_tag(tag) == transport::make_tag(options_.group_id, seq)) {
     const std::string_view name = op_names_[seq % op_names_.size()];
     if (seq < next_sequence_ && seq + op_names_.size() >= next_sequence_ && !name.empty()) {
+      if (transport::is_entry_tag(tag)) return fmt::format("{} #{} entry check", name, seq);
       return lane < 0 ? fmt::format("{} #{}", name, seq)
                       : fmt::format("{} #{} stage {} lane {}", name, seq, (tag >> 32) & 0xf, lane);
     }

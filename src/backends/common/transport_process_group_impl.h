@@ -218,6 +218,7 @@ class TransportProcessGroup final : public ProcessGroup,
 
   void finish_op(PendingOp& op, Outcome outcome);
   Outcome run_op(const std::shared_ptr<PendingOp>& p, Clock::time_point deadline);
+  std::vector<Tensor> run_rooted(PendingOp& op, const Context& ctx);
   std::string frame_name(transport::Tag tag);
   std::string frame_name_locked(transport::Tag tag) const;
   std::exception_ptr explain_timeout(const PendingOp& op, const transport::PeerTimeout& t);

@@ -60,12 +60,12 @@ struct SegmentHeader {
   // Set (release) by the owner as it closes its transport in order: a process that exits after
   // that has finished, not failed (ShmTransport::Impl::lost_peer).
   alignas(64) std::atomic<std::uint32_t> closed;
-  // The tag and call (transport.h: Calls) of the last collective this rank posted a message or a
-  // receive of (call 0: none yet), set by the owner as it posts, as a seqlock: the tag
-  // kWritingTag, the call, then the tag. A peer whose shared-slot round for the same tag waits for
-  // this rank reads them (tag, call, tag again, so a torn pair is not taken): this rank runs that
-  // op as messages while the peer runs it in the slots, so with another call they called different
-  // collectives (shm_slots.cc).
+  // The op tag (transport::lane_op_tag) and call (transport.h: Calls) of the last collective this
+  // rank posted a message or a receive of (call 0: none yet), set by the owner as it posts, as a
+  // seqlock: the tag kWritingTag, the call, then the tag. A peer whose shared-slot round for the
+  // same tag waits for this rank reads them (tag, call, tag again, so a torn pair is not taken):
+  // this rank runs that op as messages while the peer runs it in the slots, so with another call
+  // they called different collectives (shm_slots.cc).
   alignas(64) std::atomic<std::uint64_t> posted_tag;
   std::atomic<std::uint64_t> posted_call;
 };

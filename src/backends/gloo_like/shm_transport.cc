@@ -154,18 +154,19 @@ std::shared_ptr<Op> ShmTransport::Impl::make_op(bool is_send, int peer_rank, Tag
   return op;
 }
 
-// Under mu: `op` of a collective is posted; the first of its op (tag) says so in this rank's
-// segment, for the peers' shared-slot rounds (shm_layout.h: SegmentHeader::posted_tag). The tag
-// is kWritingTag while the call changes, so that a reader never pairs one op's tag with another's
-// call.
+// Under mu: `op` of a collective is posted; the first of its op (tag, without lane: a rooted
+// op's entry check counts) says so in this rank's segment, for the peers' shared-slot rounds
+// (shm_layout.h: SegmentHeader::posted_tag). The tag is kWritingTag while the call changes, so
+// that a reader never pairs one op's tag with another's call.
 void ShmTransport::Impl::announce_locked(const Op& op) {
-  if (op.call == transport::kUnchecked || op.tag == posted_tag || own_header == nullptr) return;
-  posted_tag = op.tag;
+  const Tag op_tag = transport::lane_op_tag(op.tag);
+  if (op.call == transport::kUnchecked || op_tag == posted_tag || own_header == nullptr) return;
+  posted_tag = op_tag;
   // A seqlock's write (shm_slots.cc reads): plain stores on x86, the fence orders them.
   own_header->posted_tag.store(kWritingTag, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   own_header->posted_call.store(op.call, std::memory_order_relaxed);
-  own_header->posted_tag.store(op.tag, std::memory_order_release);
+  own_header->posted_tag.store(op_tag, std::memory_order_release);
 }
 
 // A request dropped before it completed: its buffer may go away. A send partly in the ring
