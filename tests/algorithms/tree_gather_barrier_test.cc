@@ -353,46 +353,50 @@ TEST(BarrierTest, ARankThatNeverJoinsTimesOutTheOthersByTheirDeadline) {
 
 // ---- Entry check of rooted ops ----
 
-TEST(EntryCheckTest, RanksThatAgreeOnTheRootLeaveWithNoConflict) {
+TEST(EntryCheckTest, RanksThatEnterOneCallLeaveOnceAllEntered) {
   for (int n = 1; n <= 7; ++n) {
-    for (int root = 0; root < n; ++root) {
-      std::atomic<int> conflicts{0};
-      run_ranks(n, [&](int r, transport::Transport& t) {
-        EntryCheck entry(context(t), root);
-        if (r != root && entry.first()) conflicts.fetch_add(1);
-        if (entry.finish()) conflicts.fetch_add(1);
-      });
-      EXPECT_EQ(conflicts.load(), 0) << "n " << n << " root " << root;
-    }
+    std::atomic<int> entered{0};
+    std::atomic<int> early{0};
+    run_ranks(n, [&](int r, transport::Transport& t) {
+      Context ctx = context(t);
+      ctx.call = 7;
+      if (r == n - 1) std::this_thread::sleep_for(20ms);  // the last to enter
+      entered.fetch_add(1);
+      EntryCheck entry(ctx);
+      entry.finish();
+      if (entered.load() != n) early.fetch_add(1);
+    });
+    EXPECT_EQ(early.load(), 0) << "n " << n;
   }
 }
 
-// Rank 2 of 4 names root 1, the others root 0: the ranks that hear from it name it and its
-// root, rank 2 names the root it heard, and no rank leaves the check as if all agreed.
-TEST(EntryCheckTest, ARankWithAnotherRootIsNamedAndNoRankLeaves) {
+// Rank 2 of 4 entered another call (another root, say): the ranks that hear from it fail naming
+// it and both calls, rank 2 fails on the first message it gets, and no rank leaves the check as
+// if all agreed.
+TEST(EntryCheckTest, ARankOfAnotherCallIsNamedAndNoRankLeaves) {
   constexpr int kN = 4;
   std::vector<std::string> outcome(kN);
   // In-process a send completes only with its receive: a rank keeps its check (and the sends it
   // posted) until every rank is done, as a real wire keeps what was sent.
   std::latch done(kN);
   run_ranks(kN, [&](int r, transport::Transport& t) {
-    const std::int32_t root = r == 2 ? 1 : 0;
-    EntryCheck entry(context(t, 1, 500ms), root);
+    Context ctx = context(t, 1, 500ms);
+    ctx.call = r == 2 ? 8 : 7;
+    EntryCheck entry(ctx);
     try {
-      auto conflict = r != root ? entry.first() : std::nullopt;
-      if (!conflict) conflict = entry.finish();
-      outcome[r] = conflict ? "rank " + std::to_string(conflict->peer) + " root " +
-                                  std::to_string(conflict->theirs)
-                            : "left";
+      entry.finish();
+      outcome[r] = "left";
+    } catch (const transport::CallMismatch& m) {
+      outcome[r] = "rank " + std::to_string(m.peer) + " call " + std::to_string(m.received);
     } catch (const TimeoutError&) {
       outcome[r] = "timeout";
     }
     done.arrive_and_wait();
   });
-  EXPECT_EQ(outcome[2], "rank 1 root 0");  // its predecessor, before any data
-  EXPECT_EQ(outcome[3], "rank 2 root 1");
+  EXPECT_EQ(outcome[2], "rank 1 call 7");  // round 0: its predecessor
+  EXPECT_EQ(outcome[3], "rank 2 call 8");
   for (int r : {0, 1}) {
-    EXPECT_TRUE(outcome[r] == "timeout" || outcome[r] == "rank 2 root 1")
+    EXPECT_TRUE(outcome[r] == "timeout" || outcome[r] == "rank 2 call 8")
         << r << ": " << outcome[r];
   }
 }

@@ -49,7 +49,8 @@ TEST(TCPWireTest, GreetingsCarryMagicVersionAndNonceOnly) {
   HandshakeDecode v = decode_greeting(std::span(other).first(kPreambleBytes), back);
   EXPECT_EQ(v.code, HandshakeCode::kBadVersion);
   EXPECT_EQ(v.value, 2u);
-  EXPECT_EQ(describe(v), "handshake version 2, this rank speaks version 5");
+  EXPECT_EQ(describe(v),
+            "handshake version 2, this rank speaks version " + std::to_string(kHandshakeVersion));
   other[0] = std::byte{'X'};
   v = decode_greeting(std::span(other).first(4), back);  // told at 4 bytes, without waiting
   EXPECT_EQ(v.code, HandshakeCode::kBadMagic);

@@ -221,10 +221,10 @@ TEST(ThreadsDesyncTest, RanksThatCallDifferentCollectivesFailNamingBothCalls) {
     std::string mine0;  // rank 0's call as the errors name it
     std::string mine1;
   };
-  for (const Desync& d :
-       {Desync{0, "all_reduce(float32, count 4096, sum) #1", "broadcast(float32, count 4096) #1"},
-        Desync{2048, "all_reduce(float32, count 4096, sum) #1",
-               "all_reduce(float32, count 2048, sum) #1"}}) {
+  for (const Desync& d : {Desync{0, "all_reduce(float32, count 4096, sum) #1",
+                                 "broadcast(float32, count 4096, root 0) #1"},
+                          Desync{2048, "all_reduce(float32, count 4096, sum) #1",
+                                 "all_reduce(float32, count 2048, sum) #1"}}) {
     auto world = std::make_shared<transport::InProcWorld>(2);
     std::vector<std::string> errors(2);
     std::vector<std::thread> threads;

@@ -34,35 +34,31 @@ std::string all_reduce_of(int count) {
   return "all_reduce(float32, count " + std::to_string(count) + ", sum) #5";
 }
 
-std::string broadcast_of(int count) {
-  return "broadcast(float32, count " + std::to_string(count) + ") #5";
+std::string broadcast_of(int count, int root) {
+  return "broadcast(float32, count " + std::to_string(count) + ", root " + std::to_string(root) +
+         ") #5";
 }
 
-// What rank 2 calls as its sixth op, and what the others call.
+// What the ranks but 2 call as their sixth op, and what rank 2 calls.
+std::string others_call(const Desync& d) {
+  return d.scenario == "rootof" ? broadcast_of(d.count, 0) : all_reduce_of(d.count);
+}
 std::string rank2_call(const Desync& d) {
-  return d.scenario == "size" ? all_reduce_of(d.count / 2) : broadcast_of(d.count);
+  if (d.scenario == "size") return all_reduce_of(d.count / 2);
+  return broadcast_of(d.count, d.scenario == "root" ? 2 : d.scenario == "rootof" ? 1 : 0);
 }
 
 // The words of a rank that found the mismatch, in either direction: a receive that met a frame
-// of the other call, or a shared-slot round that met the other op; for roots that differ, a
-// rooted op's entry check (algorithms/entry_check.h).
+// of the other call (the data's, or a rooted op's entry check's: algorithms/entry_check.h), or a
+// shared-slot round that met the other op.
 std::vector<std::string> findings(const Desync& d) {
   std::vector<std::string> out;
-  if (d.scenario == "rootof") {
-    for (int r : {0, 1, 3}) {
-      out.push_back("rank " + std::to_string(r) + ": its " + broadcast_of(d.count) +
-                    " has root 0, rank 2's has root 1");
-      out.push_back("rank 2: its " + broadcast_of(d.count) + " has root 1, rank " +
-                    std::to_string(r) + "'s has root 0");
-    }
-    return out;
-  }
   for (const std::string verb : {"received a frame of", "does not match"}) {
     for (int r : {0, 1, 3}) {
-      out.push_back("rank " + std::to_string(r) + ": its " + all_reduce_of(d.count) + " " + verb +
+      out.push_back("rank " + std::to_string(r) + ": its " + others_call(d) + " " + verb +
                     " rank 2's " + rank2_call(d));
       out.push_back("rank 2: its " + rank2_call(d) + " " + verb + " rank " + std::to_string(r) +
-                    "'s " + all_reduce_of(d.count));
+                    "'s " + others_call(d));
     }
   }
   return out;

@@ -158,8 +158,8 @@ TEST(ProcessGroupIciTest, ARankThatCallsAnotherCollectiveFailsEveryRankNamingBot
   for (const bool broadcast : {true, false}) {
     SCOPED_TRACE(broadcast ? "broadcast" : "half the size");
     const std::string others = "all_reduce(float32, count 1024, sum) #1";
-    const std::string rank2 =
-        broadcast ? "broadcast(float32, count 1024) #1" : "all_reduce(float32, count 512, sum) #1";
+    const std::string rank2 = broadcast ? "broadcast(float32, count 1024, root 0) #1"
+                                        : "all_reduce(float32, count 512, sum) #1";
     ProcessGroupICIOptions options;
     options.topology = "2x2";
     options.timeout = 20s;

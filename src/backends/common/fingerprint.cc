@@ -27,8 +27,13 @@ constexpr std::array<std::string_view, 14> kOpNames = {"?",
                                                        "send",
                                                        "recv"};
 
-constexpr std::uint64_t kCountBits = 40;
+// pack_call's fields, from the top: op id 4 bits, dtype 5 (all ones: none), reduce op 4 (all
+// ones: none), root + 1 16 (0: none), count 35 (all ones: none).
+static_assert(kOpNames.size() <= 16 && kNumDTypes < 31 &&
+              static_cast<int>(ReduceOp::kPremulSum) < 15);
+constexpr std::uint64_t kCountBits = 35;
 constexpr std::uint64_t kCountMask = (std::uint64_t{1} << kCountBits) - 1;
+constexpr std::uint64_t kRootMask = 0xffff;
 
 // "all_reduce(float32, count 2, sum, root 1)": what is set of a call.
 std::string describe_parts(std::uint64_t id, std::uint64_t dtype, std::uint64_t redop,
@@ -48,13 +53,21 @@ std::string describe_parts(std::uint64_t id, std::uint64_t dtype, std::uint64_t 
 }  // namespace
 
 std::uint64_t pack_call(const Fingerprint& fp) {
-  return std::uint64_t{fp.op_id} << 56 | std::uint64_t{fp.dtype} << 48 |
-         std::uint64_t{fp.reduce_op} << 40 | (static_cast<std::uint64_t>(fp.count) & kCountMask);
+  // Roots past 65534 wrap: ranks that differ by a multiple of 65535 look alike (a miss, never a
+  // false alarm), as do counts that differ by a multiple of 2^35.
+  const std::uint64_t root = fp.root < 0 ? 0 : static_cast<std::uint64_t>(fp.root) % kRootMask + 1;
+  return std::uint64_t{fp.op_id} << 60 | (std::uint64_t{fp.dtype} & 0x1f) << 55 |
+         (std::uint64_t{fp.reduce_op} & 0xf) << 51 | root << kCountBits |
+         (static_cast<std::uint64_t>(fp.count) & kCountMask);
 }
 
 std::string describe_call(std::uint64_t packed) {
   const std::uint64_t count = packed & kCountMask;
-  return describe_parts(packed >> 56, (packed >> 48) & 0xff, (packed >> 40) & 0xff, -1,
+  const std::uint64_t root = (packed >> kCountBits) & kRootMask;
+  const std::uint64_t dtype = (packed >> 55) & 0x1f;
+  const std::uint64_t redop = (packed >> 51) & 0xf;
+  return describe_parts(packed >> 60, dtype == 0x1f ? 0xff : dtype, redop == 0xf ? 0xff : redop,
+                        static_cast<std::int32_t>(root) - 1,
                         count == kCountMask ? -1 : static_cast<std::int64_t>(count), false);
 }
 

@@ -55,16 +55,17 @@ struct Fingerprint {
 // "all_reduce(float32, count 1048576, sum) #0"
 std::string describe_fingerprint(std::span<const std::byte, Fingerprint::kBytes> bytes);
 
-// A call in 64 bits: op, dtype, reduce op and the count's low 40 bits (not the root or the
-// sequence number: the op's tag carries that, and a root takes bits the count needs); never 0
-// for a collective (its op id is 1 or more).
+// A call in 64 bits: op, dtype, reduce op, root (its low 16 bits) and the count's low 35 bits
+// (not the sequence number: the op's tag carries that); never 0 for a collective (its op id is 1
+// or more).
 // Whatever C10D_DEBUG says, every message of a collective carries its op's (transport.h: Calls),
 // and a collective whose ranks' bytes meet without a message (shared slots) compares these, so
-// ranks that call different collectives, or one with other sizes, dtypes or reductions, fail at
-// no extra cost; ranks that disagree only on a root are caught by a rooted op's entry check
-// (algorithms/entry_check.h).
+// ranks that call different collectives, or one with other sizes, dtypes, reductions or roots,
+// fail at no extra cost. (A rooted op's ranks that only send learn of it through its entry
+// check: algorithms/entry_check.h.)
 std::uint64_t pack_call(const Fingerprint& fp);
-// "all_reduce(float32, count 2, sum)" for what pack_call packed.
+// "all_reduce(float32, count 2, sum)", "broadcast(float32, count 2, root 0)" for what pack_call
+// packed.
 std::string describe_call(std::uint64_t packed);
 // What a group's error says of `m`, a message of another call that met one of its receives (or,
 // in-process, sends), opening with the rank: "rank 3: its all_reduce(float32, count 1024, sum)
@@ -72,8 +73,8 @@ std::string describe_call(std::uint64_t packed);
 std::string describe_call_mismatch(const transport::CallMismatch& m);
 // What every rank must do, as such errors end.
 inline constexpr std::string_view kSameCallsRule =
-    "every rank must call the same collectives in the same order, with the same sizes, dtypes "
-    "and reductions";
+    "every rank must call the same collectives in the same order, with the same sizes, dtypes, "
+    "reductions and roots";
 
 // `all` holds every rank's fingerprint in rank order. Null when they all equal rank 0's, else
 // the InvalidArgument that names the calls, for `group` (its name in messages).

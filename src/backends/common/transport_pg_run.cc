@@ -1,7 +1,7 @@
 // TransportProcessGroup as OpRunner's driver (transport_process_group_impl.h): the worker, or a
 // waiter that runs its collective inline, runs each op to its end (a send/recv: until posted);
 // the group's first failure aborts the transport. With DETAIL checks each collective first
-// compares the ranks' fingerprints, else a rooted one runs between its entry checks
+// compares the ranks' fingerprints, else a rooted one runs within its entry check
 // (algorithms/entry_check.h); a collective that times out is failed with an error that names
 // the peer it waited for and the rank the ranks' waits lead to.
 #include <algorithm>
@@ -80,8 +80,8 @@ TransportProcessGroup::Outcome TransportProcessGroup::run_op(const std::shared_p
           return {{}, mismatch};
         }
       }
-      // A rooted op's ranks also check that every rank entered it with the same root (the
-      // DETAIL fingerprints compare roots already).
+      // A rooted op's ranks also hear that every rank entered it (the DETAIL fingerprints have
+      // told them already).
       if (detail_ || op.record().rank < 0 || size() == 1) return {op.run(ctx), nullptr};
       return {run_rooted(op, ctx), nullptr};
     }
@@ -118,23 +118,12 @@ TransportProcessGroup::Outcome TransportProcessGroup::run_op(const std::shared_p
   return {{}, runner_.failure()};
 }
 
-// A rooted collective between its entry checks (algorithms/entry_check.h): a rank other than the
-// root hears its predecessor's root before the data moves, and no rank leaves before all
-// entered with this call and root.
+// A rooted collective within its entry check (algorithms/entry_check.h): no rank leaves before
+// every rank entered it with this call, root included.
 std::vector<Tensor> TransportProcessGroup::run_rooted(PendingOp& op, const Context& ctx) {
-  const int root = op.record().rank;
-  algorithms::EntryCheck entry(ctx, root);
-  const auto check = [&](std::optional<algorithms::RootConflict> conflict) {
-    if (!conflict) return;
-    C10D_THROW(InvalidArgument,
-               "rank {}: its {} #{} has root {}, rank {}'s has root {}: every rank must pass the "
-               "same root",
-               rank(), describe_call(ctx.call), op.record().sequence, root, conflict->peer,
-               conflict->theirs);
-  };
-  if (rank() != root) check(entry.first());
+  algorithms::EntryCheck entry(ctx);
   std::vector<Tensor> out = op.run(ctx);
-  check(entry.finish());
+  entry.finish();
   return out;
 }
 

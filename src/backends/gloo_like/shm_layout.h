@@ -35,8 +35,9 @@ static_assert(std::endian::native == std::endian::little, "shared memory layout:
 inline constexpr std::uint32_t kSegmentMagic = 0x4d533143;  // "C1SM"
 inline constexpr std::uint32_t kMessageMagic = 0x48533143;  // "C1SH"
 // Version 3 added `closed`; 4 the slots after the rings; 5 a message's call and the segment's
-// posted call.
-inline constexpr std::uint32_t kVersion = 5;
+// posted call; 6 the root in the call (backends/common/fingerprint.h: pack_call), and the posted
+// tag without lane.
+inline constexpr std::uint32_t kVersion = 6;
 inline constexpr std::size_t kSegmentHeaderBytes = 4096;
 inline constexpr std::size_t kRingHeaderBytes = 128;
 inline constexpr std::size_t kMessageHeaderBytes = 64;

@@ -1,7 +1,7 @@
 // Wire formats of the TCP transport: the handshake each connection opens with, and the message
 // frame. Pure functions over bytes, no sockets.
 //
-// Handshake, version 5 (little-endian). Connector C is the rank that connects (and will write on
+// Handshake, version 6 (little-endian). Connector C is the rank that connects (and will write on
 // the connection), acceptor A the rank that accepted (and will read). Both prove they know the
 // job's key by HMAC-SHA256 over fresh nonces from both sides; the key never crosses the wire.
 // Every handshake frame from either side opens with the same 6 bytes in every version, so a
@@ -31,7 +31,8 @@
 //     connection it refused. C checks mac_a, then the fields, and names both sides' values.
 // The key is HMAC-SHA256(secret, "c10d-transport-key"), the secret being the store's token
 // (C10D_STORE_TOKEN or an option), else a random job secret kept in the store (tcp_handshake.h).
-// Version 4 had the same handshake, but message frames without the call; version 3 had the
+// Version 5 had the same handshake and frames, with calls that left out a rooted op's root;
+// version 4 the same handshake, but message frames without the call; version 3 had the
 // same frames as 4, but its ranks made every connection during set-up and sent their last frame
 // forward only; version 2 exchanged world size, rank and group name in the
 // clear, with no proof; version 1 had one connection per pair of ranks instead of one per
@@ -116,7 +117,7 @@ std::optional<FailureRecord> decode_failure_record(std::string_view text);
 // ---- the handshake ----
 
 inline constexpr std::uint32_t kHandshakeMagic = 0x54303143;  // "C10T" as little-endian bytes
-inline constexpr std::uint16_t kHandshakeVersion = 5;
+inline constexpr std::uint16_t kHandshakeVersion = 6;
 inline constexpr std::size_t kPreambleBytes = 6;  // magic and version
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kGreetingBytes = kPreambleBytes + kNonceBytes;  // Hello, Challenge

@@ -60,8 +60,9 @@ static_assert(std::endian::native == std::endian::little, "the ICI fabric assume
 
 inline constexpr std::uint32_t kSegmentMagic = 0x53493143;  // "C1IS"
 inline constexpr std::uint32_t kPacketMagic = 0x50493143;   // "C1IP"
-// Version 2 added the packet's call (its route gave up 8 of its 56 hops).
-inline constexpr std::uint32_t kLayoutVersion = 2;
+// Version 2 added the packet's call (its route gave up 8 of its 56 hops); 3 the root in the call
+// (backends/common/fingerprint.h: pack_call).
+inline constexpr std::uint32_t kLayoutVersion = 3;
 inline constexpr std::size_t kChipHeaderBytes = 4096;
 inline constexpr std::size_t kRingHeaderBytes = 128;
 inline constexpr std::size_t kPacketHeaderBytes = 128;
