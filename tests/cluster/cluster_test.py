@@ -373,8 +373,16 @@ def test_cut(a):
 
 # ---- stranger ----
 
-# The transport handshake's hello (tcp_wire.h: magic "C10T", version 5), before its nonce.
-HELLO = struct.pack("<IH", 0x54303143, 5)
+# The transport handshake's hello (tcp_wire.h: magic "C10T" and the version, read from there),
+# before its nonce.
+def handshake_version():
+    wire = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src",
+                        "backends", "gloo_like", "tcp_wire.h")
+    with open(wire) as f:
+        return int(re.search(r"kHandshakeVersion = (\d+);", f.read()).group(1))
+
+
+HELLO = struct.pack("<IH", 0x54303143, handshake_version())
 
 
 def stranger_garbage(addr, port):
