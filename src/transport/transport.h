@@ -253,6 +253,13 @@ class CallMismatch : public InvalidArgument {
 // 4096 bytes)"), whose call `mine` met rank `peer`'s `theirs`.
 std::exception_ptr call_mismatch(std::string_view request, int self, int peer, Tag tag, Call mine,
                                  Call theirs, bool outgoing = false);
+// Why the receive `request` of rank `self` (call `mine`, `buffer` bytes) cannot take the message
+// of rank `sender` under `tag` (call `theirs`, `bytes` bytes): another call (checked first), or
+// another size (an InvalidArgument naming both); null when it can. Every transport's matching
+// asks it, and drops the message when it refuses.
+std::exception_ptr receive_refusal(std::string_view request, int self, int sender, Tag tag,
+                                   Call mine, Call theirs, std::uint64_t buffer,
+                                   std::uint64_t bytes);
 
 // A round of SharedSlots whose ranks did not publish the same op: `peer` published `tag` with
 // `check` and `bytes` where this rank expected its own.

@@ -151,8 +151,7 @@ TEST(TCPHostileTest, AMessageLargerThanItsReceiveIsReadThroughASmallBufferAndDro
     ADD_FAILURE() << "a 4 MiB message matched a 16-byte receive";
   } catch (const InvalidArgument& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("4194304 bytes"), std::string::npos) << what;
-    EXPECT_NE(what.find("peer rank 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("the message from rank 1 has 4194304 bytes"), std::string::npos) << what;
   }
   std::vector<std::byte> next(100);
   m.rank0->irecv(1, kOtherTag, next)->wait(soon());  // the stream goes on after the dropped one

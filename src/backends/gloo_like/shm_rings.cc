@@ -150,22 +150,12 @@ bool ShmTransport::Impl::copy_to_unexpected_locked(Peer& p, const ShmRing::Reade
   return true;
 }
 
-std::exception_ptr ShmTransport::Impl::size_mismatch(const Op& op, int sender,
-                                                     std::uint64_t sent) const {
-  return C10D_ERROR(InvalidArgument,
-                    "{}: the message from rank {} has {} bytes, the receive buffer {}",
-                    op.describe(), sender, sent, op.bytes);
-}
-
-// Why the receive `op` cannot take a message of `call` and `bytes` from `sender`: another call
-// (checked first: transport.h: Calls), or another size; null when it can.
+// Why the receive `op` cannot take a message of `call` and `bytes` from `sender`
+// (transport::receive_refusal); null when it can.
 std::exception_ptr ShmTransport::Impl::refusal(const Op& op, int sender, transport::Call call,
                                                std::uint64_t bytes) const {
-  if (!transport::calls_agree(op.call, call)) {
-    return transport::call_mismatch(op.describe(), rank, sender, op.tag, op.call, call);
-  }
-  if (op.bytes != bytes) return size_mismatch(op, sender, bytes);
-  return nullptr;
+  return transport::receive_refusal(op.describe(), rank, sender, op.tag, op.call, call, op.bytes,
+                                    bytes);
 }
 
 // Under mu: reads what has arrived from `p`. True when bytes moved.

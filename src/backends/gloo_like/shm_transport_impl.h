@@ -232,7 +232,6 @@ struct ShmTransport::Impl {
   bool hold_locked(Peer& p, std::uint64_t bytes);
   bool copy_to_unexpected_locked(Peer& p, const ShmRing::Reader& r, std::uint64_t at,
                                  std::uint64_t n);
-  std::exception_ptr size_mismatch(const Op& op, int sender, std::uint64_t sent) const;
   std::exception_ptr refusal(const Op& op, int sender, transport::Call call,
                              std::uint64_t bytes) const;
   bool read_locked(Peer& p);

@@ -56,16 +56,10 @@ bool TCPTransport::Impl::start_payload_locked(Connection& c, int peer) {
   if (recv) {
     c.target = std::move(*recv);
     c.target->source.store(peer, std::memory_order_relaxed);
-    if (!transport::calls_agree(c.target->call, c.frame_call)) {
-      c.target->complete_locked(transport::call_mismatch(
-          c.target->describe(), rank, peer, c.frame_tag, c.target->call, c.frame_call));
-      c.target.reset();
-    } else if (c.target->recv_data.size() != c.frame_length) {
-      c.target->complete_locked(
-          C10D_ERROR(InvalidArgument,
-                     "{}: size mismatch: the receive buffer has {} bytes but the message "
-                     "from peer rank {} has {} bytes",
-                     c.target->describe(), c.target->recv_data.size(), peer, c.frame_length));
+    if (auto refused = transport::receive_refusal(c.target->describe(), rank, peer, c.frame_tag,
+                                                  c.target->call, c.frame_call,
+                                                  c.target->recv_data.size(), c.frame_length)) {
+      c.target->complete_locked(std::move(refused));
       c.target.reset();
     } else {
       c.target->in_flight = true;
@@ -186,15 +180,9 @@ void TCPTransport::Impl::submit_receive_locked(const std::shared_ptr<Op>& op) {
   const std::shared_ptr<Unexpected> u = matcher.take(*found);
   op->source.store(peer, std::memory_order_relaxed);
   // A message of another call or size is dropped, the rest of it unread if it is still arriving.
-  if (!transport::calls_agree(op->call, u->call)) {
-    op->complete_locked(
-        transport::call_mismatch(op->describe(), rank, peer, op->tag, op->call, u->call));
-  } else if (u->data.size() != op->recv_data.size()) {
-    op->complete_locked(
-        C10D_ERROR(InvalidArgument,
-                   "{}: size mismatch: the receive buffer has {} bytes but the message from "
-                   "peer rank {} has {} bytes",
-                   op->describe(), op->recv_data.size(), peer, u->data.size()));
+  if (auto refused = transport::receive_refusal(op->describe(), rank, peer, op->tag, op->call,
+                                                u->call, op->recv_data.size(), u->data.size())) {
+    op->complete_locked(std::move(refused));
   } else if (!u->complete) {
     u->waiter = op;  // finish_payload hands it over
     op->in_flight = true;

@@ -79,18 +79,9 @@ void IciTransport::Chip::abort_locked(std::exception_ptr reason, int origin, boo
 void IciTransport::Chip::bind_locked(const std::shared_ptr<Incoming>& msg,
                                      const std::shared_ptr<Op>& op) {
   op->source.store(msg->src, std::memory_order_relaxed);
-  // Calls first (transport.h: Calls), then sizes; the message is dropped either way.
-  std::exception_ptr refused;
-  if (!transport::calls_agree(op->call, msg->call)) {
-    refused =
-        transport::call_mismatch(op->describe(), rank, msg->src, op->tag, op->call, msg->call);
-  } else if (op->recv.size() != msg->bytes) {
-    refused = error<InvalidArgument>(
-        fmt::format("{}: size mismatch: the receive buffer has {} bytes but the matching isend "
-                    "from rank {} has {} bytes",
-                    op->describe(), op->recv.size(), msg->src, msg->bytes));
-  }
-  if (refused) {
+  // Another call or size: the message is dropped.
+  if (auto refused = transport::receive_refusal(op->describe(), rank, msg->src, op->tag, op->call,
+                                                msg->call, op->recv.size(), msg->bytes)) {
     complete_locked(op, std::move(refused), now);
     msg->discard = true;
     release_locked(*msg);
