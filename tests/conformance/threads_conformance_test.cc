@@ -217,14 +217,14 @@ TEST(ThreadsConformanceSelfTest, TheSuiteCatchesPlantedBugs) {
 // Calls), whether its send met the other's receive or its receive the other's send.
 TEST(ThreadsDesyncTest, RanksThatCallDifferentCollectivesFailNamingBothCalls) {
   struct Desync {
-    int count1;         // rank 1's all_reduce count; 0: rank 1 calls broadcast
+    int count1;         // rank 1's all_reduce count; 0: rank 1 calls all_to_all
     std::string mine0;  // rank 0's call as the errors name it
     std::string mine1;
   };
-  for (const Desync& d : {Desync{0, "all_reduce(float32, count 4096, sum) #1",
-                                 "broadcast(float32, count 4096, root 0) #1"},
-                          Desync{2048, "all_reduce(float32, count 4096, sum) #1",
-                                 "all_reduce(float32, count 2048, sum) #1"}}) {
+  for (const Desync& d :
+       {Desync{0, "all_reduce(float32, count 4096, sum) #1", "all_to_all(float32, count 4096) #1"},
+        Desync{2048, "all_reduce(float32, count 4096, sum) #1",
+               "all_reduce(float32, count 2048, sum) #1"}}) {
     auto world = std::make_shared<transport::InProcWorld>(2);
     std::vector<std::string> errors(2);
     std::vector<std::thread> threads;
@@ -239,10 +239,12 @@ TEST(ThreadsDesyncTest, RanksThatCallDifferentCollectivesFailNamingBothCalls) {
         if (r == 0) {
           work = pg->all_reduce({t});
         } else if (d.count1 == 0) {
-          // Rank 1 receives: its entry check's message (algorithms/entry_check.h) meets rank
-          // 0's all_reduce, and rank 0's frame its receive. (A root would wait for rank 0's
-          // entry message, and in-process a failure reaches no other rank.)
-          work = pg->broadcast({t}, {.root = 0});
+          // Both ranks send and receive under the op's tag, so in-process each pair of send
+          // and receive meets and fails on both sides. (Not a rooted op: in-process a failure
+          // reaches no other rank, and whether its entry check's messages or its data meet
+          // rank 0's first is a race. desync_test covers rooted ops across processes.)
+          Tensor out = Tensor::from_vector(std::vector<float>(4096, 0.0f), DType::kFloat32);
+          work = pg->all_to_all(out, t);
         } else {
           work = pg->all_reduce(
               {Tensor::from_vector(std::vector<float>(d.count1, 1.0f), DType::kFloat32)});
