@@ -70,6 +70,15 @@ class CallNotes {
     return false;
   }
 
+  // A receive of this rank's op under `tag` took a message from `peer` of `call`, another call
+  // than its own: the op is lost on this rank, so its later receives that find no message
+  // waiting conflict too (posted).
+  void lost(int peer, Tag tag, Call call) {
+    if (call == kUnchecked) return;
+    last_op_ = kNoOp;
+    note({lane_op_tag(tag), call, peer});
+  }
+
  private:
   static constexpr int kOwn = -2;  // Note::peer of this rank's own receives
   static constexpr std::size_t kNotes = 8;

@@ -171,7 +171,7 @@ void InProcWorld::submit(Op& op) {
   if (op.is_send) {
     Inbox& inbox = inboxes_[static_cast<std::size_t>(op.peer)];
     if (const auto recv = inbox.match(op.self, op.tag)) {
-      transfer_locked(op, **recv);
+      transfer_locked(inbox, op, **recv);
     } else {
       inbox.check_arrived_call(op.peer, op.self, op.tag, op.call, [](Op* r, std::exception_ptr e) {
         r->complete_locked(std::move(e));
@@ -181,7 +181,7 @@ void InProcWorld::submit(Op& op) {
     return;
   }
   if (const auto found = own.find_unexpected(op.peer, op.tag)) {
-    transfer_locked(*own.take(*found), op);
+    transfer_locked(own, *own.take(*found), op);
     return;
   }
   if (auto refusal = own.call_refusal(op.self, op)) {
@@ -197,7 +197,7 @@ void InProcWorld::submit(Op& op) {
   own.post(op.peer, op.tag, &op);
 }
 
-void InProcWorld::transfer_locked(Op& send, Op& recv) {
+void InProcWorld::transfer_locked(Inbox& inbox, Op& send, Op& recv) {
   const std::size_t sent = send.send_data.size();
   const std::size_t room = recv.recv_data.size();
   if (!calls_agree(recv.call, send.call)) {
@@ -205,6 +205,8 @@ void InProcWorld::transfer_locked(Op& send, Op& recv) {
                                        recv.call, /*outgoing=*/true));
     recv.complete_locked(
         call_mismatch(recv.describe(), recv.self, send.self, recv.tag, recv.call, send.call));
+    inbox.refused(recv.self, send.self, recv.tag, recv.call, send.call,
+                  [](Op* r, std::exception_ptr e) { r->complete_locked(std::move(e)); });
     return;
   }
   if (sent != room) {

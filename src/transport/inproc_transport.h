@@ -85,8 +85,9 @@ class InProcWorld {
 
   // Requires mu_. Why `op` cannot start (its rank aborted or died, or its peer died), or null.
   std::exception_ptr refusal_locked(const Op& op) const;
-  // Requires mu_. Copies or fails a matched pair, then completes both.
-  void transfer_locked(Op& send, Op& recv);
+  // Requires mu_. Copies or fails a matched pair, then completes both; `inbox` is the
+  // receiver's (a pair of other calls fails the rest of the receiver's op: Matcher::refused).
+  void transfer_locked(Inbox& inbox, Op& send, Op& recv);
   // Requires mu_. Fails and unregisters every queued op for which `error_for` returns an error.
   void fail_queued_locked(const std::function<std::exception_ptr(const Op&)>& error_for);
   // Requires mu_. Why an any-source receive of `rank` cannot wait: every other rank died (null

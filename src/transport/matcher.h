@@ -25,8 +25,10 @@
 // recent ops' calls (call_notes.h). A receive posted under an op for which a message of another
 // call already waits, or a message that arrives under an op this rank posted receives of with
 // another call, is a conflict: the transport fails the receive, or the op's queued receives
-// (call_refusal, check_arrived_call). Sends are not refused: the receiver meets their message
-// and fails itself.
+// (call_refusal, check_arrived_call). So is a receive that takes a message of another call: the
+// op's other receives fail with it (refused), since a rank waiting for the op's other peers
+// would otherwise wait for messages the other call never sends. Sends are not refused: the receiver
+// meets their message and fails itself.
 //
 // Cost: per peer a null pointer until the peer is first received from or sends here, then one
 // queue of posted receives and one of unexpected messages; and one queue of any-source receives.
@@ -320,13 +322,17 @@ class Matcher {
   // fail(recv, error).
   template <typename Fail>
   void check_arrived_call(int self, int peer, Tag tag, Call call, Fail&& fail) {
-    if (!calls_.arrived(peer, tag, call)) return;
-    const Tag op = lane_op_tag(tag);
-    erase_posted_if([&](Posted& p) {
-      if (lane_op_tag(p.tag) != op || calls_agree(p.recv->call, call)) return false;
-      fail(p.recv, call_mismatch(p.recv->describe(), self, peer, tag, p.recv->call, call));
-      return true;
-    });
+    if (calls_.arrived(peer, tag, call)) fail_op_receives(self, peer, tag, call, fail);
+  }
+  // A receive of `tag` expecting `mine` took a message from `peer` of `theirs` (on arrival, or
+  // waiting unexpected) and fails: when the calls differ the op is lost on this rank, so its
+  // other queued receives of another call leave, each failed by fail(recv, error), and its later
+  // ones conflict (CallNotes::lost). Else (sizes) only that receive fails.
+  template <typename Fail>
+  void refused(int self, int peer, Tag tag, Call mine, Call theirs, Fail&& fail) {
+    if (calls_agree(mine, theirs)) return;
+    calls_.lost(peer, tag, theirs);
+    fail_op_receives(self, peer, tag, theirs, fail);
   }
 
   // ---- The bound on unexpected messages ----
@@ -395,6 +401,17 @@ class Matcher {
   }
   static typename std::deque<Posted>::iterator find_tag(std::deque<Posted>& q, Tag tag) {
     return std::find_if(q.begin(), q.end(), [&](const Posted& p) { return p.tag == tag; });
+  }
+  // The queued receives of `tag`'s op (any peer, any lane) that expect another call than
+  // `call`, which `peer` sent, leave, each failed by fail(recv, error).
+  template <typename Fail>
+  void fail_op_receives(int self, int peer, Tag tag, Call call, Fail& fail) {
+    const Tag op = lane_op_tag(tag);
+    erase_posted_if([&](Posted& p) {
+      if (lane_op_tag(p.tag) != op || calls_agree(p.recv->call, call)) return false;
+      fail(p.recv, call_mismatch(p.recv->describe(), self, peer, tag, p.recv->call, call));
+      return true;
+    });
   }
   // Every queued receive for which pred(posted) holds leaves.
   template <typename Pred>

@@ -123,8 +123,9 @@ inline void expect_heard_names_the_last_message(int r, transport::Transport& t) 
 // Two ranks, each message of `bytes`: a receive that meets a message of another call fails with
 // a CallMismatch naming both calls (compared before sizes: the receive's buffer is twice the
 // message), whether the receive was posted first or the message came first; the message is
-// dropped and the next one (of the next op: this one is lost) arrives whole. Rank 0 sends, rank 1
-// receives; unchecked messages on other tags say when to go on.
+// dropped and the next one (of the next op: this one is lost) arrives whole. The op's other
+// receive (another lane, whose message the other call never sends) fails with it, rather than
+// wait. Rank 0 sends, rank 1 receives; unchecked messages on other tags say when to go on.
 inline void expect_calls_checked(int r, transport::Transport& t, std::size_t bytes) {
   constexpr transport::Call kMine = 0x0101ff0000001000;    // what rank 1 runs
   constexpr transport::Call kTheirs = 0x0102ff0000001000;  // what rank 0 sends
@@ -134,29 +135,41 @@ inline void expect_calls_checked(int r, transport::Transport& t, std::size_t byt
   if (r == 0) {
     t.irecv(1, 100, std::span(&token, 1))->wait(soon());  // rank 1's receive is posted
     t.isend(1, tag, data, kTheirs)->wait(soon());
+    // Nothing more of the op until rank 1 saw its other receive fail: a message that waits
+    // unexpected would fail it too (check_arrived_call).
+    t.irecv(1, 103, std::span(&token, 1))->wait(soon());
     t.isend(1, tag, data, kTheirs)->wait(soon());  // this one waits for its receive
     t.isend(1, 101, std::span(&token, 1))->wait(soon());
     t.isend(1, transport::make_tag(0, 6), data, kMine)->wait(soon());
+    t.irecv(1, 102, std::span(&token, 1))->wait(soon());  // open until rank 1 posted everything
     return;
   }
+  const transport::Tag lane = transport::lane_tag(tag, 0, 1);
   for (int posted_first : {1, 0}) {
     std::vector<std::byte> got(2 * bytes, std::byte{0});
+    std::vector<std::byte> other_got(bytes);
     std::unique_ptr<transport::Request> recv;
+    std::unique_ptr<transport::Request> other;
     if (posted_first) {
+      other = t.irecv(0, lane, other_got, kMine);
       recv = t.irecv(0, tag, got, kMine);
       t.isend(0, 100, std::span(&token, 1))->wait(soon());
     } else {
       t.irecv(0, 101, std::span(&token, 1))->wait(soon());  // behind the message, in its stream
       recv = t.irecv(0, tag, got, kMine);
+      other = t.irecv(0, lane, other_got, kMine);
     }
     SCOPED_TRACE(posted_first ? "the receive posted first" : "the message came first");
     const std::string what = expect_call_mismatch(*recv, {1, 0, tag, kMine, kTheirs}, soon());
     EXPECT_NE(what.find("0x102ff0000001000"), std::string::npos) << what;
     EXPECT_EQ(got, std::vector<std::byte>(2 * bytes, std::byte{0}));  // nothing copied
+    expect_call_mismatch(*other, {1, 0, posted_first ? tag : lane, kMine, kTheirs}, soon());
+    if (posted_first) t.isend(0, 103, std::span(&token, 1))->wait(soon());
   }
   std::vector<std::byte> got(bytes);
   t.irecv(0, transport::make_tag(0, 6), got, kMine)->wait(soon());
   EXPECT_EQ(got, data);
+  t.isend(0, 102, std::span(&token, 1))->wait(soon());
 }
 
 // The error of type E that `req` fails with before `deadline`; a failure of the test when it

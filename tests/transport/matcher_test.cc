@@ -397,5 +397,54 @@ TEST(MatcherCallsTest, AConflictingArrivalFailsTheOpsQueuedReceivesOfAnotherCall
   EXPECT_EQ(m.receives(), 2u);
 }
 
+// refused: a receive that took a message of another call loses its op on this rank. The op's
+// other queued receives fail (a rank waiting for the op's other peers would wait for messages
+// the other call never sends), and so does its next receive; a size mismatch (the same call)
+// fails only the receive that took the message.
+TEST(MatcherCallsTest, AReceiveThatTookAMessageOfAnotherCallFailsTheRestOfItsOp) {
+  struct Recv {
+    Tag tag;
+    Call call;
+    std::string name;
+    std::string describe() const { return name; }
+  };
+  constexpr Call kMine = 0x0101ff0000000400;
+  constexpr Call kTheirs = 0x0102ff0000000400;
+  const Tag op = make_tag(0, 5);
+  Matcher<std::shared_ptr<Recv>, std::string> m(kPeers, 1000);
+  const auto post = [&](int peer, Tag tag, Call call, const std::string& name) {
+    auto r = std::make_shared<Recv>(Recv{tag, call, name});
+    EXPECT_EQ(m.call_refusal(0, *r), nullptr);
+    m.post(peer, tag, r);
+  };
+  post(1, entry_tag(op), kMine, "entry from 1");
+  post(1, op, kMine, "data from 1");
+  post(3, lane_tag(op, 0, 1), kMine, "lane 1 from 3");
+  post(2, make_tag(0, 6), kTheirs, "next op");
+  std::vector<std::string> failed;
+  const auto fail = [&](const std::shared_ptr<Recv>& r, std::exception_ptr e) {
+    failed.push_back(r->name);
+    try {
+      std::rethrow_exception(e);
+    } catch (const CallMismatch& mm) {
+      EXPECT_EQ(mm.peer, 1);
+      EXPECT_EQ(mm.expected, kMine);
+      EXPECT_EQ(mm.received, kTheirs);
+    }
+  };
+  const auto entry = m.match(1, entry_tag(op));
+  ASSERT_TRUE(entry);
+  m.refused(0, 1, entry_tag(op), kMine, kMine, fail);  // sizes: the op goes on
+  EXPECT_TRUE(failed.empty());
+  m.refused(0, 1, entry_tag(op), kMine, kTheirs, fail);
+  std::sort(failed.begin(), failed.end());
+  EXPECT_EQ(failed, (std::vector<std::string>{"data from 1", "lane 1 from 3"}));
+  EXPECT_EQ(m.receives(), 1u);  // the next op's
+  const Recv later{lane_tag(op, 1, 0), kMine, "later"};
+  EXPECT_NE(m.call_refusal(0, later), nullptr);
+  const Recv next{make_tag(0, 6), kTheirs, "next"};
+  EXPECT_EQ(m.call_refusal(0, next), nullptr);
+}
+
 }  // namespace
 }  // namespace c10d::inline v1::transport

@@ -22,6 +22,11 @@ using namespace shm_detail;
 // soon as it is in, so a large message's two copies overlap.
 constexpr std::uint64_t kChunk = std::uint64_t{128} << 10;
 
+// How the matcher fails a queued receive (a message of another call: Matcher::refused).
+constexpr auto complete_with = [](const std::shared_ptr<Op>& r, std::exception_ptr e) {
+  r->complete(std::move(e));
+};
+
 }  // namespace
 
 // ---- Writing ----
@@ -104,10 +109,7 @@ bool ShmTransport::Impl::begin_message_locked(Peer& p, const MessageHeader& h) {
   }
   std::shared_ptr<Op> op = std::move(*recv);
   op->source.store(p.rank, std::memory_order_relaxed);
-  if (auto refused = refusal(*op, p.rank, h.call, h.bytes)) {
-    op->complete(std::move(refused));  // the message is dropped
-    return true;
-  }
+  if (refuse_locked(*op, p.rank, h.call, h.bytes)) return true;  // the message is dropped
   p.reading_op = std::move(op);
   return true;
 }
@@ -115,9 +117,7 @@ bool ShmTransport::Impl::begin_message_locked(Peer& p, const MessageHeader& h) {
 // Under mu: a message from `p` (its header `h`) is about to wait unexpected; receives of its op
 // that expect another call fail (transport/matcher.h: Calls of ops).
 void ShmTransport::Impl::check_arrived_locked(const Peer& p, const MessageHeader& h) {
-  matcher.check_arrived_call(
-      rank, p.rank, h.tag, h.call,
-      [](const std::shared_ptr<Op>& r, std::exception_ptr e) { r->complete(std::move(e)); });
+  matcher.check_arrived_call(rank, p.rank, h.tag, h.call, complete_with);
 }
 
 // Under mu: `bytes` more held for `p`'s unexpected messages; past the limit the transport
@@ -150,12 +150,17 @@ bool ShmTransport::Impl::copy_to_unexpected_locked(Peer& p, const ShmRing::Reade
   return true;
 }
 
-// Why the receive `op` cannot take a message of `call` and `bytes` from `sender`
-// (transport::receive_refusal); null when it can.
-std::exception_ptr ShmTransport::Impl::refusal(const Op& op, int sender, transport::Call call,
-                                               std::uint64_t bytes) const {
-  return transport::receive_refusal(op.describe(), rank, sender, op.tag, op.call, call, op.bytes,
-                                    bytes);
+// Under mu: when the receive `op` cannot take a message of `call` and `bytes` from `sender`
+// (transport::receive_refusal), fails it, and the rest of its op when the calls differ
+// (transport/matcher.h: Matcher::refused): true. False when it can take it.
+bool ShmTransport::Impl::refuse_locked(Op& op, int sender, transport::Call call,
+                                       std::uint64_t bytes) {
+  auto refused = transport::receive_refusal(op.describe(), rank, sender, op.tag, op.call, call,
+                                            op.bytes, bytes);
+  if (!refused) return false;
+  op.complete(std::move(refused));
+  matcher.refused(rank, sender, op.tag, op.call, call, complete_with);
+  return true;
 }
 
 // Under mu: reads what has arrived from `p`. True when bytes moved.

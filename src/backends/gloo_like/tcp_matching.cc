@@ -29,6 +29,11 @@ constexpr std::chrono::milliseconds kParkGrace{20};
 static_assert(kParkBytes > tcp_detail::kReadAhead,
               "a parked message's payload must reach into the socket");
 
+// How the matcher fails a queued receive (a message of another call: Matcher::refused).
+constexpr auto complete_with = [](const std::shared_ptr<tcp_detail::Op>& r, std::exception_ptr e) {
+  r->complete_locked(std::move(e));
+};
+
 }  // namespace
 
 namespace tcp_detail {
@@ -60,16 +65,14 @@ bool TCPTransport::Impl::start_payload_locked(Connection& c, int peer) {
                                                   c.target->call, c.frame_call,
                                                   c.target->recv_data.size(), c.frame_length)) {
       c.target->complete_locked(std::move(refused));
+      matcher.refused(rank, peer, c.frame_tag, c.target->call, c.frame_call, complete_with);
       c.target.reset();
     } else {
       c.target->in_flight = true;
       c.into = c.target->recv_data;
     }
   } else {
-    matcher.check_arrived_call(rank, peer, c.frame_tag, c.frame_call,
-                               [](const std::shared_ptr<Op>& r, std::exception_ptr e) {
-                                 r->complete_locked(std::move(e));
-                               });
+    matcher.check_arrived_call(rank, peer, c.frame_tag, c.frame_call, complete_with);
     const auto now = Clock::now();
     if (c.frame_length >= kParkBytes && !c.dead && !aborted) {
       if (!c.parked) {
@@ -183,6 +186,7 @@ void TCPTransport::Impl::submit_receive_locked(const std::shared_ptr<Op>& op) {
   if (auto refused = transport::receive_refusal(op->describe(), rank, peer, op->tag, op->call,
                                                 u->call, op->recv_data.size(), u->data.size())) {
     op->complete_locked(std::move(refused));
+    matcher.refused(rank, peer, op->tag, op->call, u->call, complete_with);
   } else if (!u->complete) {
     u->waiter = op;  // finish_payload hands it over
     op->in_flight = true;
