@@ -144,6 +144,11 @@ void expect_stopped_rank_named(int n, int victim, const EnvChanges& env) {
     EXPECT_NE(out.find("FAILED"), std::string::npos) << out;
     EXPECT_NE(out.find(named), std::string::npos) << "rank " << r << ": " << out;
   }
+  if (::testing::Test::HasFailure()) {  // the other ranks' words, to follow the chain by hand
+    for (int r = 0; r < n; ++r) {
+      if (r != victim) ADD_FAILURE() << "rank " << r << ": " << ranks.children[r]->out();
+    }
+  }
   auto& stopped = *ranks.children[static_cast<std::size_t>(victim)];
   EXPECT_TRUE(stopped.running()) << stopped.describe();  // stopped, not dead
   stopped.send_signal(SIGKILL);
