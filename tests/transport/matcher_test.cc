@@ -357,24 +357,31 @@ TEST(CallNotesTest, AMessageOfAnotherCallUnderAnOpThisRankReceivesIsAConflictEit
   }
 }
 
-// check_arrived_call fails the queued receives of the op whose call differs, of every peer and
-// lane, and leaves the rest queued.
-TEST(MatcherCallsTest, AConflictingArrivalFailsTheOpsQueuedReceivesOfAnotherCall) {
+// The matcher's side of calls: receives that know their tag and call (what transports' ops
+// give Matcher::call_refusal and the failures), posted under op 5 of group 0.
+class MatcherCallsTest : public ::testing::Test {
+ protected:
   struct Recv {
     Tag tag;
     Call call;
     std::string name;
     std::string describe() const { return name; }
   };
-  constexpr Call kMine = 0x0101ff0000000400;
-  constexpr Call kTheirs = 0x0102ff0000000400;
+  static constexpr Call kMine = 0x0101ff0000000400;
+  static constexpr Call kTheirs = 0x0102ff0000000400;
   const Tag op = make_tag(0, 5);
-  Matcher<std::shared_ptr<Recv>, std::string> m(kPeers, 1000);
-  const auto post = [&](int peer, Tag tag, Call call, const std::string& name) {
+  Matcher<std::shared_ptr<Recv>, std::string> m{kPeers, 1000};
+
+  void post(int peer, Tag tag, Call call, const std::string& name) {
     auto r = std::make_shared<Recv>(Recv{tag, call, name});
     EXPECT_EQ(m.call_refusal(0, *r), nullptr);
     m.post(peer, tag, r);
-  };
+  }
+};
+
+// check_arrived_call fails the queued receives of the op whose call differs, of every peer and
+// lane, and leaves the rest queued.
+TEST_F(MatcherCallsTest, AConflictingArrivalFailsTheOpsQueuedReceivesOfAnotherCall) {
   post(0, lane_tag(op, 0, 0), kMine, "lane 0 from 0");
   post(2, lane_tag(op, 0, 1), kMine, "lane 1 from 2");
   post(2, make_tag(0, 6), kTheirs, "next op");
@@ -401,22 +408,7 @@ TEST(MatcherCallsTest, AConflictingArrivalFailsTheOpsQueuedReceivesOfAnotherCall
 // other queued receives fail (a rank waiting for the op's other peers would wait for messages
 // the other call never sends), and so does its next receive; a size mismatch (the same call)
 // fails only the receive that took the message.
-TEST(MatcherCallsTest, AReceiveThatTookAMessageOfAnotherCallFailsTheRestOfItsOp) {
-  struct Recv {
-    Tag tag;
-    Call call;
-    std::string name;
-    std::string describe() const { return name; }
-  };
-  constexpr Call kMine = 0x0101ff0000000400;
-  constexpr Call kTheirs = 0x0102ff0000000400;
-  const Tag op = make_tag(0, 5);
-  Matcher<std::shared_ptr<Recv>, std::string> m(kPeers, 1000);
-  const auto post = [&](int peer, Tag tag, Call call, const std::string& name) {
-    auto r = std::make_shared<Recv>(Recv{tag, call, name});
-    EXPECT_EQ(m.call_refusal(0, *r), nullptr);
-    m.post(peer, tag, r);
-  };
+TEST_F(MatcherCallsTest, AReceiveThatTookAMessageOfAnotherCallFailsTheRestOfItsOp) {
   post(1, entry_tag(op), kMine, "entry from 1");
   post(1, op, kMine, "data from 1");
   post(3, lane_tag(op, 0, 1), kMine, "lane 1 from 3");
