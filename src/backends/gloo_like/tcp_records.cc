@@ -8,6 +8,7 @@
 // probe is not asked again.
 #include <algorithm>
 #include <mutex>
+#include <thread>
 
 #include "backends/gloo_like/tcp_transport_impl.h"
 #include "core/check.h"
@@ -21,6 +22,9 @@ namespace {
 
 // How long a failing transport waits for the store to answer (Impl::store_reachable).
 constexpr std::chrono::milliseconds kFailureStoreTimeout{500};
+// How long a rank whose connection ended without a word waits for a failure record
+// (published_failure).
+constexpr std::chrono::milliseconds kRecordGrace{200};
 // StallReport::suspect when the ranks wait for each other.
 constexpr int kWaitCycle = -1;
 
@@ -91,7 +95,14 @@ std::optional<std::pair<std::string, tcp_detail::Blame>> TCPTransport::Impl::fai
 // The cause another rank published, for a connection to `peer` that ended without a word: the
 // error to report and whom it blames, or none (the peer is then reported gone).
 std::pair<std::exception_ptr, tcp_detail::Blame> TCPTransport::Impl::published_failure(int peer) {
-  const auto record = failure_record();
+  auto record = failure_record();
+  // Ranks that fail at once record their causes as they abort, racing this look: a connection
+  // that ended without a word is given a moment for one to come before the peer is blamed.
+  const auto until = Clock::now() + kRecordGrace;
+  while (!record && !store_gone.load() && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    record = failure_record();
+  }
   if (!record) return {nullptr, {}};
   return {C10D_ERROR(NetworkError, "rank {}: connection to peer rank {} closed; {}", rank, peer,
                      record->first),
