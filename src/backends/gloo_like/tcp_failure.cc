@@ -167,14 +167,11 @@ void TCPTransport::Impl::end_of_last_frame(int peer, std::span<const std::byte> 
                                         rank, peer)};
     }
   }
-  if (!loss) {
-    auto [why, blame] = published_failure(peer);
-    const bool explained = why != nullptr;
-    loss = PeerLoss{.why = std::move(why),
-                    .ec = ec ? ec : error_code(asio::error::eof),
-                    .blame = explained ? std::optional<Blame>(blame) : std::nullopt};
-  }
   stop_reverse(c);
+  if (!loss) {
+    end_unexplained(peer, ec ? ec : error_code(asio::error::eof));
+    return;
+  }
   std::lock_guard lock(mu_);
   kill_locked(peer, std::move(*loss));
 }

@@ -171,15 +171,8 @@ bool TCPTransport::Impl::read_failed(Connection& c, int peer, ssize_t n) {
       n == 0 ? error_code(asio::error::eof) : error_code(errno, boost::system::system_category());
   // A peer that aborted while writing to us could not frame an abort notice; it published the
   // cause first, then closed (publish_failure).
-  auto [why, blame] = published_failure(peer);
-  std::lock_guard lock(mu_);
   c.read_closed.store(true);
-  const bool explained = why != nullptr;
-  kill_locked(peer, PeerLoss{.why = std::move(why),
-                             .ec = ec,
-                             .blame = explained ? std::optional<Blame>(blame) : std::nullopt});
-  if (c.target) c.target->complete_locked(aborted ? aborted : c.dead);
-  c.target.reset();
+  end_unexplained(peer, ec);
   return true;
 }
 

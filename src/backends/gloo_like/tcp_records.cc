@@ -8,7 +8,6 @@
 // probe is not asked again.
 #include <algorithm>
 #include <mutex>
-#include <thread>
 
 #include "backends/gloo_like/tcp_transport_impl.h"
 #include "core/check.h"
@@ -22,9 +21,10 @@ namespace {
 
 // How long a failing transport waits for the store to answer (Impl::store_reachable).
 constexpr std::chrono::milliseconds kFailureStoreTimeout{500};
-// How long a rank whose connection ended without a word waits for a failure record
-// (published_failure).
+// How long a rank whose connection ended without a word waits for a failure record, and how
+// often it looks (end_unexplained).
 constexpr std::chrono::milliseconds kRecordGrace{200};
+constexpr std::chrono::milliseconds kRecordLook{10};
 // StallReport::suspect when the ranks wait for each other.
 constexpr int kWaitCycle = -1;
 
@@ -95,18 +95,42 @@ std::optional<std::pair<std::string, tcp_detail::Blame>> TCPTransport::Impl::fai
 // The cause another rank published, for a connection to `peer` that ended without a word: the
 // error to report and whom it blames, or none (the peer is then reported gone).
 std::pair<std::exception_ptr, tcp_detail::Blame> TCPTransport::Impl::published_failure(int peer) {
-  auto record = failure_record();
-  // Ranks that fail at once record their causes as they abort, racing this look: a connection
-  // that ended without a word is given a moment for one to come before the peer is blamed.
-  const auto until = Clock::now() + kRecordGrace;
-  while (!record && !store_gone.load() && Clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    record = failure_record();
-  }
+  const auto record = failure_record();
   if (!record) return {nullptr, {}};
   return {C10D_ERROR(NetworkError, "rank {}: connection to peer rank {} closed; {}", rank, peer,
                      record->first),
           record->second};
+}
+
+// Any thread, outside mu_: the connection from `peer` ended without a word (`ec`), its reader
+// gone if read_closed. Ranks that fail at once record their causes as they abort, racing the
+// look for one, so while none is there (and the store answers, and this transport is not going
+// down) the io thread looks again every kRecordLook until `until`, holding nothing meanwhile,
+// before the peer is blamed. The connection's ops wait for that end.
+void TCPTransport::Impl::end_unexplained(int peer, error_code ec) {
+  end_unexplained_by(peer, ec, Clock::now() + kRecordGrace);
+}
+
+void TCPTransport::Impl::end_unexplained_by(int peer, error_code ec, Clock::time_point until) {
+  auto [why, blame] = published_failure(peer);
+  if (!why && !store_gone.load() && !closing.load() && Clock::now() < until) {
+    auto timer = std::make_shared<asio::steady_timer>(io, kRecordLook);
+    timer->async_wait([self = shared_from_this(), timer, peer, ec, until](error_code) {
+      self->end_unexplained_by(peer, ec, until);
+    });
+    return;
+  }
+  std::lock_guard lock(mu_);
+  const bool explained = why != nullptr;
+  kill_locked(peer, PeerLoss{.why = std::move(why),
+                             .ec = ec,
+                             .blame = explained ? std::optional<Blame>(blame) : std::nullopt});
+  // A receive the reader was filling is in no queue that kill_locked fails.
+  Connection& c = conn(peer);
+  if (c.read_closed.load() && c.target) {
+    c.target->complete_locked(aborted ? aborted : c.dead);
+    c.target.reset();
+  }
 }
 
 // The failure watch of a lazy transport under fail_all_on_peer_loss (its own thread, started at

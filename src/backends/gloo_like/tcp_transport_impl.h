@@ -276,6 +276,8 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   bool store_reachable();
   std::optional<std::pair<std::string, Blame>> failure_record();
   std::pair<std::exception_ptr, Blame> published_failure(int peer);
+  void end_unexplained(int peer, error_code ec);
+  void end_unexplained_by(int peer, error_code ec, Clock::time_point until);
   void watch_for_failures();
   bool look_for_failure();
   transport::PeerActivity heard_from(int peer) const;
