@@ -61,11 +61,15 @@ inline std::span<std::byte> bytes_of(const Tensor& t) {
 
 // ---- The group ----
 
-// A queued op: its Work (the backend hooks' type, when given), its record, and the closure that
-// runs it (RunOp, PostOp).
-struct PendingOp : RunnerOp {
-  PendingOp(std::shared_ptr<Work> w, const OpRecord& record, Milliseconds timeout)
-      : RunnerOp(*w, record, timeout), work(std::move(w)) {}
+// A queued op: its Work, its record, and the closure that runs it (RunOp, PostOp). Without
+// backend hooks the op is also its Work, so that queueing allocates once (as the MPI group's
+// ops); a hook's own Work type (BackendHooks::make_work) is held in `hooked`, and the op's own
+// Work base goes unused.
+struct PendingOp : Work, RunnerOp {
+  PendingOp(std::shared_ptr<Work> hooked_work, const OpRecord& record, Milliseconds timeout)
+      : Work(std::string(record.op), record.sequence),
+        RunnerOp(hooked_work ? *hooked_work : static_cast<Work&>(*this), record, timeout),
+        hooked(std::move(hooked_work)) {}
   // Collectives: runs the op; returns its outputs.
   virtual std::vector<Tensor> run(const Context&) { return {}; }
   // Point-to-point: posts the op's requests.
@@ -73,8 +77,12 @@ struct PendingOp : RunnerOp {
                                                                 transport::Tag) {
     return {};
   }
+  // The op's Work, sharing the op's ownership (which holds a hook's Work too).
+  static std::shared_ptr<Work> work_of(const std::shared_ptr<PendingOp>& op) {
+    return {op, &op->work()};
+  }
 
-  const std::shared_ptr<Work> work;
+  const std::shared_ptr<Work> hooked;
   std::uint32_t user_tag = 0;
   int peer = -1;                // p2p: the rank sent to or received from; kAnySource: any
   std::vector<Tensor> outputs;  // p2p result
@@ -185,11 +193,9 @@ class TransportProcessGroup final : public ProcessGroup,
         op_names_[r.sequence % op_names_.size()] = op;  // a literal: see frame_name
         next_sequence_ = r.sequence + 1;
       }
-      return make(hooks_ ? hooks_->make_work(std::string(op), r.sequence)
-                         : std::make_shared<Work>(std::string(op), r.sequence),
-                  r, t);
+      return make(hooks_ ? hooks_->make_work(std::string(op), r.sequence) : nullptr, r, t);
     });
-    return static_cast<PendingOp&>(*queued).work;
+    return PendingOp::work_of(std::static_pointer_cast<PendingOp>(queued));
   }
 
   std::shared_ptr<Work> point_to_point(std::string_view op, std::vector<Tensor> tensors, int peer,
