@@ -53,7 +53,11 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
   const std::uint64_t want = ++round;  // what every slot of this round says in `round`
   std::byte* slot = slot_at(own, want - 1);
   SlotHeader& h = header_of(slot);
-  if (!mine.empty()) std::memcpy(slot + kSlotHeaderBytes, mine.data(), mine.size());
+  if (!mine.empty()) {
+    std::memcpy(slot + kSlotHeaderBytes, mine.data(), mine.size());
+    std::memcpy(mine_copy.data(), mine.data(), mine.size());
+  }
+  mine_bytes = mine.size();
   h.tag = tag;
   h.check = check;
   h.bytes = mine.size();
@@ -160,14 +164,12 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
 
 std::span<const std::byte> ShmTransport::Impl::Slots::part(int r) const {
   C10D_CHECK(round > 0, "{}: part() of a shared slot before any round", impl.who);
-  if (r == impl.rank) {
-    return payload_of(slot_at(own, round - 1), header_of(slot_at(own, round - 1)).bytes);
-  }
+  const auto bytes = static_cast<std::size_t>(mine_bytes);
+  if (r == impl.rank) return {mine_copy.data(), bytes};
   C10D_CHECK(r >= 0 && r < impl.world, "{}: part() of rank {}, outside the group of {}", impl.who,
              r, impl.world);
   // Of this rank's size, which gather found there too (a peer's header is not read again).
-  return payload_of(slot_at(impl.peer(r).slots, round - 1),
-                    header_of(slot_at(own, round - 1)).bytes);
+  return payload_of(slot_at(impl.peer(r).slots, round - 1), bytes);
 }
 
 }  // namespace c10d::inline v1::gloo_like

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -263,8 +264,12 @@ struct ShmTransport::Impl {
     std::span<const std::byte> part(int r) const override;
 
     Impl& impl;
-    std::byte* own = nullptr;       // this rank's slots, in its segment
-    std::uint64_t round = 0;        // rounds this rank published
+    std::byte* own = nullptr;  // this rank's slots, in its segment
+    std::uint64_t round = 0;   // rounds this rank published
+    // This rank's bytes of its last round, and their size, kept here too: its slot's line is
+    // most often gone to the peers that read it, and reading it back cost a miss per round.
+    std::array<std::byte, shm::kSlotBytes> mine_copy{};
+    std::uint64_t mine_bytes = 0;
     std::atomic<bool> busy{false};  // a gather runs (one thread at a time)
     // When the last round completed (every peer had published it; the coarse clock: a precise
     // read costs as much as the rest of a small round) and its tag, for heard_from.
