@@ -87,11 +87,14 @@ void TCPTransport::Impl::kill_locked(int peer, PeerLoss loss) {
 }
 
 // Requires mu_; io thread. A write to `peer` failed: stop writing, let the read loop find the
-// cause within a second, and kill the connection with `ec` if it has not by then.
+// cause within a second, and kill the connection with `ec` if it has not by then. No later
+// send starts meanwhile (the write side counts as failed): it would fail alike, and its
+// failure would take failed_write's place, leaving that send in flight for ever.
 void TCPTransport::Impl::defer_write_failure_locked(int peer, std::shared_ptr<Op> op,
                                                     const error_code& ec) {
   Connection& c = conn(peer);
   c.failed_write = std::move(op);
+  c.write_side = WriteSide::kFailed;
   shut(c.write_fd, SHUT_WR);
   auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::seconds(1));
   timer->async_wait([self = shared_from_this(), timer, peer, ec](error_code) {
