@@ -17,7 +17,7 @@
 #include <string>
 #include <thread>
 
-#include "../algorithms/ranks.h"
+#include "../rank_threads.h"
 #include "backends/gloo_like/shm_transport.h"
 #include "c10d/errors.h"
 #include "c10d/store.h"
@@ -34,27 +34,30 @@ using transport::Clock;
 constexpr std::size_t kMin = kDefaultSingleCopyMinBytes;
 std::atomic<int> group_counter{0};
 
-// `n` thread ranks over shared memory (1 MiB rings); `single_copy` and `min_bytes` (0: the
-// default) as the options say.
-void run_ranks(int n, const std::function<void(int, ShmTransport&)>& fn,
-               std::optional<bool> single_copy = std::nullopt, std::size_t min_bytes = 0) {
+// `n` thread ranks over shared memory (1 MiB rings unless `ring_bytes` says); `single_copy` and
+// `min_bytes` (0: the default) as the options say. Each rank owns its transport, and may
+// destroy it early.
+void run_owning_ranks(int n, const std::function<void(int, std::unique_ptr<ShmTransport>&)>& fn,
+                      std::optional<bool> single_copy = std::nullopt, std::size_t min_bytes = 0,
+                      std::size_t ring_bytes = 1 << 20) {
   auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
   const std::string group = "shmcma" + std::to_string(group_counter++);
-  std::vector<ShmTransport*> shms(static_cast<std::size_t>(n));
-  algorithms::testing::run_ranks(
-      n,
-      [&](int r) {
-        auto t =
-            std::make_unique<ShmTransport>(store, r, n,
-                                           ShmTransportOptions{.group_name = group,
-                                                               .timeout = 20s,
-                                                               .ring_bytes = 1 << 20,
-                                                               .single_copy = single_copy,
-                                                               .single_copy_min_bytes = min_bytes});
-        shms[static_cast<std::size_t>(r)] = t.get();
-        return t;
-      },
-      [&](int r, transport::Transport&) { fn(r, *shms[static_cast<std::size_t>(r)]); });
+  test::run_rank_threads(n, [&](int r) {
+    auto t =
+        std::make_unique<ShmTransport>(store, r, n,
+                                       ShmTransportOptions{.group_name = group,
+                                                           .timeout = 20s,
+                                                           .ring_bytes = ring_bytes,
+                                                           .single_copy = single_copy,
+                                                           .single_copy_min_bytes = min_bytes});
+    fn(r, t);
+  });
+}
+
+void run_ranks(int n, const std::function<void(int, ShmTransport&)>& fn,
+               std::optional<bool> single_copy = std::nullopt, std::size_t min_bytes = 0) {
+  run_owning_ranks(
+      n, [&](int r, std::unique_ptr<ShmTransport>& t) { fn(r, *t); }, single_copy, min_bytes);
 }
 
 // Every rank sends every other one messages of sizes around the threshold (and of several
@@ -244,6 +247,74 @@ TEST(ShmSingleCopyTest, AnAbortInTheMiddleOfACopyFailsBothSides) {
     EXPECT_LT(Clock::now() - start, 2s);
     aborter.join();
   });
+}
+
+// The receiver of a single-copy message owes its sender an acknowledgement, written to its ring
+// once the ring has room. Rank 0 fills its ring to rank 1 exactly, then copies rank 1's message
+// (its receive completes, the ack still owed) and closes its transport at once: the close
+// writes the ack first, as rank 1 frees the room, so rank 1's send completes.
+TEST(ShmSingleCopyTest, AnAckOwedWhenTheReceiverClosesIsWrittenBeforeItCloses) {
+  constexpr std::size_t kRing = 64 << 10;
+  constexpr std::size_t kBytes = 256 << 10;  // single-copy
+  constexpr std::size_t kFill = kRing - 64;  // one message header and this fill the ring
+  std::latch sent(1), received(1);
+  run_owning_ranks(
+      2,
+      [&](int r, std::unique_ptr<ShmTransport>& t) {
+        if (r == 0) {
+          sent.wait();
+          auto send = t->isend(1, 2, pattern(kFill, 1));
+          std::vector<std::byte> got(kBytes);
+          t->irecv(1, 1, got)->wait(soon());
+          EXPECT_EQ(got, pattern(kBytes, 0));
+          send->wait(soon());
+          received.count_down();
+          t.reset();
+          return;
+        }
+        const auto data = pattern(kBytes, 0);
+        auto send = t->isend(0, 1, data);
+        sent.count_down();
+        received.wait();
+        std::vector<std::byte> got(kFill);
+        t->irecv(0, 2, got)->wait(soon());
+        EXPECT_EQ(got, pattern(kFill, 1));
+        send->wait(Clock::now() + 5s);
+      },
+      std::nullopt, kBytes, kRing);
+}
+
+// A receiver that closes its transport without taking a single-copy message will never copy it:
+// the sender's send fails at once, naming the receiver, rather than waiting for its deadline.
+TEST(ShmSingleCopyTest, ASendToAReceiverThatClosedWithoutTakingItFailsNamingIt) {
+  constexpr std::size_t kBytes = 256 << 10;
+  std::latch sent(1);
+  run_owning_ranks(
+      2,
+      [&](int r, std::unique_ptr<ShmTransport>& t) {
+        if (r == 0) {
+          sent.wait();
+          t.reset();
+          return;
+        }
+        const auto data = pattern(kBytes, 0);
+        auto send = t->isend(0, 1, data);
+        sent.count_down();
+        const auto start = Clock::now();
+        try {
+          send->wait(start + 10s);
+          ADD_FAILURE() << "a message nobody copied was acknowledged";
+        } catch (const transport::PeerTimeout& e) {
+          ADD_FAILURE() << "timed out instead of naming the closed receiver: " << e.what();
+        } catch (const NetworkError& e) {
+          EXPECT_NE(std::string(e.what()).find(
+                        "rank 0 closed its shared-memory transport without acknowledging"),
+                    std::string::npos)
+              << e.what();
+        }
+        EXPECT_LT(Clock::now() - start, 2s);
+      },
+      std::nullopt, kBytes);
 }
 
 }  // namespace

@@ -63,9 +63,31 @@ using c10d::testing::soon;
 void run_shm(int n, const std::function<void(int, transport::Transport&)>& fn) { run_ranks(n, fn); }
 C10D_ANY_SOURCE_TESTS(ShmTransportAnySourceTest, run_shm)
 
-// The TCP backend's transport (routed_transport.h) of `n` ranks, the ranks of `remote` on host
-// "B", the others on host "A": a pair on one host talks through shared memory, others over TCP.
-// Each rank's shared-memory channel goes into `shms` (by rank) when given.
+// Rank r of the TCP backend's transport (routed_transport.h) of `n` ranks in `group`, on host
+// "B" when `far`, else on host "A": a pair on one host talks through shared memory, others over
+// TCP. Its shared-memory channel goes into `shm` when given.
+std::unique_ptr<RoutedTransport> make_routed(const std::shared_ptr<Store>& store,
+                                             const std::string& group, int r, int n, bool far,
+                                             std::shared_ptr<ShmTransport>* shm_out = nullptr) {
+  auto arrivals = std::make_shared<transport::ArrivalClock>();
+  auto shm = std::make_shared<ShmTransport>(store, r, n,
+                                            ShmTransportOptions{.group_name = group,
+                                                                .timeout = 20s,
+                                                                .ring_bytes = kRing,
+                                                                .host_key = far ? "B" : "A",
+                                                                .arrivals = arrivals});
+  TCPTransportOptions options{"127.0.0.1", 20s};
+  options.arrivals = arrivals;
+  options.on_abort = [weak = std::weak_ptr(shm)](std::exception_ptr e) {
+    if (auto s = weak.lock()) s->abort(std::move(e));
+  };
+  auto tcp = std::make_shared<TCPTransport>(store, r, n, group, options);
+  if (shm_out != nullptr) *shm_out = shm;
+  return std::make_unique<RoutedTransport>(std::move(shm), std::move(tcp));
+}
+
+// `n` such ranks, the ranks of `remote` on host "B"; each rank's shared-memory channel goes into
+// `shms` (by rank) when given.
 void run_routed(int n, const std::vector<int>& remote,
                 const std::function<void(int, transport::Transport&)>& fn,
                 std::vector<std::shared_ptr<ShmTransport>>* shms = nullptr) {
@@ -75,21 +97,8 @@ void run_routed(int n, const std::vector<int>& remote,
       n,
       [&](int r) -> std::unique_ptr<transport::Transport> {
         const bool far = std::find(remote.begin(), remote.end(), r) != remote.end();
-        auto arrivals = std::make_shared<transport::ArrivalClock>();
-        auto shm = std::make_shared<ShmTransport>(store, r, n,
-                                                  ShmTransportOptions{.group_name = group,
-                                                                      .timeout = 20s,
-                                                                      .ring_bytes = kRing,
-                                                                      .host_key = far ? "B" : "A",
-                                                                      .arrivals = arrivals});
-        TCPTransportOptions options{"127.0.0.1", 20s};
-        options.arrivals = arrivals;
-        options.on_abort = [weak = std::weak_ptr(shm)](std::exception_ptr e) {
-          if (auto s = weak.lock()) s->abort(std::move(e));
-        };
-        auto tcp = std::make_shared<TCPTransport>(store, r, n, group, options);
-        if (shms != nullptr) (*shms)[static_cast<std::size_t>(r)] = shm;
-        return std::make_unique<RoutedTransport>(std::move(shm), std::move(tcp));
+        return make_routed(store, group, r, n, far,
+                           shms != nullptr ? &(*shms)[static_cast<std::size_t>(r)] : nullptr);
       },
       fn);
 }
@@ -468,6 +477,39 @@ TEST(ShmTransportTest, RingSizesThatAreNotPowersOfTwoAreRefused) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("100000"), std::string::npos) << e.what();
   }
+}
+
+// A receiver that closes the routed transport as soon as its receive of a single-copy message
+// completed still owes the sender its acknowledgement (its ring was full): shared memory closes
+// first and writes it, before the TCP side's close could abort it, so the send completes.
+TEST(RoutedTransportTest, ClosingWritesTheAcknowledgementsItOwesFirst) {
+  constexpr std::size_t kBytes = kDefaultSingleCopyMinBytes;
+  constexpr std::size_t kFill = kRing - 64;  // one message header and this fill the ring
+  auto store = std::make_shared<HashStore>(std::chrono::milliseconds(20000));
+  const std::string group = "routed" + std::to_string(group_counter++);
+  std::latch sent(1), received(1);
+  test::run_rank_threads(2, [&](int r) {
+    auto t = make_routed(store, group, r, 2, false);
+    if (r == 0) {
+      sent.wait();
+      auto send = t->isend(1, 2, pattern(kFill, 1));
+      std::vector<std::byte> got(kBytes);
+      t->irecv(1, 1, got)->wait(soon());
+      EXPECT_EQ(got, pattern(kBytes, 0));
+      send->wait(soon());
+      received.count_down();
+      t.reset();
+      return;
+    }
+    const auto data = pattern(kBytes, 0);
+    auto send = t->isend(0, 1, data);
+    sent.count_down();
+    received.wait();
+    std::vector<std::byte> got(kFill);
+    t->irecv(0, 2, got)->wait(soon());
+    EXPECT_EQ(got, pattern(kFill, 1));
+    send->wait(transport::Clock::now() + 5s);
+  });
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include "backends/gloo_like/shm_transport_impl.h"
@@ -343,6 +344,57 @@ bool ShmTransport::Impl::pull_locked(Peer& p) {
     p.pulls.pop_front();
   }
   return moved;
+}
+
+// ---- Closing ----
+
+// Before this rank closes: the acknowledgements it owes (it copied those messages; their senders
+// wait for word) go out while the peers make room in its rings, until `deadline`. A peer that is
+// gone or closed reads none: none are owed to it.
+void ShmTransport::Impl::flush_acks(Clock::time_point deadline) {
+  const auto owed = [&] {
+    std::lock_guard lock(mu);
+    return !failure && std::any_of(peers.begin(), peers.end(), [](const Peer& p) {
+      return !p.acks.empty() && p.header->closed.load(std::memory_order_acquire) == 0;
+    });
+  };
+  const std::function<bool()> flushed = [&] { return !owed(); };
+  if (!owed() || poll_until(flushed, deadline)) return;
+  C10D_LOG_WARN(
+      "{}: closing with acknowledgements owed that no peer made room for in {} ms: the "
+      "single-copy sends they answer will fail",
+      who, std::chrono::duration_cast<std::chrono::milliseconds>(kCloseFlush).count());
+}
+
+// Under mu: sends to peers that closed their transport end. A single-copy one that no ack in the
+// ring answers (the peer closed before it copied it, or could not write the ack in time) fails
+// naming the peer, as does one still queued (the peer reads its ring no more). True when one did.
+bool ShmTransport::Impl::end_sends_to_closed_locked() {
+  bool ended = false;
+  for (Peer& p : peers) {
+    if (p.cma_sent.empty() && p.sends.empty()) continue;
+    if (p.header->closed.load(std::memory_order_acquire) == 0) continue;
+    read_locked(p);  // the acks it wrote before it closed
+    if (failure) return true;
+    const auto fail = [&](Op& op, std::string_view what) {
+      op.complete(C10D_ERROR(NetworkError, "{}: rank {} closed its shared-memory transport {}",
+                             op.describe(), p.rank, what));
+    };
+    for (auto& op : p.cma_sent) fail(*op, "without acknowledging this single-copy message");
+    for (auto& op : p.sends) fail(*op, "before it read this message");
+    ended |= !p.cma_sent.empty() || !p.sends.empty();
+    p.cma_sent.clear();
+    p.sends.clear();
+    p.send_pos = 0;
+  }
+  return ended;
+}
+
+// The same, when `peer_rank` closed (a send's test that found it not done).
+void ShmTransport::Impl::end_sends_if_closed(int peer_rank) {
+  if (peer(peer_rank).header->closed.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lock(mu);
+  end_sends_to_closed_locked();
 }
 
 // Under mu: whether single-copy traffic of this rank waits for anyone.

@@ -28,7 +28,11 @@ class ShmRequest final : public transport::Request {
   ~ShmRequest() override { impl_->cancel(op_); }
   bool test() override {
     if (!op_->done.load(std::memory_order_acquire)) impl_->progress();
-    if (!op_->done.load(std::memory_order_acquire)) return false;
+    if (!op_->done.load(std::memory_order_acquire)) {
+      // A tester that never sleeps in a wait (the p2p completer) learns of a closed peer here.
+      if (op_->is_send) impl_->end_sends_if_closed(op_->peer);
+      if (!op_->done.load(std::memory_order_acquire)) return false;
+    }
     if (op_->error) std::rethrow_exception(op_->error);
     return true;
   }
@@ -231,6 +235,7 @@ ShmTransport::~ShmTransport() {
   // Closed in order: the peers' liveness looks (lost_peer) take this process's end for a finish,
   // and a peer's any-source receive that waits for the last sender looks again (peers_open).
   if (impl_->own_header != nullptr) {
+    impl_->flush_acks(transport::Clock::now() + shm_detail::kCloseFlush);
     impl_->own_header->closed.store(1, std::memory_order_release);
     for (shm_detail::Peer& p : impl_->peers) shm_detail::ring_doorbell(p.header);
   }

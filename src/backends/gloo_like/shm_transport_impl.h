@@ -51,6 +51,10 @@ using transport::Tag;
 // How long a single-copy message waits for its receive before it is copied into a buffer
 // (shm_cma.cc); a waiter sleeps no longer while one waits.
 inline constexpr auto kParkGrace = std::chrono::milliseconds(20);
+// The longest a closing transport waits for room in its rings for the acknowledgements it owes
+// (shm_cma.cc: flush_acks). A peer that waits for one reads its ring within microseconds; one
+// that does not wait yet learns at its next look that its send was not answered.
+inline constexpr auto kCloseFlush = std::chrono::seconds(5);
 
 // Bumps `h`'s doorbell, and wakes its sleepers if it has any.
 inline void ring_doorbell(SegmentHeader* h) { transport::ring_doorbell(h->doorbell, h->sleepers); }
@@ -253,6 +257,9 @@ struct ShmTransport::Impl {
   bool pull_locked(Peer& p);
   void revoke_locked(Peer& p, std::uint64_t below);
   bool single_copy_pending_locked() const;
+  void flush_acks(Clock::time_point deadline);
+  bool end_sends_to_closed_locked();
+  void end_sends_if_closed(int peer_rank);
 
   // ---- Shared slots (shm_slots.cc) ----
   // Set up when every rank of the transport is on this host.

@@ -152,6 +152,7 @@ bool ShmTransport::Impl::poll_until(Done&& done, Clock::time_point deadline, boo
         abort_locked(lost);
         continue;  // the abort failed what `done` waits for, or it waits for more
       }
+      if (std::lock_guard lock(mu); end_sends_to_closed_locked()) continue;
     }
     auto until = std::min(deadline, next_liveness);
     // A parked single-copy message is copied into a buffer after its grace by whoever polls.
