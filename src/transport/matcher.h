@@ -324,10 +324,26 @@ class Matcher {
   void check_arrived_call(int self, int peer, Tag tag, Call call, Fail&& fail) {
     if (calls_.arrived(peer, tag, call)) fail_op_receives(self, peer, tag, call, fail);
   }
-  // A receive of `tag` expecting `mine` took a message from `peer` of `theirs` (on arrival, or
-  // waiting unexpected) and fails: when the calls differ the op is lost on this rank, so its
-  // other queued receives of another call leave, each failed by fail(recv, error), and its later
-  // ones conflict (CallNotes::lost). Else (sizes) only that receive fails.
+  // A receive `recv` of rank `self`, posted for `buffer` bytes, took a message of `theirs` and
+  // `bytes` from `peer` (on arrival, or waiting unexpected). When it cannot take it
+  // (receive_refusal: another call, or another size) it fails, by fail(recv, error), and this
+  // returns true; when the calls differ the op is lost on this rank too, so its other queued
+  // receives of another call leave, each failed by fail(recv, error), and its later ones
+  // conflict (CallNotes::lost). One call for both, so that no transport forgets the op's part.
+  template <typename Fail>
+  bool refuse(const Recv& recv, int self, int peer, Call theirs, std::uint64_t buffer,
+              std::uint64_t bytes, Fail&& fail) {
+    const Tag tag = recv->tag;
+    const Call mine = recv->call;
+    auto error = receive_refusal(recv->describe(), self, peer, tag, mine, theirs, buffer, bytes);
+    if (!error) return false;
+    fail(recv, std::move(error));
+    refused(self, peer, tag, mine, theirs, fail);
+    return true;
+  }
+  // The op's part of that alone, for a transport that fails the receive itself (the in-process
+  // one fails the send too): when the calls differ, the op's other queued receives of another
+  // call leave, each failed by fail(recv, error), and its later ones conflict.
   template <typename Fail>
   void refused(int self, int peer, Tag tag, Call mine, Call theirs, Fail&& fail) {
     if (calls_agree(mine, theirs)) return;

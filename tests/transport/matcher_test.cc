@@ -404,16 +404,17 @@ TEST_F(MatcherCallsTest, AConflictingArrivalFailsTheOpsQueuedReceivesOfAnotherCa
   EXPECT_EQ(m.receives(), 2u);
 }
 
-// refused: a receive that took a message of another call loses its op on this rank. The op's
-// other queued receives fail (a rank waiting for the op's other peers would wait for messages
-// the other call never sends), and so does its next receive; a size mismatch (the same call)
-// fails only the receive that took the message.
+// refuse: a receive that took a message of another size fails alone; one that took a message of
+// another call fails and loses its op on this rank. The op's other queued receives fail (a rank
+// waiting for the op's other peers would wait for messages the other call never sends), and so
+// does its next receive.
 TEST_F(MatcherCallsTest, AReceiveThatTookAMessageOfAnotherCallFailsTheRestOfItsOp) {
   post(1, entry_tag(op), kMine, "entry from 1");
   post(1, op, kMine, "data from 1");
   post(3, lane_tag(op, 0, 1), kMine, "lane 1 from 3");
   post(2, make_tag(0, 6), kTheirs, "next op");
   std::vector<std::string> failed;
+  std::vector<std::string> errors;
   const auto fail = [&](const std::shared_ptr<Recv>& r, std::exception_ptr e) {
     failed.push_back(r->name);
     try {
@@ -422,15 +423,26 @@ TEST_F(MatcherCallsTest, AReceiveThatTookAMessageOfAnotherCallFailsTheRestOfItsO
       EXPECT_EQ(mm.peer, 1);
       EXPECT_EQ(mm.expected, kMine);
       EXPECT_EQ(mm.received, kTheirs);
+      errors.push_back("call");
+    } catch (const InvalidArgument& ia) {
+      errors.push_back(ia.what());
     }
   };
   const auto entry = m.match(1, entry_tag(op));
   ASSERT_TRUE(entry);
-  m.refused(0, 1, entry_tag(op), kMine, kMine, fail);  // sizes: the op goes on
+  EXPECT_FALSE(m.refuse(*entry, 0, 1, kMine, 8, 8, fail));  // it takes the message
   EXPECT_TRUE(failed.empty());
-  m.refused(0, 1, entry_tag(op), kMine, kTheirs, fail);
+  EXPECT_TRUE(m.refuse(*entry, 0, 1, kMine, 8, 4, fail));  // sizes: it alone fails
+  EXPECT_EQ(failed, (std::vector<std::string>{"entry from 1"}));
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("size mismatch: the receive buffer has 8 bytes but the message from "
+                           "rank 1 has 4 bytes"),
+            std::string::npos)
+      << errors[0];
+  failed.clear();
+  EXPECT_TRUE(m.refuse(*entry, 0, 1, kTheirs, 8, 8, fail));
   std::sort(failed.begin(), failed.end());
-  EXPECT_EQ(failed, (std::vector<std::string>{"data from 1", "lane 1 from 3"}));
+  EXPECT_EQ(failed, (std::vector<std::string>{"data from 1", "entry from 1", "lane 1 from 3"}));
   EXPECT_EQ(m.receives(), 1u);  // the next op's
   const Recv later{lane_tag(op, 1, 0), kMine, "later"};
   EXPECT_NE(m.call_refusal(0, later), nullptr);

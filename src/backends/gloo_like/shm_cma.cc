@@ -218,7 +218,7 @@ bool ShmTransport::Impl::begin_single_copy_locked(Peer& p, const MessageHeader& 
   std::shared_ptr<Op> op = std::move(*recv);
   op->source.store(p.rank, std::memory_order_relaxed);
   Pull pull{.tag = h.tag, .sequence = h.sequence, .address = h.address, .bytes = h.bytes};
-  if (!refuse_locked(*op, p.rank, h.call, h.bytes)) pull.op = std::move(op);  // else dropped
+  if (!refuse_locked(op, p.rank, h.call, h.bytes)) pull.op = std::move(op);  // else dropped
   p.pulls.push_back(std::move(pull));
   return true;
 }

@@ -109,7 +109,7 @@ bool ShmTransport::Impl::begin_message_locked(Peer& p, const MessageHeader& h) {
   }
   std::shared_ptr<Op> op = std::move(*recv);
   op->source.store(p.rank, std::memory_order_relaxed);
-  if (refuse_locked(*op, p.rank, h.call, h.bytes)) return true;  // the message is dropped
+  if (refuse_locked(op, p.rank, h.call, h.bytes)) return true;  // the message is dropped
   p.reading_op = std::move(op);
   return true;
 }
@@ -150,17 +150,12 @@ bool ShmTransport::Impl::copy_to_unexpected_locked(Peer& p, const ShmRing::Reade
   return true;
 }
 
-// Under mu: when the receive `op` cannot take a message of `call` and `bytes` from `sender`
-// (transport::receive_refusal), fails it, and the rest of its op when the calls differ
-// (transport/matcher.h: Matcher::refused): true. False when it can take it.
-bool ShmTransport::Impl::refuse_locked(Op& op, int sender, transport::Call call,
-                                       std::uint64_t bytes) {
-  auto refused = transport::receive_refusal(op.describe(), rank, sender, op.tag, op.call, call,
-                                            op.bytes, bytes);
-  if (!refused) return false;
-  op.complete(std::move(refused));
-  matcher.refused(rank, sender, op.tag, op.call, call, complete_with);
-  return true;
+// Under mu: when the receive `op` cannot take a message of `call` and `bytes` from `sender`,
+// fails it, and the rest of its op when the calls differ (Matcher::refuse): true. False when it
+// can take it.
+bool ShmTransport::Impl::refuse_locked(const std::shared_ptr<Op>& op, int sender,
+                                       transport::Call call, std::uint64_t bytes) {
+  return matcher.refuse(op, rank, sender, call, op->bytes, bytes, complete_with);
 }
 
 // Under mu: reads what has arrived from `p`. True when bytes moved.

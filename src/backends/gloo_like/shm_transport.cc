@@ -118,7 +118,7 @@ std::shared_ptr<Op> ShmTransport::Impl::post_recv(int peer_rank, Tag tag, std::s
   }
   const bool arriving = p.reading_unexpected == u;
   const bool single_copy = u->copy != Unexpected::Copy::kNone;  // not all copied yet
-  if (refuse_locked(*op, p.rank, u->call, u->data.size())) {
+  if (refuse_locked(op, p.rank, u->call, u->data.size())) {
     if (arriving) p.reading_unexpected.reset();  // the rest is dropped as it comes
     if (single_copy) drop_single_copy_locked(p, *u);
     return op;

@@ -237,7 +237,8 @@ struct ShmTransport::Impl {
   bool hold_locked(Peer& p, std::uint64_t bytes);
   bool copy_to_unexpected_locked(Peer& p, const ShmRing::Reader& r, std::uint64_t at,
                                  std::uint64_t n);
-  bool refuse_locked(Op& op, int sender, transport::Call call, std::uint64_t bytes);
+  bool refuse_locked(const std::shared_ptr<Op>& op, int sender, transport::Call call,
+                     std::uint64_t bytes);
   bool read_locked(Peer& p);
   bool progress_locked();
   bool progress();

@@ -61,11 +61,8 @@ bool TCPTransport::Impl::start_payload_locked(Connection& c, int peer) {
   if (recv) {
     c.target = std::move(*recv);
     c.target->source.store(peer, std::memory_order_relaxed);
-    if (auto refused = transport::receive_refusal(c.target->describe(), rank, peer, c.frame_tag,
-                                                  c.target->call, c.frame_call,
-                                                  c.target->recv_data.size(), c.frame_length)) {
-      c.target->complete_locked(std::move(refused));
-      matcher.refused(rank, peer, c.frame_tag, c.target->call, c.frame_call, complete_with);
+    if (matcher.refuse(c.target, rank, peer, c.frame_call, c.target->recv_data.size(),
+                       c.frame_length, complete_with)) {
       c.target.reset();
     } else {
       c.target->in_flight = true;
@@ -183,16 +180,14 @@ void TCPTransport::Impl::submit_receive_locked(const std::shared_ptr<Op>& op) {
   const std::shared_ptr<Unexpected> u = matcher.take(*found);
   op->source.store(peer, std::memory_order_relaxed);
   // A message of another call or size is dropped, the rest of it unread if it is still arriving.
-  if (auto refused = transport::receive_refusal(op->describe(), rank, peer, op->tag, op->call,
-                                                u->call, op->recv_data.size(), u->data.size())) {
-    op->complete_locked(std::move(refused));
-    matcher.refused(rank, peer, op->tag, op->call, u->call, complete_with);
-  } else if (!u->complete) {
-    u->waiter = op;  // finish_payload hands it over
-    op->in_flight = true;
-    c.claimed = u;
-    return;
-  } else {
+  if (!matcher.refuse(op, rank, peer, u->call, op->recv_data.size(), u->data.size(),
+                      complete_with)) {
+    if (!u->complete) {
+      u->waiter = op;  // finish_payload hands it over
+      op->in_flight = true;
+      c.claimed = u;
+      return;
+    }
     u->data.copy_to(op->recv_data);
     op->complete_locked(nullptr);
   }
