@@ -196,6 +196,7 @@ TEST(ShmSingleCopyTest, ADeadlineInTheMiddleOfACopyHoldsAndTheCopyGoesOn) {
 // message back: the receive that later takes it fails, naming the sender, and the stream goes on.
 TEST(ShmSingleCopyTest, ASendTakenBackBeforeItsCopyFailsItsReceiveAndTheStreamGoesOn) {
   constexpr std::size_t kBytes = kMin;
+  std::latch taken_back(1);
   run_ranks(2, [&](int r, ShmTransport& t) {
     if (r == 0) {
       {
@@ -203,10 +204,11 @@ TEST(ShmSingleCopyTest, ASendTakenBackBeforeItsCopyFailsItsReceiveAndTheStreamGo
         auto send = t.isend(1, 1, data);
         EXPECT_THROW(send->wait(Clock::now() + 50ms), transport::PeerTimeout);
       }  // the request, then its buffer, go
+      taken_back.count_down();
       t.isend(1, 2, pattern(8, 5))->wait(soon());
       return;
     }
-    std::this_thread::sleep_for(100ms);
+    taken_back.wait();  // rank 1 copies nothing before: a sleep here lost the race under load
     std::vector<std::byte> next(8), got(kBytes);
     t.irecv(0, 2, next)->wait(soon());
     EXPECT_EQ(next, pattern(8, 5));
