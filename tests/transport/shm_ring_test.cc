@@ -337,8 +337,10 @@ void stress(std::size_t capacity, std::uint64_t total, std::size_t max_piece) {
   EXPECT_EQ(reader_ring.header().tail.load(), total);
 }
 
+// 1 MiB wraps the ring 16,384 times. 4 MiB, every piece a hand-off between the threads, passed
+// in 2.4 s on a quiet 2-core machine and ran past the minute beside a sanitizer build.
 TEST(ShmRingTest, TwoThreadsStreamThroughATinyRingWrappingEveryFewBytes) {
-  stress(64, std::uint64_t{4} << 20, 64);
+  stress(64, std::uint64_t{1} << 20, 64);
 }
 
 TEST(ShmRingTest, TwoThreadsStreamThroughA64KiBRingInPiecesUpToItsSize) {
