@@ -28,6 +28,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using c10d::testing::pattern;
+using c10d::testing::Release;
 using c10d::testing::soon;
 using transport::Clock;
 
@@ -264,19 +265,22 @@ TEST(ShmSingleCopyTest, AnAckOwedWhenTheReceiverClosesIsWrittenBeforeItCloses) {
       2,
       [&](int r, std::unique_ptr<ShmTransport>& t) {
         if (r == 0) {
+          Release release(received);
           sent.wait();
           auto send = t->isend(1, 2, pattern(kFill, 1));
           std::vector<std::byte> got(kBytes);
           t->irecv(1, 1, got)->wait(soon());
           EXPECT_EQ(got, pattern(kBytes, 0));
           send->wait(soon());
-          received.count_down();
+          release.now();
           t.reset();
           return;
         }
+        Release release(sent);
+        ASSERT_TRUE(t->single_copy_to(0));
         const auto data = pattern(kBytes, 0);
         auto send = t->isend(0, 1, data);
-        sent.count_down();
+        release.now();
         received.wait();
         std::vector<std::byte> got(kFill);
         t->irecv(0, 2, got)->wait(soon());
@@ -299,9 +303,11 @@ TEST(ShmSingleCopyTest, ASendToAReceiverThatClosedWithoutTakingItFailsNamingIt) 
           t.reset();
           return;
         }
+        Release release(sent);
+        ASSERT_TRUE(t->single_copy_to(0));
         const auto data = pattern(kBytes, 0);
         auto send = t->isend(0, 1, data);
-        sent.count_down();
+        release.now();
         const auto start = Clock::now();
         try {
           send->wait(start + 10s);

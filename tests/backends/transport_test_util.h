@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <latch>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,24 @@
 #include "transport/transport.h"
 
 namespace c10d::inline v1::testing {
+
+// Counts `latch` down once: at now(), else when it goes. A rank whose part throws still releases
+// the ranks that wait for it, which then fail at their deadlines rather than hang.
+class Release {
+ public:
+  explicit Release(std::latch& latch) : latch_(latch) {}
+  Release(const Release&) = delete;
+  Release& operator=(const Release&) = delete;
+  ~Release() { now(); }
+  void now() {
+    if (!done_) latch_.count_down();
+    done_ = true;
+  }
+
+ private:
+  std::latch& latch_;
+  bool done_ = false;
+};
 
 // Open sockets of this process: the links in /proc/self/fd that name a socket.
 inline int open_sockets() {

@@ -42,9 +42,9 @@ namespace c10d::inline v1::gloo_like {
 class RoutedTransport final : public transport::Transport {
  public:
   RoutedTransport(std::shared_ptr<ShmTransport> shm, std::shared_ptr<TCPTransport> tcp);
-  // Shared memory closes first: its close writes the acknowledgements it owes
-  // (ShmTransport's destructor), which the TCP side's close would abort (its on_abort).
-  ~RoutedTransport() override { shm_.reset(); }
+  // Shared memory closes first (ShmTransport::close: it writes the acknowledgements it owes),
+  // whoever else still holds it: the TCP side's close aborts it (on_abort).
+  ~RoutedTransport() override { shm_->close(); }
 
   int rank() const override { return tcp_->rank(); }
   int size() const override { return tcp_->size(); }

@@ -348,14 +348,15 @@ bool ShmTransport::Impl::pull_locked(Peer& p) {
 
 // ---- Closing ----
 
-// Before this rank closes: the acknowledgements it owes (it copied those messages; their senders
-// wait for word) go out while the peers make room in its rings, until `deadline`. A peer that is
-// gone or closed reads none: none are owed to it.
+// Before this rank closes: the acknowledgements it owes (it copied those messages, or is copying
+// them, or dropped them; their senders wait for word) go out while the peers make room in its
+// rings, until `deadline`. A peer that is gone or closed reads none: none are owed to it.
 void ShmTransport::Impl::flush_acks(Clock::time_point deadline) {
   const auto owed = [&] {
     std::lock_guard lock(mu);
     return !failure && std::any_of(peers.begin(), peers.end(), [](const Peer& p) {
-      return !p.acks.empty() && p.header->closed.load(std::memory_order_acquire) == 0;
+      return (!p.acks.empty() || !p.pulls.empty()) &&
+             p.header->closed.load(std::memory_order_acquire) == 0;
     });
   };
   const std::function<bool()> flushed = [&] { return !owed(); };
@@ -387,6 +388,7 @@ bool ShmTransport::Impl::end_sends_to_closed_locked() {
     p.sends.clear();
     p.send_pos = 0;
   }
+  if (ended) ring_doorbell(own_header);  // another thread of this rank may sleep on one
   return ended;
 }
 

@@ -231,7 +231,10 @@ void ShmTransport::Impl::abort_locked(std::exception_ptr reason) {
   if (own_header != nullptr) ring_doorbell(own_header);
 }
 
-ShmTransport::~ShmTransport() {
+ShmTransport::~ShmTransport() { close(); }
+
+void ShmTransport::close() {
+  if (impl_->closing.exchange(true)) return;
   // Closed in order: the peers' liveness looks (lost_peer) take this process's end for a finish,
   // and a peer's any-source receive that waits for the last sender looks again (peers_open).
   if (impl_->own_header != nullptr) {
@@ -239,7 +242,7 @@ ShmTransport::~ShmTransport() {
     impl_->own_header->closed.store(1, std::memory_order_release);
     for (shm_detail::Peer& p : impl_->peers) shm_detail::ring_doorbell(p.header);
   }
-  abort(C10D_ERROR(NetworkError, "rank {}: the shared-memory transport was destroyed", rank_));
+  abort(C10D_ERROR(NetworkError, "rank {}: the shared-memory transport was closed", rank_));
 }
 
 bool ShmTransport::serves(int peer) const {

@@ -208,6 +208,12 @@ class ShmTransport final : public transport::Transport {
   // ShmTransportOptions::arrivals.
   std::shared_ptr<transport::ArrivalClock> arrivals() const;
   void abort(std::exception_ptr reason) override;
+  // Closes in order, once (the destructor calls it too): writes the acknowledgements this rank
+  // owes while its peers make room (up to 5 s: a sender waits for them), sets the segment's
+  // closed flag (peers take this rank's end for a finish, and fail sends to it that nothing
+  // answered), and fails whatever is still pending. A RoutedTransport closes this side before
+  // its TCP side, whose close would abort it.
+  void close();
 
   struct Impl;
 

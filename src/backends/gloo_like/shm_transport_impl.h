@@ -219,6 +219,7 @@ struct ShmTransport::Impl {
   // ticks; any waiter, relaxed: a look more or less is harmless).
   std::atomic<Clock::rep> next_liveness_check{0};
 
+  std::atomic<bool> closing{false};  // close() began
   mutable std::mutex mu;
   std::exception_ptr failure;       // GUARDED_BY(mu)
   std::atomic<bool> failed{false};  // failure is set: for pollers that take no lock

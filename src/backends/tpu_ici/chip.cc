@@ -80,13 +80,10 @@ void IciTransport::Chip::bind_locked(const std::shared_ptr<Incoming>& msg,
                                      const std::shared_ptr<Op>& op) {
   op->source.store(msg->src, std::memory_order_relaxed);
   // Another call or size: the message is dropped.
-  if (auto refused = transport::receive_refusal(op->describe(), rank, msg->src, op->tag, op->call,
-                                                msg->call, op->recv.size(), msg->bytes)) {
-    complete_locked(op, std::move(refused), now);
-    matcher.refused(rank, msg->src, op->tag, op->call, msg->call,
-                    [&](const std::shared_ptr<Op>& r, std::exception_ptr e) {
-                      complete_locked(r, std::move(e), now);
-                    });
+  if (matcher.refuse(op, rank, msg->src, msg->call, op->recv.size(), msg->bytes,
+                     [&](const std::shared_ptr<Op>& r, std::exception_ptr e) {
+                       complete_locked(r, std::move(e), now);
+                     })) {
     msg->discard = true;
     release_locked(*msg);
     return;
