@@ -73,9 +73,15 @@ class RawPeer {
   int out() const { return out_; }
   void set_in(int fd) { in_ = fd; }
   void close() {
+    close_in();
     if (out_ >= 0) ::close(out_);
+    out_ = -1;
+  }
+  // Closes only the connection the real rank writes on (with bytes unread there, the kernel
+  // resets it): the rank's writes fail while its read side hears nothing.
+  void close_in() {
     if (in_ >= 0) ::close(in_);
-    out_ = in_ = -1;
+    in_ = -1;
   }
 
  private:
