@@ -81,6 +81,11 @@ struct PendingOp : Work, RunnerOp {
   static std::shared_ptr<Work> work_of(const std::shared_ptr<PendingOp>& op) {
     return {op, &op->work()};
   }
+  // The same, taking `op`'s reference: no count goes up and down (each is an atomic add).
+  static std::shared_ptr<Work> work_of(std::shared_ptr<PendingOp>&& op) {
+    Work& w = op->work();
+    return {std::move(op), &w};
+  }
 
   const std::shared_ptr<Work> hooked;
   std::uint32_t user_tag = 0;
@@ -188,14 +193,14 @@ class TransportProcessGroup final : public ProcessGroup,
     core::check_timeout(t, op);
     // Collectives and point-to-point ops count apart (OpRunner): only collectives must agree
     // across ranks (their tag is the sequence); p2p ops are matched by their user tag.
-    const auto queued = runner_.submit(record, [&](const OpRecord& r) {
+    auto queued = runner_.submit(record, [&](const OpRecord& r) {
       if (r.collective) {
         op_names_[r.sequence % op_names_.size()] = op;  // a literal: see frame_name
         next_sequence_ = r.sequence + 1;
       }
       return make(hooks_ ? hooks_->make_work(std::string(op), r.sequence) : nullptr, r, t);
     });
-    return PendingOp::work_of(std::static_pointer_cast<PendingOp>(queued));
+    return PendingOp::work_of(std::static_pointer_cast<PendingOp>(std::move(queued)));
   }
 
   std::shared_ptr<Work> point_to_point(std::string_view op, std::vector<Tensor> tensors, int peer,
