@@ -264,28 +264,8 @@ TEST(ShmSingleCopyTest, AnAckOwedWhenTheReceiverClosesIsWrittenBeforeItCloses) {
   run_owning_ranks(
       2,
       [&](int r, std::unique_ptr<ShmTransport>& t) {
-        if (r == 0) {
-          Release release(received);
-          sent.wait();
-          auto send = t->isend(1, 2, pattern(kFill, 1));
-          std::vector<std::byte> got(kBytes);
-          t->irecv(1, 1, got)->wait(soon());
-          EXPECT_EQ(got, pattern(kBytes, 0));
-          send->wait(soon());
-          release.now();
-          t.reset();
-          return;
-        }
-        Release release(sent);
-        ASSERT_TRUE(t->single_copy_to(0));
-        const auto data = pattern(kBytes, 0);
-        auto send = t->isend(0, 1, data);
-        release.now();
-        received.wait();
-        std::vector<std::byte> got(kFill);
-        t->irecv(0, 2, got)->wait(soon());
-        EXPECT_EQ(got, pattern(kFill, 1));
-        send->wait(Clock::now() + 5s);
+        c10d::testing::ack_owed_at_close(
+            r, *t, kBytes, kFill, t->single_copy_to(1 - r), [&] { t.reset(); }, sent, received);
       },
       std::nullopt, kBytes, kRing);
 }

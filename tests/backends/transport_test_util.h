@@ -66,6 +66,38 @@ inline std::vector<std::byte> pattern(std::size_t n, int seed) {
   return v;
 }
 
+// An acknowledgement owed at close (backends/gloo_like/shm_cma.cc): rank 0 fills its ring to
+// rank 1 with a message of `fill` bytes (with its header, exactly the ring), copies rank 1's
+// single-copy message of `bytes` (its receive completes, the ack still owed) and closes its
+// transport at once (`close`); rank 1 then frees the room, and its send must complete.
+// `single_copy`: whether rank 1's sends to rank 0 go single-copy, as the scenario needs.
+inline void ack_owed_at_close(int r, transport::Transport& t, std::size_t bytes, std::size_t fill,
+                              bool single_copy, const std::function<void()>& close,
+                              std::latch& sent, std::latch& received) {
+  if (r == 0) {
+    Release release(received);
+    sent.wait();
+    auto send = t.isend(1, 2, pattern(fill, 1));
+    std::vector<std::byte> got(bytes);
+    t.irecv(1, 1, got)->wait(soon());
+    EXPECT_EQ(got, pattern(bytes, 0));
+    send->wait(soon());
+    release.now();
+    close();
+    return;
+  }
+  Release release(sent);
+  ASSERT_TRUE(single_copy);
+  const auto data = pattern(bytes, 0);
+  auto send = t.isend(0, 1, data);
+  release.now();
+  received.wait();
+  std::vector<std::byte> got(fill);
+  t.irecv(0, 2, got)->wait(soon());
+  EXPECT_EQ(got, pattern(fill, 1));
+  send->wait(transport::Clock::now() + std::chrono::seconds(5));
+}
+
 // A field of /proc/self/status in KiB ("VmRSS": resident; "VmSize": all mapped, so an
 // allocation shows even before its pages are touched); 0 when absent.
 inline std::uint64_t memory_kib(const std::string& field) {
