@@ -1,10 +1,12 @@
 // The TCP backend's host map (host_map.h) and what rides on it, every rank a thread: host keys
 // make the map (C10D_SHM_HOST is this process's key); over the routed transport with ranks on two
 // pretend hosts (host keys), shared memory joins exactly the ranks of one host and the map says
-// so; the hierarchical all_reduce over it, which uses both channels, gives the closed forms; and
-// a group without shared memory still learns its hosts.
+// so; the hierarchical all_reduce over it, which uses both channels, gives the closed forms; the
+// ranks of one kernel count as sharing its cores whatever hosts they are on; and a group without
+// shared memory still learns its hosts.
 #include "backends/gloo_like/host_map.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -22,6 +24,7 @@
 #include "backends/gloo_like/tcp_transport.h"
 #include "c10d/init.h"
 #include "c10d/store.h"
+#include "core/host.h"
 
 namespace c10d::inline v1::gloo_like {
 namespace {
@@ -42,6 +45,16 @@ TEST(HostMapTest, TheShmHostVariableIsThisProcesssKey) {
   EXPECT_EQ(shm_host_key(), "pretend-host-7");
   ::unsetenv("C10D_SHM_HOST");
   EXPECT_NE(shm_host_key(), "pretend-host-7");
+}
+
+TEST(HostMapTest, RanksOnOneKernelAreCountedByTheBootIdInTheirKeys) {
+  const std::vector<std::string> keys{
+      "h0|boot-a|1:2", "h1|boot-a|3:4", "h2|boot-b|1:2", "boot-a", "", "x|boot-a"};
+  EXPECT_EQ(ranks_on_machine(keys, "boot-a"), 2);  // other shapes name no kernel
+  EXPECT_EQ(ranks_on_machine(keys, "boot-b"), 1);
+  EXPECT_EQ(ranks_on_machine(keys, "boot"), 0);
+  EXPECT_EQ(ranks_on_machine(keys, ""), 0);
+  EXPECT_EQ(ranks_on_machine({}, "boot-a"), 0);
 }
 
 // The TCP backend's transport over `keys` (one host key per rank), each rank's shared-memory
@@ -108,6 +121,19 @@ TEST(HostMapTest, SharedMemoryJoinsExactlyTheRanksOfOneHost) {
       }
     }
   }
+}
+
+TEST(HostMapTest, PretendHostsOnThisKernelCountAllTheirRanksAsSharingItsCores) {
+  // Four ranks on two hosts of one kernel, as network namespaces make them: each host has two,
+  // the machine's cores serve four (core/host.h).
+  ASSERT_FALSE(boot_id().empty());
+  std::vector<std::string> keys;
+  for (int r = 0; r < 4; ++r) keys.push_back(fmt::format("ns{}|{}|{}:1", r / 2, boot_id(), r / 2));
+  std::vector<std::shared_ptr<ShmTransport>> shms;
+  run_routed(keys, shms, [&](int r, transport::Transport& t) {
+    EXPECT_EQ(t.host_of_rank(), (std::vector<int>{0, 0, 1, 1})) << "rank " << r;
+  });
+  EXPECT_GE(core::machine_processes_noted().load(), 4);
 }
 
 TEST(HostMapTest, AGroupWithoutSharedMemoryStillLearnsItsHosts) {

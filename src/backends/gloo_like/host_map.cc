@@ -4,6 +4,9 @@
 
 #include <algorithm>
 
+#include "backends/gloo_like/shm_transport.h"
+#include "core/host.h"
+
 namespace c10d::inline v1::gloo_like {
 
 std::vector<int> host_map_of_keys(const std::vector<std::string>& keys) {
@@ -15,6 +18,16 @@ std::vector<int> host_map_of_keys(const std::vector<std::string>& keys) {
     ids.push_back(static_cast<int>(first - keys.begin()));
   }
   return transport::number_hosts(ids);
+}
+
+int ranks_on_machine(const std::vector<std::string>& keys, std::string_view boot_id) {
+  if (boot_id.empty()) return 0;
+  return static_cast<int>(std::count_if(keys.begin(), keys.end(), [&](std::string_view key) {
+    const auto first = key.find('|');
+    if (first == std::string_view::npos) return false;
+    const auto second = key.find('|', first + 1);
+    return second != std::string_view::npos && key.substr(first + 1, second - first - 1) == boot_id;
+  }));
 }
 
 void publish_host_key(Store& store, const std::string& prefix, int rank, const std::string& key) {
@@ -35,6 +48,7 @@ std::vector<int> read_host_map(Store& store, backends::SetupWatch& watch, const 
   watch.wait(names, deadline);
   std::vector<std::string> keys;
   for (const Bytes& k : store.multi_get(names)) keys.emplace_back(k.begin(), k.end());
+  core::note_machine_processes(ranks_on_machine(keys, boot_id()));
   return host_map_of_keys(keys);
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/common/setup_watch.h"
@@ -19,10 +20,16 @@ namespace c10d::inline v1::gloo_like {
 // (no POSIX shared memory there) is a host of its own; hosts numbered by their lowest rank.
 std::vector<int> host_map_of_keys(const std::vector<std::string>& keys);
 
+// How many of `keys` name the kernel whose boot id is `boot_id`: shm_host_key() puts it between
+// the first and second '|'; keys of another shape (C10D_SHM_HOST, empty) name none. Ranks of one
+// kernel share its cores however many hosts (network namespaces, containers) they are split into.
+int ranks_on_machine(const std::vector<std::string>& keys, std::string_view boot_id);
+
 // Publishes `key` as this rank's under "<prefix>host/<rank>".
 void publish_host_key(Store& store, const std::string& prefix, int rank, const std::string& key);
 // Waits (through `watch`, up to `deadline`) for every rank's key under `prefix`, and answers
-// host_map_of_keys of them.
+// host_map_of_keys of them. Notes ranks_on_machine of them for this machine's waiters
+// (core::note_machine_processes).
 std::vector<int> read_host_map(Store& store, backends::SetupWatch& watch, const std::string& prefix,
                                int world, transport::Clock::time_point deadline);
 // Both: every rank of the group calls it with the same prefix.

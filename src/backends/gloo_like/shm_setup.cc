@@ -73,14 +73,18 @@ std::string read_first_line(const char* path) {
 
 }  // namespace
 
+const std::string& boot_id() {
+  static const std::string id = read_first_line("/proc/sys/kernel/random/boot_id");
+  return id;
+}
+
 std::string shm_host_key() {
   if (const char* v = std::getenv("C10D_SHM_HOST"); v != nullptr && *v != '\0') return v;
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   struct stat st {};
   if (::stat("/dev/shm", &st) != 0) return "";  // no POSIX shared memory here
-  return fmt::format("{}|{}|{}:{}", host, read_first_line("/proc/sys/kernel/random/boot_id"),
-                     st.st_dev, st.st_ino);
+  return fmt::format("{}|{}|{}:{}", host, boot_id(), st.st_dev, st.st_ino);
 }
 
 bool shm_enabled_from_env() { return core::env_flag("C10D_SHM").value_or(true); }

@@ -144,6 +144,8 @@ inline constexpr std::size_t kDefaultSingleCopyMinBytes = std::size_t{2} << 20;
 // one machine look like several), else the host name, the kernel's boot id and the device and
 // inode of /dev/shm (so containers with their own /dev/shm count as different hosts).
 std::string shm_host_key();
+// This kernel's boot id (/proc/sys/kernel/random/boot_id; empty where it cannot be read).
+const std::string& boot_id();
 
 // Whether the TCP backend sends to same-host peers through shared memory: C10D_SHM, default on
 // ("0", "false", "no" or "off" turn it off and send everything over TCP; anything but a boolean

@@ -7,6 +7,7 @@
 
 #include "backends/gloo_like/tcp_transport_impl.h"
 #include "core/check.h"
+#include "core/parse.h"
 
 namespace c10d::inline v1::gloo_like {
 using tcp_detail::Op;

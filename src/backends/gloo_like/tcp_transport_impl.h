@@ -39,7 +39,6 @@
 #include "backends/gloo_like/tcp_transport.h"
 #include "backends/gloo_like/tcp_wire.h"
 #include "core/check.h"
-#include "core/host.h"
 #include "store/asio.h"
 #include "transport/matcher.h"
 #include "transport/transport.h"
@@ -152,8 +151,6 @@ struct TCPTransport::Impl : std::enable_shared_from_this<Impl> {
   // (progress_sends) and the io thread is not asked to: a send and a receive then progress on
   // one thread, as in an MPI progress loop, instead of two threads taking turns on a core.
   std::atomic<int> progressors{0};
-  // Waiters driving a transfer poll without sleeping while bytes keep coming (kDriveSpin).
-  const bool hot_drive = core::has_own_core();
 
   // ---- Connections on first use (tcp_connect.cc, tcp_accept.cc). ----
   bool lazy = false;

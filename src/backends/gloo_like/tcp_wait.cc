@@ -10,6 +10,7 @@
 
 #include "backends/gloo_like/tcp_transport_impl.h"
 #include "core/check.h"
+#include "core/host.h"
 #include "core/spin_wait.h"
 
 namespace c10d::inline v1::gloo_like {
@@ -123,7 +124,7 @@ bool TCPTransport::Impl::drive_until(const Op& op, Clock::time_point deadline) {
         }
       }
     }
-    const bool hot = hot_drive && now - last_ready < kDriveSpin;
+    const bool hot = core::has_own_core() && now - last_ready < kDriveSpin;
     const auto slice = std::min<Clock::duration>(deadline - now, kDriveSlice);
     const int ms =
         hot ? 0 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(slice).count());
