@@ -76,7 +76,7 @@ Algorithm choose_algorithm(CollectiveOp op, std::int64_t bytes, int world, Fabri
         case Fabric::kMpiNonblocking:
           return bytes >= kMpiNbcRingMinBytes ? Algorithm::kRing : Algorithm::kHalvingDoubling;
         case Fabric::kTransport:
-          if (hier && bytes >= kHierarchicalAllReduceMinBytes) return Algorithm::kHierarchical;
+          if (hier) return Algorithm::kHierarchical;
           return bytes >= (world > 2 ? kHalvingDoublingMaxBytes : kTwoRankRingMinBytes)
                      ? Algorithm::kRing
                      : Algorithm::kHalvingDoubling;

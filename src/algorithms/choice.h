@@ -69,11 +69,15 @@ inline constexpr std::int64_t kTwoRankRingMinBytes = 8 << 20;
 // bandwidth wins.
 inline constexpr std::int64_t kChainBroadcastMinBytes = 512 << 10;
 // Over a hierarchical topology (Topology::hierarchical) all_reduce takes the hierarchical
-// algorithm where it would take the ring, and broadcast where it would take the chain: each
-// host's traffic over the network falls from 2(n-1)/n of the vector through one connection to
-// 2(H-1)/H through L. all_gather and reduce_scatter take it at every size (H-1 network steps
-// instead of up to n-1).
-inline constexpr std::int64_t kHierarchicalAllReduceMinBytes = kHalvingDoublingMaxBytes;
+// algorithm at every size, and broadcast where it would take the chain: each host's traffic over
+// the network falls from 2(n-1)/n of the vector through one connection to 2(H-1)/H through L.
+// all_gather and reduce_scatter take it at every size too (H-1 network steps instead of up to
+// n-1). Up to kHierLeadersMaxBytes the hierarchical all_reduce runs through each host's leader
+// (hierarchical.h): one network message per pair of leaders where the flat recursive doubling
+// sends one per rank. Emulated hosts of 2 ranks (2 Gbit/s links, 2 cores): at 2 hosts 8 B took
+// 27 against the flat algorithm's 41 us and the two ways tie from 32 KiB; at 3 hosts 32 KiB took
+// 280 against the rings' 538 us, 64 KiB 549 against 409 (docs/perf-log.md).
+inline constexpr std::int64_t kHierLeadersMaxBytes = 32 << 10;
 inline constexpr std::int64_t kHierarchicalBroadcastMinBytes = kChainBroadcastMinBytes;
 // libnbc's MPI_Iallreduce: recursive doubling below this, the ring from it (libnbc's own choice
 // for an in-place all_reduce on fewer than 4 ranks is always a binomial reduce then broadcast).

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "algorithms/choice.h"
+#include "algorithms/halving_doubling_all_reduce.h"
 #include "algorithms/reduce_kernels.h"
 #include "algorithms/reduce_scatter.h"
 #include "algorithms/ring_all_reduce.h"
@@ -182,6 +183,18 @@ void pipelined(const Groups& g, const HostLayout& layout, int rank, DType dtype,
   if (across_error) std::rethrow_exception(across_error);
 }
 
+// hier_all_reduce through each host's leader (HierRoute::kLeaders). A small vector's time is
+// latency: this crosses the network once per pair of leaders instead of once per rank.
+void through_leaders(const Groups& g, DType dtype, const Reduction& acc, void* data,
+                     std::int64_t count) {
+  if (count == 0) return;
+  tree_reduce(g.local(), dtype, acc, data, count, 0);
+  if (g.local_rank() == 0) halving_doubling_all_reduce(g.cross(), dtype, acc, data, count);
+  tree_broadcast(
+      g.local(),
+      {static_cast<std::byte*>(data), static_cast<std::size_t>(count) * element_size(dtype)}, 0);
+}
+
 }  // namespace
 
 int hier_pieces(std::int64_t bytes) {
@@ -190,7 +203,7 @@ int hier_pieces(std::int64_t bytes) {
 
 void hier_all_reduce(const Context& ctx, const HostLayout& layout, DType dtype,
                      const Reduction& reduction, void* data, std::int64_t count,
-                     const std::vector<std::int64_t>& host_shares, int pieces) {
+                     const std::vector<std::int64_t>& host_shares, int pieces, HierRoute route) {
   C10D_CHECK(count >= 0, "hier_all_reduce on rank {}: count {} is negative", ctx.rank(), count);
   validate_reduction(dtype, reduction.op);  // fails on every rank alike, before any message
   const Groups g(ctx, layout, "hier_all_reduce");
@@ -202,7 +215,12 @@ void hier_all_reduce(const Context& ctx, const HostLayout& layout, DType dtype,
   }
   const auto bytes = count * static_cast<std::int64_t>(element_size(dtype));
   const int n_pieces = pieces > 0 ? pieces : hier_pieces(bytes);
-  if (n_pieces <= 1 || count < n_pieces) {
+  if (route == HierRoute::kBySize) {
+    route = bytes <= kHierLeadersMaxBytes ? HierRoute::kLeaders : HierRoute::kRings;
+  }
+  if (route == HierRoute::kLeaders) {
+    through_leaders(g, dtype, acc, data, count);
+  } else if (n_pieces <= 1 || count < n_pieces) {
     whole.run_all();
   } else {
     pipelined(g, layout, ctx.rank(), dtype, acc, data, count, host_shares, n_pieces);

@@ -44,12 +44,20 @@ inline constexpr int kHierMaxPieces = 8;
 // How many pieces hier_all_reduce cuts `bytes` into by default (1: no pipeline).
 int hier_pieces(std::int64_t bytes);
 
+// The two ways of hier_all_reduce: through each host's leader, its local rank 0 (a binomial
+// reduce within the host, halving-doubling between the leaders, a binomial broadcast within the
+// host), or the three phases of rings above. kBySize takes the leaders up to
+// kHierLeadersMaxBytes (choice.h), the rings above; the others are for tests.
+enum class HierRoute { kBySize, kLeaders, kRings };
+
 // Reduces `count` elements of `data` across the ranks of ctx, in place. `host_shares`: how each
 // local chunk is cut between the hosts in the cross rings (hier_pattern.h; empty: equally).
-// `pieces`: 0 for hier_pieces(), 1 for no pipeline, else that many (every rank alike).
+// `pieces`: 0 for hier_pieces(), 1 for no pipeline, else that many (every rank alike). Both
+// apply to the rings alone.
 void hier_all_reduce(const Context& ctx, const HostLayout& layout, DType dtype,
                      const Reduction& reduction, void* data, std::int64_t count,
-                     const std::vector<std::int64_t>& host_shares = {}, int pieces = 0);
+                     const std::vector<std::int64_t>& host_shares = {}, int pieces = 0,
+                     HierRoute route = HierRoute::kBySize);
 
 // As all_gather (all_gather.h): every rank's `input` into `output` in rank order; `input` may be
 // this rank's block of `output` itself.

@@ -132,8 +132,11 @@ TEST(ChoiceTest, AHierarchicalTopologyTakesTheHierarchyWhereTheRingOrChainWouldR
     const auto at = [&](Op op, std::int64_t bytes) {
       return choose_algorithm(op, bytes, n, Fabric::kTransport, {}, topo);
     };
-    EXPECT_EQ(at(Op::kAllReduce, kHierarchicalAllReduceMinBytes - 1), A::kHalvingDoubling);
-    EXPECT_EQ(at(Op::kAllReduce, kHierarchicalAllReduceMinBytes), A::kHierarchical);
+    // all_reduce at every size: through the leaders up to kHierLeadersMaxBytes, rings above.
+    for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, kHierLeadersMaxBytes,
+                               kHierLeadersMaxBytes + 1, kHalvingDoublingMaxBytes}) {
+      EXPECT_EQ(at(Op::kAllReduce, bytes), A::kHierarchical) << bytes;
+    }
     EXPECT_EQ(at(Op::kBroadcast, kHierarchicalBroadcastMinBytes - 1), A::kTree);
     EXPECT_EQ(at(Op::kBroadcast, kHierarchicalBroadcastMinBytes), A::kHierarchical);
     for (std::int64_t bytes : {std::int64_t{0}, std::int64_t{8}, std::int64_t{1} << 30}) {
@@ -188,7 +191,9 @@ TEST(ChoiceTest, ForcingChoosesBetweenFlatAndHierarchicalAtEverySize) {
   EXPECT_EQ(at("reduce_scatter=ring", Op::kReduceScatter, 8), A::kRing);
   EXPECT_EQ(at("all_reduce=hier", Op::kAllReduce, 8), A::kHierarchical);
   EXPECT_EQ(at("all_reduce=hier", Op::kAllGather, 8), A::kHierarchical);  // automatic anyway
-  EXPECT_EQ(at("hier,all_reduce=auto", Op::kAllReduce, 8), A::kHalvingDoubling);
+  // "auto" clears what came before: all_reduce is hierarchical at every size anyway.
+  EXPECT_EQ(at("all_reduce=hd,all_reduce=auto", Op::kAllReduce, 8), A::kHierarchical);
+  EXPECT_EQ(at("flat,all_reduce=auto", Op::kAllReduce, 8), A::kHalvingDoubling);
 }
 
 TEST(ChoiceTest, TheHierarchicalFormsParse) {

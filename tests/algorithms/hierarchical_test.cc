@@ -1,7 +1,8 @@
 // The hierarchical collectives (hierarchical.h) over the in-process transport with pretend hosts
 // (InProcWorld's host map), every rank a thread: 2 hosts of 2 ranks, 3 of 2, 2 of 3, and hosts
-// whose ranks interleave; counts 0, 1, odd and large; every reduce op on float32 and integers,
-// unequal host shares, every root, in-place forms. And the host maps transports report.
+// whose ranks interleave; counts 0, 1, odd and large; the all_reduce both ways (through the
+// hosts' leaders, and in rings); every reduce op on float32 and integers, unequal host shares,
+// every root, in-place forms. And the host maps transports report.
 #include "algorithms/hierarchical.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "algorithms/choice.h"
 #include "c10d/errors.h"
 #include "ranks.h"
 #include "transport/inproc_transport.h"
@@ -47,13 +49,15 @@ void run_hosts(const std::vector<int>& hosts,
 
 template <typename T>
 void check_all_reduce(const std::vector<int>& hosts, std::int64_t count, DType dtype, ReduceOp op,
-                      const std::vector<std::int64_t>& shares = {}, int pieces = 0) {
+                      const std::vector<std::int64_t>& shares = {}, int pieces = 0,
+                      HierRoute route = HierRoute::kRings) {
   const int n = static_cast<int>(hosts.size());
   std::vector<std::vector<T>> out(n);
   run_hosts(hosts, [&](int r, transport::Transport& t, const HostLayout& layout) {
     std::vector<T> data(static_cast<std::size_t>(count));
     for (std::int64_t i = 0; i < count; ++i) data[i] = static_cast<T>(value(r, i));
-    hier_all_reduce(context(t), layout, dtype, {op, 0.5}, data.data(), count, shares, pieces);
+    hier_all_reduce(context(t), layout, dtype, {op, 0.5}, data.data(), count, shares, pieces,
+                    route);
     out[r] = std::move(data);
   });
   for (int r = 0; r < n; ++r) {
@@ -61,19 +65,34 @@ void check_all_reduce(const std::vector<int>& hosts, std::int64_t count, DType d
       const double expect = expected(op, n, i);
       ASSERT_NEAR(static_cast<double>(out[r][i]), expect, 1e-5 * std::abs(expect))
           << "hosts " << name(hosts) << " count " << count << " rank " << r << " i " << i << " op "
-          << reduce_op_name(op) << " dtype " << dtype_name(dtype) << " pieces " << pieces;
+          << reduce_op_name(op) << " dtype " << dtype_name(dtype) << " pieces " << pieces
+          << " route " << static_cast<int>(route);
     }
   }
 }
 
-TEST(HierAllReduceTest, ClosedFormsForEveryLayoutCountAndOp) {
-  for (const auto& hosts : kLayouts) {
-    for (std::int64_t count : {0, 1, 7, 1001}) {
-      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg, ReduceOp::kPremulSum}) {
-        check_all_reduce<float>(hosts, count, DType::kFloat32, op);
+TEST(HierAllReduceTest, ClosedFormsForEveryLayoutCountAndOpBothWays) {
+  for (const HierRoute route : {HierRoute::kRings, HierRoute::kLeaders}) {
+    for (const auto& hosts : kLayouts) {
+      for (std::int64_t count : {0, 1, 7, 1001}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg, ReduceOp::kPremulSum}) {
+          check_all_reduce<float>(hosts, count, DType::kFloat32, op, {}, 0, route);
+        }
+        check_all_reduce<std::int32_t>(hosts, count, DType::kInt32, ReduceOp::kSum, {}, 0, route);
+        check_all_reduce<std::int64_t>(hosts, count, DType::kInt64, ReduceOp::kMax, {}, 0, route);
       }
-      check_all_reduce<std::int32_t>(hosts, count, DType::kInt32, ReduceOp::kSum);
-      check_all_reduce<std::int64_t>(hosts, count, DType::kInt64, ReduceOp::kMax);
+    }
+  }
+}
+
+// By size: the leaders up to kHierLeadersMaxBytes, the rings from one element more; the leaders
+// from a count past recursive doubling's (halving-doubling between them).
+TEST(HierAllReduceTest, BySizeAroundTheLeadersLimit) {
+  const std::int64_t limit = kHierLeadersMaxBytes / 4;
+  for (const auto& hosts : {kLayouts[0], kLayouts[1]}) {
+    for (std::int64_t count : {limit, limit + 1}) {
+      check_all_reduce<float>(hosts, count, DType::kFloat32, ReduceOp::kAvg, {}, 0,
+                              HierRoute::kBySize);
     }
   }
 }

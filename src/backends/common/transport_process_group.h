@@ -19,8 +19,9 @@
 //   reduce       binomial tree; all_gather, reduce_scatter: ring; all_to_all: pairwise;
 //   gather/scatter: direct; barrier: dissemination
 // Over several hosts with the same number (2 or more) of ranks on each (Transport::host_of_rank),
-// all_reduce takes the hierarchical algorithm where it would take the ring, broadcast where it
-// would take the chain, all_gather and reduce_scatter always (algorithms/hierarchical.h); and
+// all_reduce (through each host's leader up to 32 KiB), all_gather and reduce_scatter take the
+// hierarchical algorithm always, broadcast where it would take the chain
+// (algorithms/hierarchical.h); and
 // the flat ring visits the ranks host by host (unless options.ring_order says otherwise).
 // Options.algo (or C10D_ALGO when empty) forces a choice: "ring" / "hd" alone apply to
 // all_reduce, "hier" to all four, "flat" keeps the hosts out of the automatic choice;
