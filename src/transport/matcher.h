@@ -336,7 +336,7 @@ class Matcher {
     const Tag tag = recv->tag;
     const Call mine = recv->call;
     // The common case first: describe() formats a string, once per message otherwise.
-    if (calls_agree(mine, theirs) && buffer == bytes) return false;
+    if (receive_fits(mine, theirs, buffer, bytes)) return false;
     auto error = receive_refusal(recv->describe(), self, peer, tag, mine, theirs, buffer, bytes);
     if (!error) return false;
     fail(recv, std::move(error));

@@ -89,8 +89,8 @@ std::exception_ptr call_mismatch(std::string_view request, int self, int peer, T
 std::exception_ptr receive_refusal(std::string_view request, int self, int sender, Tag tag,
                                    Call mine, Call theirs, std::uint64_t buffer,
                                    std::uint64_t bytes) {
+  if (receive_fits(mine, theirs, buffer, bytes)) return nullptr;
   if (!calls_agree(mine, theirs)) return call_mismatch(request, self, sender, tag, mine, theirs);
-  if (buffer == bytes) return nullptr;
   return std::make_exception_ptr(InvalidArgument(core::with_location(
       __FILE__, __LINE__,
       fmt::format("{}: size mismatch: the receive buffer has {} bytes but the message from rank {} "

@@ -253,10 +253,15 @@ class CallMismatch : public InvalidArgument {
 // 4096 bytes)"), whose call `mine` met rank `peer`'s `theirs`.
 std::exception_ptr call_mismatch(std::string_view request, int self, int peer, Tag tag, Call mine,
                                  Call theirs, bool outgoing = false);
+// Whether a receive of call `mine` and `buffer` bytes can take a message of call `theirs` and
+// `bytes` bytes (receive_refusal says why not).
+constexpr bool receive_fits(Call mine, Call theirs, std::uint64_t buffer, std::uint64_t bytes) {
+  return calls_agree(mine, theirs) && buffer == bytes;
+}
 // Why the receive `request` of rank `self` (call `mine`, `buffer` bytes) cannot take the message
 // of rank `sender` under `tag` (call `theirs`, `bytes` bytes): another call (checked first), or
-// another size (an InvalidArgument naming both); null when it can. Every transport's matching
-// asks it, and drops the message when it refuses.
+// another size (an InvalidArgument naming both); null when it can (receive_fits). Every
+// transport's matching asks it (Matcher::refuse), and drops the message when it refuses.
 std::exception_ptr receive_refusal(std::string_view request, int self, int sender, Tag tag,
                                    Call mine, Call theirs, std::uint64_t buffer,
                                    std::uint64_t bytes);

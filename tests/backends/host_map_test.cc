@@ -55,6 +55,11 @@ TEST(HostMapTest, RanksOnOneKernelAreCountedByTheBootIdInTheirKeys) {
   EXPECT_EQ(ranks_on_machine(keys, "boot"), 0);
   EXPECT_EQ(ranks_on_machine(keys, ""), 0);
   EXPECT_EQ(ranks_on_machine({}, "boot-a"), 0);
+  // The key this process makes carries this kernel's boot id where the count looks for it.
+  ::unsetenv("C10D_SHM_HOST");
+  ASSERT_FALSE(boot_id().empty());
+  EXPECT_EQ(boot_id_of_host_key(shm_host_key()), boot_id());
+  EXPECT_EQ(ranks_on_machine({shm_host_key(), shm_host_key()}, boot_id()), 2);
 }
 
 // The TCP backend's transport over `keys` (one host key per rank), each rank's shared-memory

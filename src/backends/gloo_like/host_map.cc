@@ -23,10 +23,7 @@ std::vector<int> host_map_of_keys(const std::vector<std::string>& keys) {
 int ranks_on_machine(const std::vector<std::string>& keys, std::string_view boot_id) {
   if (boot_id.empty()) return 0;
   return static_cast<int>(std::count_if(keys.begin(), keys.end(), [&](std::string_view key) {
-    const auto first = key.find('|');
-    if (first == std::string_view::npos) return false;
-    const auto second = key.find('|', first + 1);
-    return second != std::string_view::npos && key.substr(first + 1, second - first - 1) == boot_id;
+    return boot_id_of_host_key(key) == boot_id;
   }));
 }
 

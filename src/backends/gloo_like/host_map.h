@@ -20,8 +20,8 @@ namespace c10d::inline v1::gloo_like {
 // (no POSIX shared memory there) is a host of its own; hosts numbered by their lowest rank.
 std::vector<int> host_map_of_keys(const std::vector<std::string>& keys);
 
-// How many of `keys` name the kernel whose boot id is `boot_id`: shm_host_key() puts it between
-// the first and second '|'; keys of another shape (C10D_SHM_HOST, empty) name none. Ranks of one
+// How many of `keys` name the kernel whose boot id is `boot_id` (boot_id_of_host_key; keys of
+// another shape, C10D_SHM_HOST's or empty, name none). Ranks of one
 // kernel share its cores however many hosts (network namespaces, containers) they are split into.
 int ranks_on_machine(const std::vector<std::string>& keys, std::string_view boot_id);
 

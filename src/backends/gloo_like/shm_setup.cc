@@ -78,6 +78,14 @@ const std::string& boot_id() {
   return id;
 }
 
+std::string_view boot_id_of_host_key(std::string_view key) {
+  const auto first = key.find('|');
+  if (first == std::string_view::npos) return {};
+  const auto second = key.find('|', first + 1);
+  if (second == std::string_view::npos) return {};
+  return key.substr(first + 1, second - first - 1);
+}
+
 std::string shm_host_key() {
   if (const char* v = std::getenv("C10D_SHM_HOST"); v != nullptr && *v != '\0') return v;
   char host[256] = {};

@@ -100,6 +100,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "backends/common/setup_watch.h"
 #include "c10d/store.h"
@@ -146,6 +147,9 @@ inline constexpr std::size_t kDefaultSingleCopyMinBytes = std::size_t{2} << 20;
 std::string shm_host_key();
 // This kernel's boot id (/proc/sys/kernel/random/boot_id; empty where it cannot be read).
 const std::string& boot_id();
+// The boot id in a key shm_host_key() made; empty for a key of another shape (C10D_SHM_HOST's,
+// or none).
+std::string_view boot_id_of_host_key(std::string_view key);
 
 // Whether the TCP backend sends to same-host peers through shared memory: C10D_SHM, default on
 // ("0", "false", "no" or "off" turn it off and send everything over TCP; anything but a boolean
