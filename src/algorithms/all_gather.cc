@@ -1,9 +1,9 @@
 #include "algorithms/all_gather.h"
 
 #include <cstdint>
-#include <cstring>
 
 #include "core/check.h"
+#include "core/copy.h"
 
 namespace c10d::inline v1::algorithms {
 
@@ -16,8 +16,8 @@ void all_gather(const Context& ctx, std::span<const std::byte> input, std::span<
              "all_gather on rank {}: {} blocks of {} bytes need a {}-byte output, got {} bytes",
              ctx.rank(), n, block, block * static_cast<std::size_t>(n), output.size());
   std::byte* own = output.data() + static_cast<std::size_t>(ctx.rank()) * block;
-  // memmove, not memcpy: the in-place form passes this very block as the input.
-  if (block > 0 && own != input.data()) std::memmove(own, input.data(), block);
+  // The in-place form passes this very block as the input.
+  if (own != input.data()) core::copy_bytes(own, input.data(), block);
   ring_all_gather(ctx, DType::kUInt8, output.data(), static_cast<std::int64_t>(output.size()),
                   options);
 }

@@ -1,12 +1,12 @@
 #include "algorithms/all_to_all.h"
 
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <string_view>
 #include <vector>
 
 #include "core/check.h"
+#include "core/copy.h"
 
 namespace c10d::inline v1::algorithms {
 namespace {
@@ -76,7 +76,7 @@ void all_to_allv(const Context& ctx, std::span<const std::byte> input,
     sends.push_back(t.isend(to, ctx.tag, send_block(to), ctx.call));
   }
   // Own block while the peers start on theirs.
-  if (!own_in.empty()) std::memcpy(own_out.data(), own_in.data(), own_in.size());
+  core::copy_bytes(own_out.data(), own_in.data(), own_in.size());
   for (int k = 1; k < n; ++k) {
     recvs[static_cast<std::size_t>(k - 1)]->wait(ctx.deadline);
     sends[static_cast<std::size_t>(k - 1)]->wait(ctx.deadline);

@@ -1,11 +1,11 @@
 #include "algorithms/gather_scatter.h"
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "core/check.h"
+#include "core/copy.h"
 
 namespace c10d::inline v1::algorithms {
 namespace {
@@ -34,7 +34,7 @@ void check_buffers(const Context& ctx, const char* op, int root, std::span<const
 
 // The root's own block: the in-place forms pass the same buffer on both sides.
 void copy_own(std::span<const std::byte> from, std::span<std::byte> to) {
-  if (!from.empty() && from.data() != to.data()) std::memmove(to.data(), from.data(), from.size());
+  if (from.data() != to.data()) core::copy_bytes(to.data(), from.data(), from.size());
 }
 
 }  // namespace

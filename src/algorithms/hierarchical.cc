@@ -18,6 +18,7 @@
 #include "algorithms/tree.h"
 #include "core/check.h"
 #include "transport/sub_transport.h"
+#include "core/copy.h"
 
 namespace c10d::inline v1::algorithms {
 namespace {
@@ -237,8 +238,8 @@ void hier_all_gather(const Context& ctx, const HostLayout& layout, std::span<con
              ctx.rank(), n, block, n * block, output.size());
   const Groups g(ctx, layout, "hier_all_gather");
   std::byte* own = output.data() + static_cast<std::size_t>(ctx.rank()) * block;
-  // memmove, not memcpy: the in-place form passes this very block as the input.
-  if (block > 0 && own != input.data()) std::memmove(own, input.data(), block);
+  // The in-place form passes this very block as the input.
+  if (own != input.data()) core::copy_bytes(own, input.data(), block);
   if (block == 0) return;
   const auto b = static_cast<std::int64_t>(block);
   ring_all_gather(g.cross(), DType::kUInt8, output.data(), b * layout.hosts(),

@@ -5,7 +5,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "algorithms/all_gather.h"
 #include "algorithms/all_to_all.h"
@@ -22,6 +21,7 @@
 #include "algorithms/tree.h"
 #include "backends/common/transport_process_group_impl.h"
 #include "core/logging.h"
+#include "core/copy.h"
 
 namespace c10d::inline v1::backends::tpg_detail {
 
@@ -110,8 +110,7 @@ std::shared_ptr<Work> TransportProcessGroup::all_gather(std::vector<Tensor> outp
                                                  block * outputs.size());
                    gather_all(ctx, bytes_of(input), all.span());
                    for (std::size_t r = 0; r < outputs.size(); ++r) {
-                     if (block > 0)
-                       std::memcpy(outputs[r].raw_data(), all.data() + r * block, block);
+                     core::copy_bytes(outputs[r].raw_data(), all.data() + r * block, block);
                    }
                    return outputs;
                  });
