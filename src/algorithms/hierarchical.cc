@@ -17,8 +17,8 @@
 #include "algorithms/scratch.h"
 #include "algorithms/tree.h"
 #include "core/check.h"
-#include "transport/sub_transport.h"
 #include "core/copy.h"
+#include "transport/sub_transport.h"
 
 namespace c10d::inline v1::algorithms {
 namespace {

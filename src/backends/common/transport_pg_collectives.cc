@@ -20,8 +20,8 @@
 #include "algorithms/slot_all_reduce.h"
 #include "algorithms/tree.h"
 #include "backends/common/transport_process_group_impl.h"
-#include "core/logging.h"
 #include "core/copy.h"
+#include "core/logging.h"
 
 namespace c10d::inline v1::backends::tpg_detail {
 
