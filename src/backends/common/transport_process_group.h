@@ -36,7 +36,7 @@
 // rank fails with that NetworkError rather than waiting for a message that will never come.
 // A TimeoutError fails its op and aborts too (the peers' view of the sequence is lost). A
 // collective whose request timed out (transport::PeerTimeout) first asks the transport which
-// rank the ranks' waits lead to (Transport::find_stalled, up to a quarter of the op's timeout,
+// rank the ranks' waits lead to (Transport::find_stalled, up to half the op's timeout,
 // 0.2-2 s), and fails with a PeerTimeout naming the peer it waited for, what it last heard from
 // it, the chain, and the rank that made no progress, which the abort passes on as the cause.
 // InvalidArgument raised before any message (on the caller's thread) fails only that call.
