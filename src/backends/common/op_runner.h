@@ -177,10 +177,11 @@ class OpRunner {
   void start_worker();
 
   // Queues an op: `make(record)` (called under the runner's mutex, with the record's sequence
-  // number set) creates it. Returns it; when the group has failed, failed with that error
-  // (outside the mutex: its callbacks may call into the group). Error when stopping.
+  // number and queued time filled in: `record` is the caller's, not a copy) creates it. Returns
+  // it; when the group has failed, failed with that error (outside the mutex: its callbacks may
+  // call into the group). Error when stopping.
   template <typename Make>
-  OpPtr submit(OpRecord record, Make&& make);
+  OpPtr submit(OpRecord& record, Make&& make);
 
   // Work's wait hook (the group's run_inline): takes the op of `w` off the queue when it is next
   // to start, nothing runs and no failure or stop came (and, with Options::waiter_waits_long,
@@ -265,7 +266,7 @@ class OpRunner {
 // ---- Templates ----
 
 template <typename Make>
-OpRunner::OpPtr OpRunner::submit(OpRecord record, Make&& make) {
+OpRunner::OpPtr OpRunner::submit(OpRecord& record, Make&& make) {
   OpPtr op;
   std::exception_ptr failed;
   bool wake = false;

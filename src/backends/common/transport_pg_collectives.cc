@@ -45,7 +45,7 @@ void in_slots(const Context& ctx, int rank, Round&& round) {
 // ---- Queueing ----
 
 template <typename Run>
-std::shared_ptr<Work> TransportProcessGroup::enqueue(std::string_view op, OpRecord record,
+std::shared_ptr<Work> TransportProcessGroup::enqueue(std::string_view op, OpRecord&& record,
                                                      std::optional<Milliseconds> timeout,
                                                      Run&& run) {
   record.op = op;
@@ -64,8 +64,8 @@ std::shared_ptr<Work> TransportProcessGroup::all_reduce(std::vector<Tensor> tens
   algorithms::validate_reduction(tensors[0].dtype(), opts.reduce.op);
   // The record first: the closure takes the tensors (moved in and out, not copied: a small
   // all_reduce's every allocation shows in its latency).
-  const OpRecord record = OpRecord::of(kOp, tensors[0], opts.reduce.op, -1, total(tensors));
-  return enqueue(kOp, record, opts.timeout,
+  OpRecord record = OpRecord::of(kOp, tensors[0], opts.reduce.op, -1, total(tensors));
+  return enqueue(kOp, std::move(record), opts.timeout,
                  [this, tensors = std::move(tensors), r = opts.reduce](const Context& ctx) mutable {
                    for (const auto& t : tensors) all_reduce_one(ctx, t, r);
                    return std::move(tensors);

@@ -37,7 +37,7 @@ std::shared_ptr<Work> TransportProcessGroup::point_to_point(std::string_view op,
     }
     return requests;
   };
-  const auto record = OpRecord::point_to_point(op, tensors[0], peer, total(tensors));
+  auto record = OpRecord::point_to_point(op, tensors[0], peer, total(tensors));
   return push_p2p(record, opts, std::move(tensors), std::move(post));
 }
 
@@ -49,14 +49,13 @@ std::shared_ptr<Work> TransportProcessGroup::recv_any_source(std::vector<Tensor>
     requests.push_back(t.irecv_any(tag, bytes_of(tensor)));
     return requests;
   };
-  const auto record = OpRecord::point_to_point("recv_any_source", tensors[0], transport::kAnySource,
-                                               tensors[0].numel());
+  auto record = OpRecord::point_to_point("recv_any_source", tensors[0], transport::kAnySource,
+                                         tensors[0].numel());
   return push_p2p(record, opts, std::move(tensors), std::move(post));
 }
 
 template <typename Post>
-std::shared_ptr<Work> TransportProcessGroup::push_p2p(const OpRecord& record,
-                                                      const SendRecvOptions& opts,
+std::shared_ptr<Work> TransportProcessGroup::push_p2p(OpRecord& record, const SendRecvOptions& opts,
                                                       std::vector<Tensor> outputs, Post&& post) {
   return push(record, opts.timeout,
               [&](std::shared_ptr<Work> work, const OpRecord& r, Milliseconds t) {

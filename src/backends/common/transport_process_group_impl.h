@@ -181,12 +181,12 @@ class TransportProcessGroup final : public ProcessGroup,
   // ---- Queueing (collectives: transport_pg_collectives.cc; p2p: transport_pg_p2p.cc) ----
 
   template <typename Run>
-  std::shared_ptr<Work> enqueue(std::string_view op, OpRecord record,
+  std::shared_ptr<Work> enqueue(std::string_view op, OpRecord&& record,
                                 std::optional<Milliseconds> timeout, Run&& run);
 
   // Queues the op `make(work, record, timeout)` makes (under the runner's mutex).
   template <typename Make>
-  std::shared_ptr<Work> push(const OpRecord& record, std::optional<Milliseconds> timeout,
+  std::shared_ptr<Work> push(OpRecord& record, std::optional<Milliseconds> timeout,
                              Make&& make) {
     const std::string_view op = record.op;
     const Milliseconds t = timeout.value_or(options_.timeout);
@@ -208,7 +208,7 @@ class TransportProcessGroup final : public ProcessGroup,
   std::shared_ptr<Work> recv_any_source(std::vector<Tensor> tensors,
                                         const SendRecvOptions& opts) override;
   template <typename Post>
-  std::shared_ptr<Work> push_p2p(const OpRecord& record, const SendRecvOptions& opts,
+  std::shared_ptr<Work> push_p2p(OpRecord& record, const SendRecvOptions& opts,
                                  std::vector<Tensor> outputs, Post&& post);
 
   // ---- Running (OpRunner's driver: the worker thread, and waiters; transport_pg_run.cc) ----

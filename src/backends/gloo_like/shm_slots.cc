@@ -38,9 +38,12 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
   C10D_CHECK(mine.size() <= kSlotBytes,
              "{}: a shared-slot round of {} bytes, over the {} a slot holds", impl.who, mine.size(),
              kSlotBytes);
-  C10D_CHECK(!busy.exchange(true, std::memory_order_acquire),
+  // A load and a store, not an exchange (a locked instruction on every small all_reduce): this
+  // guards the library's own ordering, and two overlapping rounds still find the flag set.
+  C10D_CHECK(!busy.load(std::memory_order_acquire),
              "{}: two threads ran shared-slot rounds at once (one group's ops run one at a time)",
              impl.who);
+  busy.store(true, std::memory_order_relaxed);
   struct Unbusy {
     std::atomic<bool>& b;
     ~Unbusy() { b.store(false, std::memory_order_release); }

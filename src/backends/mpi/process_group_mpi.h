@@ -120,7 +120,7 @@ class ProcessGroupMPI final : public ProcessGroup,
   // Queues the op `record` describes, which `start` starts; `split_sizes`: an all_to_all with
   // split sizes (its fingerprint says so).
   template <typename Start>
-  std::shared_ptr<Work> push(const backends::OpRecord& record, std::optional<Milliseconds> timeout,
+  std::shared_ptr<Work> push(backends::OpRecord record, std::optional<Milliseconds> timeout,
                              Start&& start, bool split_sizes = false) {
     const Milliseconds t = timeout.value_or(timeout_);
     C10D_CHECK(t.count() > 0, "{}: the timeout must be positive, not {} ms", record.op, t.count());
