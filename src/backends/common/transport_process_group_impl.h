@@ -186,8 +186,7 @@ class TransportProcessGroup final : public ProcessGroup,
 
   // Queues the op `make(work, record, timeout)` makes (under the runner's mutex).
   template <typename Make>
-  std::shared_ptr<Work> push(OpRecord& record, std::optional<Milliseconds> timeout,
-                             Make&& make) {
+  std::shared_ptr<Work> push(OpRecord& record, std::optional<Milliseconds> timeout, Make&& make) {
     const std::string_view op = record.op;
     const Milliseconds t = timeout.value_or(options_.timeout);
     core::check_timeout(t, op);
