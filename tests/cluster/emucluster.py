@@ -477,8 +477,15 @@ class Cluster:
     def c10drun_node(self, i, node_rank, nnodes, program, nproc_per_node=1, c10drun="c10drun",
                      master_port=29500, env=None, echo=False, master=0, extra_args=()):
         """One node of a c10d job: c10drun on host i, as node `node_rank` of `nnodes`, the store
-        on host `master` (hosted there by node 0). `env`: see job_env(). Returns a Proc."""
+        on host `master` (hosted there by node 0). `env`: see job_env(). The hosts share this
+        machine's CPUs, which c10drun cannot know: binding each host's ranks to its own share of
+        them would stack local rank 0 of every host on one CPU, so the job runs unbound (as
+        mpirun's default leaves jobs of more than 2 ranks) unless `extra_args` says --bind-to.
+        Returns a Proc."""
         h = self.hosts[i]
+        extra_args = list(extra_args)
+        if not any(a == "--bind-to" or a.startswith("--bind-to=") for a in extra_args):
+            extra_args += ["--bind-to", "none"]
         argv = [os.path.abspath(c10drun) if os.sep in c10drun else c10drun,
                 "--nnodes", str(nnodes), "--node-rank", str(node_rank),
                 "--nproc-per-node", str(nproc_per_node), "--master-addr",

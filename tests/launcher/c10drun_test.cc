@@ -5,6 +5,7 @@
 // grace period), signal forwarding and usage errors.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/types.h>
 
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -485,6 +487,78 @@ TEST_F(C10drunTest, ProgramThatCannotRunExits127InItsChild) {
   EXPECT_TRUE(contains(result.err, "failed: exited with code 127\n")) << result.err;
 }
 
+// This process's CPUs (which the launcher inherits), ascending.
+std::vector<int> own_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+// Each rank's CPUs from the "cpus RANK C1,C2,..." lines of `out` (launcher_child's cpus step).
+std::map<int, std::vector<int>> cpus_by_rank(const std::string& out) {
+  std::map<int, std::vector<int>> by_rank;
+  for (const std::string& line : lines_of(out)) {
+    std::istringstream in(line.substr(line.find("]: ") + 3));
+    std::string word;
+    std::string list;
+    int rank = -1;
+    in >> word >> rank >> list;
+    if (word != "cpus") continue;
+    std::istringstream items(list);
+    for (std::string item; std::getline(items, item, ',');)
+      by_rank[rank].push_back(std::stoi(item));
+  }
+  return by_rank;
+}
+
+TEST_F(C10drunTest, BindsEachProcessToItsShareOfTheLaunchersCpus) {
+  const std::vector<int> mine = own_cpus();
+  ASSERT_FALSE(mine.empty());
+  {
+    const LaunchResult result = run({"--nproc-per-node", "2"}, {"cpus"});
+    expect_exit(result, 0);
+    const auto cpus = cpus_by_rank(result.out);
+    ASSERT_EQ(cpus.size(), 2u) << result.description;
+    if (mine.size() < 2) {
+      // More processes than CPUs: auto leaves them unbound.
+      EXPECT_EQ(cpus.at(0), mine);
+      EXPECT_EQ(cpus.at(1), mine);
+    } else {
+      // Disjoint contiguous shares that together are the launcher's CPUs.
+      ASSERT_FALSE(cpus.at(0).empty());
+      ASSERT_FALSE(cpus.at(1).empty());
+      EXPECT_LT(cpus.at(0).back(), cpus.at(1).front());
+      std::vector<int> both = cpus.at(0);
+      both.insert(both.end(), cpus.at(1).begin(), cpus.at(1).end());
+      EXPECT_EQ(both, mine) << result.description;
+    }
+  }
+  {
+    const LaunchResult result = run({"--nproc-per-node", "3", "--bind-to", "core"}, {"cpus"});
+    expect_exit(result, 0);
+    const auto cpus = cpus_by_rank(result.out);
+    ASSERT_EQ(cpus.size(), 3u) << result.description;
+    for (int rank = 0; rank < 3; ++rank) {
+      EXPECT_EQ(cpus.at(rank), std::vector<int>{mine[static_cast<std::size_t>(rank) % mine.size()]})
+          << "rank " << rank << "\n"
+          << result.description;
+    }
+  }
+  {
+    const LaunchResult result = run({"--nproc-per-node", "2", "--bind-to=none"}, {"cpus"});
+    expect_exit(result, 0);
+    const auto cpus = cpus_by_rank(result.out);
+    ASSERT_EQ(cpus.size(), 2u) << result.description;
+    EXPECT_EQ(cpus.at(0), mine);
+    EXPECT_EQ(cpus.at(1), mine);
+  }
+}
+
 TEST_F(C10drunTest, HelpPrintsTheUsageAndRunsNothing) {
   const LaunchResult result = finish(*start_argv({launcher(), "--help"}));
   expect_exit(result, 0);
@@ -502,6 +576,7 @@ TEST_F(C10drunTest, UsageErrorsExitTwoAndNameTheFlag) {
       {{"--nnodes", "2", program}, "--master-port is required"},
       {{"--master-port", "70000", program}, "--master-port 70000 is out of range"},
       {{"--grace-period-ms", "-5", program}, "--grace-period-ms -5 is out of range"},
+      {{"--bind-to", "socket", program}, "--bind-to 'socket'"},
       {{"--bogus", program}, "unknown flag '--bogus'"},
   };
   for (const auto& [args, named] : cases) {

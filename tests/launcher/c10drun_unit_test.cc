@@ -1,13 +1,17 @@
 // The launcher's pure parts, in-process: its command line (launch_options.h), the cutting of
 // child output into prefixed lines (line_prefixer.h), the choice of the rank to blame
-// (blame.h) and what follows a failed attempt (restarts.h).
+// (blame.h), what follows a failed attempt (restarts.h) and the CPUs of each rank
+// (cpu_binding.h).
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "launcher/blame.h"
+#include "launcher/cpu_binding.h"
 #include "launcher/launch_options.h"
 #include "launcher/line_prefixer.h"
 #include "launcher/restarts.h"
@@ -105,6 +109,49 @@ TEST(LaunchOptionsTest, BadCommandLinesNameTheFlag) {
   EXPECT_EQ(usage_error({"--nnodes", "1", "--nnodes=1", "p"}), "--nnodes is given twice");
   EXPECT_EQ(usage_error({"--max-restarts", "-1", "p"}),
             "--max-restarts -1 is out of range [0, 1000000]");
+}
+
+TEST(LaunchOptionsTest, BindToDefaultsToAutoAndNamesABadValue) {
+  EXPECT_EQ(parse({"p"}).bind_to, CpuBinding::kAuto);
+  EXPECT_EQ(parse({"--bind-to", "core", "p"}).bind_to, CpuBinding::kCore);
+  EXPECT_EQ(parse({"--bind_to=none", "p"}).bind_to, CpuBinding::kNone);
+  EXPECT_EQ(parse({"--bind-to", "auto", "p"}).bind_to, CpuBinding::kAuto);
+  EXPECT_EQ(usage_error({"--bind-to", "socket", "p"}),
+            "--bind-to 'socket': expected auto, core or none");
+  EXPECT_EQ(usage_error({"--bind-to", "", "p"}), "--bind-to '': expected auto, core or none");
+}
+
+using Cpus = std::vector<std::vector<int>>;
+
+TEST(CpuBindingTest, AutoSplitsTheCpusIntoEqualContiguousShares) {
+  EXPECT_EQ(rank_cpus(CpuBinding::kAuto, 2, {0, 1}), (Cpus{{0}, {1}}));
+  EXPECT_EQ(rank_cpus(CpuBinding::kAuto, 1, {0, 1}), (Cpus{{0, 1}}));
+  EXPECT_EQ(rank_cpus(CpuBinding::kAuto, 3, {0, 1, 2, 3, 4, 5, 6, 7}),
+            (Cpus{{0, 1}, {2, 3, 4}, {5, 6, 7}}));
+  // The launcher's own CPUs, not the machine's (taskset, a cgroup's cpuset).
+  EXPECT_EQ(rank_cpus(CpuBinding::kAuto, 2, {2, 5, 7, 9}), (Cpus{{2, 5}, {7, 9}}));
+}
+
+TEST(CpuBindingTest, AutoLeavesMoreProcessesThanCpusUnbound) {
+  EXPECT_EQ(rank_cpus(CpuBinding::kAuto, 3, {0, 1}), (Cpus{{}, {}, {}}));
+  EXPECT_EQ(rank_cpus(CpuBinding::kAuto, 2, {}), (Cpus{{}, {}}));
+}
+
+TEST(CpuBindingTest, CoreGivesOneCpuEachInTurnAndNoneNothing) {
+  EXPECT_EQ(rank_cpus(CpuBinding::kCore, 3, {0, 1, 2, 3}), (Cpus{{0}, {1}, {2}}));
+  EXPECT_EQ(rank_cpus(CpuBinding::kCore, 3, {4, 6}), (Cpus{{4}, {6}, {4}}));
+  EXPECT_EQ(rank_cpus(CpuBinding::kNone, 2, {0, 1}), (Cpus{{}, {}}));
+}
+
+TEST(CpuBindingTest, AllowedCpusAreThisProcesssAffinity) {
+  const std::vector<int> cpus = allowed_cpus();
+  ASSERT_FALSE(cpus.empty());
+  EXPECT_TRUE(std::is_sorted(cpus.begin(), cpus.end()));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
+  EXPECT_EQ(cpus.size(), static_cast<std::size_t>(CPU_COUNT(&set)));
+  for (const int cpu : cpus) EXPECT_TRUE(CPU_ISSET(cpu, &set)) << cpu;
 }
 
 TEST(LaunchOptionsTest, MaxRestartsDefaultsToNone) {

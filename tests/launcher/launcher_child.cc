@@ -16,6 +16,7 @@
 //   set-key=KEY     set KEY to "1" in the store (joined through env:// like the others)
 //   check-key=KEY   print "key KEY present" or "key KEY absent"
 //   attempt         print "attempt C10D_RESTART_COUNT" ("-" when it is not set)
+//   cpus            print "cpus RANK C1,C2,..": the CPUs it may run on (sched_getaffinity)
 //   ignore-term     ignore SIGTERM
 //   report-signals  on SIGINT or SIGTERM, print "got SIGINT" / "got SIGTERM" and exit 0
 //   sleep=MS        sleep
@@ -26,6 +27,7 @@
 //                   "test op #1" timed out waiting for rank A, and the waits led to rank S
 // Exit status 0 when the steps run out; 1 with a message on stderr when a step fails.
 #include <fmt/format.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -80,6 +82,17 @@ void print_env() {
     line += fmt::format(" {}={}", name, env_or_dash(name));
   }
   write_all(STDOUT_FILENO, line + "\n");
+}
+
+void print_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) throw std::runtime_error("sched_getaffinity");
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  write_all(STDOUT_FILENO, fmt::format("cpus {} {}\n", env_or_dash("RANK"), fmt::join(cpus, ",")));
 }
 
 // Each line goes out in three writes, with a yield between, so that lines of different ranks
@@ -155,6 +168,8 @@ void run_step(std::string_view step, int rank) {
   } else if (name == "check-key") {
     const bool present = rendezvous().store->check(std::vector<std::string>{arg});
     write_all(STDOUT_FILENO, fmt::format("key {} {}\n", arg, present ? "present" : "absent"));
+  } else if (name == "cpus") {
+    print_cpus();
   } else if (name == "attempt") {
     write_all(STDOUT_FILENO, fmt::format("attempt {}\n", env_or_dash("C10D_RESTART_COUNT")));
   } else if (name == "ignore-term") {

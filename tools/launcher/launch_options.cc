@@ -14,7 +14,7 @@ namespace {
 constexpr std::string_view kUsage = R"(usage:
   c10drun [--nproc-per-node N] [--nnodes M --node-rank R --master-addr A --master-port P]
           [--grace-period-ms G] [--max-restarts K] [--trace-dir DIR] [--hang-timeout S]
-          [--] PROGRAM [ARGS...]
+          [--bind-to auto|core|none] [--] PROGRAM [ARGS...]
 
 Starts N copies of PROGRAM (found through PATH) on this node, as ranks R*N .. R*N+N-1 of a
 world of M*N, and hosts the rendezvous store they meet in (on node 0).
@@ -34,6 +34,10 @@ world of M*N, and hosts the rendezvous store they meet in (on node 0).
                        on the dumps is printed (docs/tracing.md)
   --hang-timeout S     when no process completes an op for S seconds, the job has failed
                        (with a trace directory, dumps and verdict as above); default: never
+  --bind-to B          the CPUs each process may run on, out of the launcher's own: auto
+                       (default) an equal contiguous share each when the processes are no
+                       more than the CPUs, else no binding; core one CPU each, in turn; none
+                       all of the launcher's CPUs
   --help               this text
 
 Each process gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
@@ -66,6 +70,7 @@ enum class Flag {
   kMaxRestarts,
   kTraceDir,
   kHangTimeout,
+  kBindTo,
 };
 
 const std::map<std::string, Flag, std::less<>>& flag_names() {
@@ -74,7 +79,7 @@ const std::map<std::string, Flag, std::less<>>& flag_names() {
       {"node-rank", Flag::kNodeRank},          {"master-addr", Flag::kMasterAddr},
       {"master-port", Flag::kMasterPort},      {"grace-period-ms", Flag::kGracePeriodMs},
       {"max-restarts", Flag::kMaxRestarts},    {"trace-dir", Flag::kTraceDir},
-      {"hang-timeout", Flag::kHangTimeout},
+      {"hang-timeout", Flag::kHangTimeout},    {"bind-to", Flag::kBindTo},
   };
   return kNames;
 }
@@ -119,6 +124,17 @@ void apply(Flag flag, std::string_view spelled, const std::string& value, Launch
     case Flag::kHangTimeout:
       options.hang_timeout =
           std::chrono::seconds(parse_integer(spelled, value, 1, 7LL * 24 * 3600));
+      break;
+    case Flag::kBindTo:
+      if (value == "auto") {
+        options.bind_to = CpuBinding::kAuto;
+      } else if (value == "core") {
+        options.bind_to = CpuBinding::kCore;
+      } else if (value == "none") {
+        options.bind_to = CpuBinding::kNone;
+      } else {
+        throw UsageError(fmt::format("{} '{}': expected auto, core or none", spelled, value));
+      }
       break;
   }
 }

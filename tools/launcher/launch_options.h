@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "c10d/types.h"
+#include "launcher/cpu_binding.h"
 
 namespace c10d::inline v1::launcher {
 
@@ -40,6 +41,8 @@ struct LaunchOptions {
   // --hang-timeout: no op completing on any local process for this long fails the job
   // (progress_watch.h); zero: off.
   std::chrono::seconds hang_timeout{0};
+  // --bind-to: the CPUs each process may run on (cpu_binding.h).
+  CpuBinding bind_to = CpuBinding::kAuto;
   std::vector<std::string> program;  // the program (looked up in PATH) and its arguments
   bool help = false;                 // --help: print the usage, run nothing
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -57,11 +58,17 @@ void move_to(int fd, int target) {
 // Runs in the child between fork and exec: async-signal-safe calls only, and no return.
 [[noreturn]] void exec_child(pid_t parent, int out_fd, int err_fd, char* const* argv,
                              char* const* envp, const char* exec_error_prefix,
-                             const InheritedState& inherited) {
+                             const InheritedState& inherited, const cpu_set_t* cpus) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);  // the launcher died before prctl took effect
   move_to(out_fd, STDOUT_FILENO);
   move_to(err_fd, STDERR_FILENO);
+  if (cpus != nullptr && ::sched_setaffinity(0, sizeof(cpu_set_t), cpus) != 0) {
+    const char* reason = ::strerrordesc_np(errno);
+    write_all_signal_safe(STDERR_FILENO, "c10drun: cannot bind to the CPUs --bind-to chose (");
+    write_all_signal_safe(STDERR_FILENO, reason != nullptr ? reason : "unknown error");
+    write_all_signal_safe(STDERR_FILENO, "); running on the launcher's CPUs\n");
+  }
   if (::close_range(STDERR_FILENO + 1, ~0U, 0) != 0) {
     rlimit current{};
     const long long limit =
@@ -98,8 +105,14 @@ std::vector<std::string> environment_with(const std::map<std::string, std::strin
 }
 
 SpawnedChild spawn_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                         const InheritedState& inherited) {
+                         const InheritedState& inherited, const std::vector<int>& cpus) {
   C10D_CHECK(!argv.empty(), "spawn_child needs a program");
+  cpu_set_t cpu_set;
+  CPU_ZERO(&cpu_set);
+  for (const int cpu : cpus) {
+    C10D_CHECK(cpu >= 0 && cpu < CPU_SETSIZE, "CPU {} is outside the kernel's CPU set", cpu);
+    CPU_SET(cpu, &cpu_set);
+  }
   // Everything the child touches is built before the fork.
   std::vector<char*> argv_ptrs;
   for (const std::string& arg : argv) argv_ptrs.push_back(const_cast<char*>(arg.c_str()));
@@ -116,7 +129,7 @@ SpawnedChild spawn_child(const std::vector<std::string>& argv, const std::vector
   if (pid < 0) throw Error(fmt::format("cannot fork: {}", strerror(errno)));
   if (pid == 0) {
     exec_child(parent, out_write.get(), err_write.get(), argv_ptrs.data(), env_ptrs.data(),
-               exec_error_prefix.c_str(), inherited);
+               exec_error_prefix.c_str(), inherited, cpus.empty() ? nullptr : &cpu_set);
   }
   SpawnedChild child;
   child.pid = pid;

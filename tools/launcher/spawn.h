@@ -44,9 +44,11 @@ struct SpawnedChild {
 // as "NAME=value" entries.
 std::vector<std::string> environment_with(const std::map<std::string, std::string>& overrides);
 
-// Starts `argv` (argv[0] looked up in PATH) with exactly the environment `env`. Throws
-// c10d::Error when a pipe or the fork fails; a failing exec shows in the child's exit status.
+// Starts `argv` (argv[0] looked up in PATH) with exactly the environment `env`, bound to `cpus`
+// (cpu_binding.h; empty: the launcher's CPUs). Throws c10d::Error when a pipe or the fork fails;
+// a failing exec shows in the child's exit status. A binding the kernel refuses is reported on
+// the child's stderr, and the child runs unbound.
 SpawnedChild spawn_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                         const InheritedState& inherited);
+                         const InheritedState& inherited, const std::vector<int>& cpus = {});
 
 }  // namespace c10d::inline v1::launcher

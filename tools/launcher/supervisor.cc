@@ -76,6 +76,7 @@ Supervisor::Supervisor(const LaunchOptions& options, std::map<std::string, std::
       inherited_(inherited),
       signal_fd_(signal_fd),
       stall_records_(std::move(stall_records)),
+      cpus_(rank_cpus(options.bind_to, options.nproc_per_node, allowed_cpus())),
       read_buffer_(kReadChunk) {
   if (options_.trace_dir) {
     std::vector<int> ranks;
@@ -124,9 +125,10 @@ void Supervisor::start_all() {
     env["LOCAL_RANK"] = std::to_string(local_rank);
     if (verdict_) env["C10D_TRACE_DIR"] = verdict_->dir();
     if (progress_) env[core::progress::kFileEnv] = progress_->file_of(local_rank);
+    const std::vector<int>& cpus = cpus_[static_cast<std::size_t>(local_rank)];
     SpawnedChild spawned;
     try {
-      spawned = spawn_child(options_.program, environment_with(env), inherited_);
+      spawned = spawn_child(options_.program, environment_with(env), inherited_, cpus);
     } catch (const Error& e) {
       report(fmt::format("c10drun: cannot start rank {}: {}", rank, e.what()));
       record_failure(fmt::format("cannot start rank {}: {}", rank, e.what()));
@@ -140,7 +142,8 @@ void Supervisor::start_all() {
                               Stream{std::move(spawned.err), LinePrefixer(prefix), STDERR_FILENO}});
     index_of_pid_[spawned.pid] = children_.size() - 1;
     ++running_;
-    C10D_LOG_INFO("c10drun: started rank {} (pid {})", rank, spawned.pid);
+    C10D_LOG_INFO("c10drun: started rank {} (pid {}), CPUs {}", rank, spawned.pid,
+                  cpus.empty() ? std::string("unbound") : fmt::format("{}", fmt::join(cpus, ",")));
   }
 }
 

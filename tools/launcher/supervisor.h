@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "launcher/blame.h"
+#include "launcher/cpu_binding.h"
 #include "launcher/launch_options.h"
 #include "launcher/line_prefixer.h"
 #include "launcher/progress_watch.h"
@@ -147,6 +148,8 @@ class Supervisor {
   InheritedState inherited_;
   int signal_fd_;
   std::function<std::string()> stall_records_;
+  // The CPUs each local rank is bound to (--bind-to; empty: unbound), the same every attempt.
+  const std::vector<std::vector<int>> cpus_;
 
   std::vector<Child> children_;
   std::unordered_map<pid_t, std::size_t> index_of_pid_;
