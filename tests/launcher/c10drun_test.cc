@@ -525,7 +525,7 @@ TEST_F(C10drunTest, BindsEachProcessToItsShareOfTheLaunchersCpus) {
     const auto cpus = cpus_by_rank(result.out);
     ASSERT_EQ(cpus.size(), 2u) << result.description;
     if (mine.size() < 2) {
-      // More processes than CPUs: auto leaves them unbound.
+      // More processes than CPUs: one CPU each in turn, here the only one.
       EXPECT_EQ(cpus.at(0), mine);
       EXPECT_EQ(cpus.at(1), mine);
     } else {

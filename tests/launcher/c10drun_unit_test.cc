@@ -132,8 +132,10 @@ TEST(CpuBindingTest, AutoSplitsTheCpusIntoEqualContiguousShares) {
   EXPECT_EQ(rank_cpus(CpuBinding::kAuto, 2, {2, 5, 7, 9}), (Cpus{{2, 5}, {7, 9}}));
 }
 
-TEST(CpuBindingTest, AutoLeavesMoreProcessesThanCpusUnbound) {
-  EXPECT_EQ(rank_cpus(CpuBinding::kAuto, 3, {0, 1}), (Cpus{{}, {}, {}}));
+TEST(CpuBindingTest, AutoGivesMoreProcessesThanCpusOneEachInTurn) {
+  EXPECT_EQ(rank_cpus(CpuBinding::kAuto, 3, {0, 1}), (Cpus{{0}, {1}, {0}}));
+  EXPECT_EQ(rank_cpus(CpuBinding::kAuto, 4, {3, 5}), (Cpus{{3}, {5}, {3}, {5}}));
+  // No CPU list (sched_getaffinity failed): nothing to bind to.
   EXPECT_EQ(rank_cpus(CpuBinding::kAuto, 2, {}), (Cpus{{}, {}}));
 }
 

@@ -24,11 +24,10 @@ std::vector<std::vector<int>> rank_cpus(CpuBinding binding, int processes,
   std::vector<std::vector<int>> cpus(n);
   const std::size_t c = allowed.size();
   if (c == 0 || binding == CpuBinding::kNone) return cpus;
-  if (binding == CpuBinding::kCore) {
+  if (binding == CpuBinding::kCore || n > c) {
     for (std::size_t i = 0; i < n; ++i) cpus[i] = {allowed[i % c]};
     return cpus;
   }
-  if (n > c) return cpus;  // kAuto: CPUs shared anyway are left to the scheduler, as mpirun does
   for (std::size_t i = 0; i < n; ++i) {
     cpus[i].assign(allowed.begin() + static_cast<std::ptrdiff_t>(i * c / n),
                    allowed.begin() + static_cast<std::ptrdiff_t>((i + 1) * c / n));

@@ -36,7 +36,7 @@ world of M*N, and hosts the rendezvous store they meet in (on node 0).
                        (with a trace directory, dumps and verdict as above); default: never
   --bind-to B          the CPUs each process may run on, out of the launcher's own: auto
                        (default) an equal contiguous share each when the processes are no
-                       more than the CPUs, else no binding; core one CPU each, in turn; none
+                       more than the CPUs, else as core; core one CPU each, in turn; none
                        all of the launcher's CPUs
   --help               this text
 
