@@ -6,18 +6,6 @@
 
 namespace c10d::inline v1::launcher {
 
-std::string_view binding_name(CpuBinding binding) {
-  switch (binding) {
-    case CpuBinding::kAuto:
-      return "auto";
-    case CpuBinding::kCore:
-      return "core";
-    case CpuBinding::kNone:
-      return "none";
-  }
-  return "?";
-}
-
 std::vector<std::vector<int>> rank_cpus(CpuBinding binding, int processes,
                                         const std::vector<int>& allowed) {
   const auto n = static_cast<std::size_t>(processes > 0 ? processes : 0);
