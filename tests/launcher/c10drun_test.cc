@@ -5,7 +5,6 @@
 // grace period), signal forwarding and usage errors.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/types.h>
 
@@ -26,6 +25,7 @@
 #include "../store/child_process.h"
 #include "c10d/errors.h"
 #include "c10d/store.h"
+#include "launcher/cpu_binding.h"
 #include "store/tcp_store_server.h"
 
 namespace c10d::inline v1 {
@@ -487,18 +487,6 @@ TEST_F(C10drunTest, ProgramThatCannotRunExits127InItsChild) {
   EXPECT_TRUE(contains(result.err, "failed: exited with code 127\n")) << result.err;
 }
 
-// This process's CPUs (which the launcher inherits), ascending.
-std::vector<int> own_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  EXPECT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
-
 // Each rank's CPUs from the "cpus RANK C1,C2,..." lines of `out` (launcher_child's cpus step).
 std::map<int, std::vector<int>> cpus_by_rank(const std::string& out) {
   std::map<int, std::vector<int>> by_rank;
@@ -517,7 +505,8 @@ std::map<int, std::vector<int>> cpus_by_rank(const std::string& out) {
 }
 
 TEST_F(C10drunTest, BindsEachProcessToItsShareOfTheLaunchersCpus) {
-  const std::vector<int> mine = own_cpus();
+  // This process's CPUs, which the launcher inherits (c10drun_unit_test checks allowed_cpus).
+  const std::vector<int> mine = launcher::allowed_cpus();
   ASSERT_FALSE(mine.empty());
   {
     const LaunchResult result = run({"--nproc-per-node", "2"}, {"cpus"});

@@ -27,7 +27,6 @@
 //                   "test op #1" timed out waiting for rank A, and the waits led to rank S
 // Exit status 0 when the steps run out; 1 with a message on stderr when a step fails.
 #include <fmt/format.h>
-#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -45,6 +44,7 @@
 
 #include "c10d/rendezvous.h"
 #include "c10d/store.h"
+#include "launcher/cpu_binding.h"
 #include "transport/stall_record.h"
 
 namespace {
@@ -85,13 +85,8 @@ void print_env() {
 }
 
 void print_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) != 0) throw std::runtime_error("sched_getaffinity");
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
+  const std::vector<int> cpus = c10d::launcher::allowed_cpus();
+  if (cpus.empty()) throw std::runtime_error("sched_getaffinity failed");
   write_all(STDOUT_FILENO, fmt::format("cpus {} {}\n", env_or_dash("RANK"), fmt::join(cpus, ",")));
 }
 

@@ -49,6 +49,6 @@ std::vector<std::string> environment_with(const std::map<std::string, std::strin
 // a failing exec shows in the child's exit status. A binding the kernel refuses is reported on
 // the child's stderr, and the child runs unbound.
 SpawnedChild spawn_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                         const InheritedState& inherited, const std::vector<int>& cpus = {});
+                         const InheritedState& inherited, const std::vector<int>& cpus);
 
 }  // namespace c10d::inline v1::launcher
