@@ -39,7 +39,8 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
              "{}: a shared-slot round of {} bytes, over the {} a slot holds", impl.who, mine.size(),
              kSlotBytes);
   // A load and a store, not an exchange (a locked instruction on every small all_reduce): this
-  // guards the library's own ordering, and two overlapping rounds still find the flag set.
+  // guards the library's own ordering. A round that starts while another runs finds the flag
+  // set; two that start at the same instant may both miss it.
   C10D_CHECK(!busy.load(std::memory_order_acquire),
              "{}: two threads ran shared-slot rounds at once (one group's ops run one at a time)",
              impl.who);
