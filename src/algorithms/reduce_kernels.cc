@@ -241,26 +241,30 @@ void check_count(std::int64_t count) {
 }  // namespace
 
 void validate_reduction(DType dtype, ReduceOp op) {
-  // Both lookups throw InvalidArgument for an out-of-range enum value.
-  const std::string_view op_name = reduce_op_name(op);
-  const std::string_view type_name = dtype_name(dtype);
+  // Every small op passes here up to three times: the names are looked up only for an error.
+  // is_floating_point throws InvalidArgument for an out-of-range dtype, reduce_op_name for an
+  // out-of-range op.
   const bool floating = is_floating_point(dtype);
   switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kProduct:
+    case ReduceOp::kMin:
+    case ReduceOp::kMax:
+      return;
     case ReduceOp::kBand:
     case ReduceOp::kBor:
     case ReduceOp::kBxor:
       C10D_CHECK(!floating,
-                 "reduce op '{}' is bitwise and not defined for floating-point dtype '{}'", op_name,
-                 type_name);
-      break;
+                 "reduce op '{}' is bitwise and not defined for floating-point dtype '{}'",
+                 reduce_op_name(op), dtype_name(dtype));
+      return;
     case ReduceOp::kAvg:
     case ReduceOp::kPremulSum:
-      C10D_CHECK(floating, "reduce op '{}' needs a floating-point dtype, not '{}'", op_name,
-                 type_name);
-      break;
-    default:
-      break;
+      C10D_CHECK(floating, "reduce op '{}' needs a floating-point dtype, not '{}'",
+                 reduce_op_name(op), dtype_name(dtype));
+      return;
   }
+  static_cast<void>(reduce_op_name(op));  // throws: not a ReduceOp
 }
 
 void reduce_to(DType dtype, const Reduction& r, void* out, const void* a, const void* in,

@@ -55,8 +55,12 @@ void TransportProcessGroup::run_inline(Work& w, core::WaitClock& clock) {
   auto op = std::static_pointer_cast<PendingOp>(runner_.take_for_waiter(w, clock.timeout()));
   if (!op) return;
   // The coarse clock for a wait of seconds (a tick, 1-4 ms, early at worst): a precise read
-  // costs about 30 ns here, a tenth of a small op's own work.
-  const auto start = clock.timeout() >= kCoarseWait ? core::coarse_now() : clock.start();
+  // costs about 30 ns here, a tenth of a small op's own work. With the flight recorder on, the
+  // op's start was just stamped from that clock: no second read.
+  const OpRecord& record = op->record();
+  const auto start = clock.timeout() < kCoarseWait ? clock.start()
+                     : record.timed                ? record.started
+                                                   : core::coarse_now();
   const auto deadline = start + std::min<Clock::duration>(op->timeout(), clock.timeout());
   finish_op(*op, run_op(op, deadline));
 }

@@ -203,6 +203,13 @@ void ShmTransport::Impl::setup(Store& store, backends::SetupWatch& watch,
     peer_index[static_cast<std::size_t>(q)] = static_cast<int>(peers.size() - 1);
     probe_single_copy(p);
   }
+  if (slots) {
+    slots->slots_of.assign(static_cast<std::size_t>(world), nullptr);
+    for (Peer& p : peers) {
+      slots->peers.push_back(&p);
+      slots->slots_of[static_cast<std::size_t>(p.rank)] = p.slots;
+    }
+  }
   core::fault_point("shm:after_map");
   // Which peers this rank copies single-copy messages out of, before it says it mapped them.
   store.set(key("cma", rank), single_copy_sources());

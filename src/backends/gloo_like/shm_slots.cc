@@ -66,12 +66,12 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
   h.check = check;
   h.bytes = mine.size();
   h.round.store(want, std::memory_order_release);
-  for (Peer& p : impl.peers) ring_doorbell(p.header);
+  for (Peer* p : peers) ring_doorbell(p->header);
 
   std::size_t next = 0;  // the peers before it have published this round
   const auto published = [&] {
-    for (; next < impl.peers.size(); ++next) {
-      const std::byte* theirs = slot_at(impl.peers[next].slots, want - 1);
+    for (; next < peers.size(); ++next) {
+      const std::byte* theirs = slot_at(peers[next]->slots, want - 1);
       if (header_of(const_cast<std::byte*>(theirs)).round.load(std::memory_order_acquire) < want) {
         return false;
       }
@@ -80,7 +80,7 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
   };
   // A peer that closed its transport (its group ended) never publishes: no use waiting.
   const auto closed = [&] {
-    return impl.peers[next].header->closed.load(std::memory_order_acquire) != 0;
+    return peers[next]->header->closed.load(std::memory_order_acquire) != 0;
   };
   // Nor does one that posted messages of another call under this round's tag: it runs another
   // collective (or this one with other sizes) outside the slots. (The same call may: an
@@ -88,7 +88,7 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
   // shm_layout.h says (SegmentHeader::posted_tag); 0 while it has not.
   std::uint64_t elsewhere = 0;
   const auto runs_elsewhere = [&] {
-    const SegmentHeader& ph = *impl.peers[next].header;
+    const SegmentHeader& ph = *peers[next]->header;
     if (ph.posted_tag.load(std::memory_order_acquire) != tag) return false;
     const std::uint64_t call = ph.posted_call.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);  // the seqlock's read
@@ -105,7 +105,7 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
   };
   const std::function<bool()> done = std::ref(ready);  // held by reference: no allocation
   if (!published() && !impl.poll_until(done, deadline, /*move_bytes=*/false)) {
-    const Peer& late = impl.peers[next];
+    const Peer& late = *peers[next];
     const std::uint64_t last =
         std::max(header_of(slot_at(late.slots, 0)).round.load(std::memory_order_acquire),
                  header_of(slot_at(late.slots, 1)).round.load(std::memory_order_acquire));
@@ -135,28 +135,27 @@ void ShmTransport::Impl::Slots::gather(Tag tag, std::uint64_t check,
                                         mine.size(), p.rank, did)),
         p.rank, their_tag, their_check, their_bytes);
   };
-  if (next < impl.peers.size() && elsewhere != 0) {
-    throw mismatch(impl.peers[next],
-                   fmt::format("runs that op as messages (check {:#x})", elsewhere), tag, elsewhere,
-                   0);
+  if (next < peers.size() && elsewhere != 0) {
+    throw mismatch(*peers[next], fmt::format("runs that op as messages (check {:#x})", elsewhere),
+                   tag, elsewhere, 0);
   }
-  if (next < impl.peers.size()) {
+  if (next < peers.size()) {
     C10D_THROW(NetworkError,
                "{}: rank {} closed its shared memory (its group was destroyed) before it "
                "published shared-slot round {} ({})",
-               impl.who, impl.peers[next].rank, want, transport::tag_string(tag));
+               impl.who, peers[next]->rank, want, transport::tag_string(tag));
   }
-  for (Peer& p : impl.peers) {
-    const SlotHeader& ph = header_of(slot_at(p.slots, want - 1));
+  for (const Peer* p : peers) {
+    const SlotHeader& ph = header_of(slot_at(p->slots, want - 1));
     // A peer cannot be a round ahead in this slot: it rewrites it only after this rank's next.
     if (const std::uint64_t r = ph.round.load(std::memory_order_acquire); r != want) {
       C10D_THROW(NetworkError,
                  "{}: rank {}'s shared slot says round {} where this rank is at round {}: its "
                  "memory was written by something other than its transport",
-                 impl.who, p.rank, r, want);
+                 impl.who, p->rank, r, want);
     }
     if (ph.tag != tag || ph.check != check || ph.bytes != mine.size()) {
-      throw mismatch(p,
+      throw mismatch(*p,
                      fmt::format("published {} (check {:#x}, {} bytes)",
                                  transport::tag_string(ph.tag), ph.check, ph.bytes),
                      ph.tag, ph.check, ph.bytes);
@@ -173,7 +172,7 @@ std::span<const std::byte> ShmTransport::Impl::Slots::part(int r) const {
   C10D_CHECK(r >= 0 && r < impl.world, "{}: part() of rank {}, outside the group of {}", impl.who,
              r, impl.world);
   // Of this rank's size, which gather found there too (a peer's header is not read again).
-  return payload_of(slot_at(impl.peer(r).slots, round - 1), bytes);
+  return payload_of(slot_at(slots_of[static_cast<std::size_t>(r)], round - 1), bytes);
 }
 
 }  // namespace c10d::inline v1::gloo_like

@@ -274,7 +274,11 @@ struct ShmTransport::Impl {
 
     Impl& impl;
     std::byte* own = nullptr;  // this rank's slots, in its segment
-    std::uint64_t round = 0;   // rounds this rank published
+    // The peers (Impl::peers, whose deque indexing showed in every round's profile) and their
+    // slots by rank (null: this rank); set once, at set-up.
+    std::vector<Peer*> peers;
+    std::vector<std::byte*> slots_of;
+    std::uint64_t round = 0;  // rounds this rank published
     // This rank's bytes of its last round, and their size, kept here too: its slot's line is
     // most often gone to the peers that read it, and reading it back cost a miss per round.
     std::array<std::byte, shm::kSlotBytes> mine_copy{};
