@@ -449,6 +449,19 @@ TEST(ReduceKernelsTest, RefusesBadArguments) {
   EXPECT_NE(m.find("negative"), std::string::npos) << m;
   m = message_of([&] { validate_reduction(DType::kFloat32, static_cast<ReduceOp>(42)); });
   EXPECT_NE(m.find("42"), std::string::npos) << m;
+  m = message_of([&] { validate_reduction(static_cast<DType>(99), ReduceOp::kSum); });
+  EXPECT_NE(m.find("99"), std::string::npos) << m;
+  m = message_of([&] { validate_reduction(DType::kFloat32, ReduceOp::kBxor); });
+  EXPECT_NE(m.find("'bxor' is bitwise"), std::string::npos) << m;
+  EXPECT_NE(m.find("float32"), std::string::npos) << m;
+  m = message_of([&] { validate_reduction(DType::kInt32, ReduceOp::kAvg); });
+  EXPECT_NE(m.find("'avg' needs a floating-point dtype"), std::string::npos) << m;
+  EXPECT_NE(m.find("int32"), std::string::npos) << m;
+  for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax,
+                            ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor}) {
+    EXPECT_NO_THROW(validate_reduction(DType::kInt64, op));
+  }
+  EXPECT_NO_THROW(validate_reduction(DType::kBFloat16, ReduceOp::kPremulSum));
 }
 
 }  // namespace
