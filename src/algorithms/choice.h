@@ -16,8 +16,11 @@
 // own plans, except that a forced kHierarchical on a topology that has no hierarchy (one host,
 // one rank per host, or hosts of different sizes) leaves the op to the automatic choice. The
 // choice never depends on data, the rank or time, so every rank of a group makes the same one.
+// One input is measured: the 2-rank ring's segment (kApartRound below) follows a shared-slot
+// round's time, which the ranks agree on (slot_probe.h) before they use it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -65,6 +68,16 @@ inline constexpr std::int64_t kHalvingDoublingMaxBytes = 256 << 10;
 // size it streams each reduced segment straight back (loopback TCP, 16 MiB: 4.5-5.1 against
 // 5.6-6.9 ms for halving-doubling; at 8 MiB they are even).
 inline constexpr std::int64_t kTwoRankRingMinBytes = 8 << 20;
+// That ring's segment where the 2 ranks share memory (slot_probe.h says why): near cores move a
+// 1 MiB segment (RingOptions' default) through shared memory fastest, and cores that share no
+// cache move single-copy segments (process_vm_readv) fastest; kApartSegmentBytes is the
+// shared-memory transport's default size from which a message goes single-copy. A shared-slot
+// round is "apart" from kApartRound: rounds measured 40-100 ns near and 250-320 ns apart, and
+// a 16 MiB all_reduce took 2.4-3.8 ms near either way, apart 5.8-7.4 ms single-copy against
+// 12.9-14.2 ms through shared memory (2026-11-28, 8e841eb, 2-vCPU EPYC).
+inline constexpr std::chrono::nanoseconds kApartRound{160};
+inline constexpr std::int64_t kApartSegmentBytes = 2 << 20;
+constexpr bool cores_apart(std::chrono::nanoseconds round) { return round >= kApartRound; }
 // Below this a broadcast is latency-bound and the tree's log2(n) hops win; from it the chain's
 // bandwidth wins.
 inline constexpr std::int64_t kChainBroadcastMinBytes = 512 << 10;

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "algorithms/ring_all_reduce.h"
 #include "c10d/errors.h"
 
 namespace c10d::algorithms {
@@ -26,6 +27,19 @@ TEST(ChoiceTest, AllReduceOverATransportTakesTheRingFromItsThreshold) {
   EXPECT_EQ(choose_algorithm(Op::kAllReduce, kTwoRankRingMinBytes, 2, Fabric::kTransport),
             A::kRing);
   EXPECT_EQ(choose_algorithm(Op::kAllReduce, 0, 1, Fabric::kTransport), A::kHalvingDoubling);
+}
+
+TEST(ChoiceTest, TwoRanksWhoseSlotRoundIsSlowAreApartAndTakeSingleCopySegments) {
+  using namespace std::chrono_literals;
+  EXPECT_FALSE(cores_apart(50ns));  // cores that share a cache
+  EXPECT_FALSE(cores_apart(kApartRound - 1ns));
+  EXPECT_TRUE(cores_apart(kApartRound));
+  EXPECT_TRUE(cores_apart(300ns));  // cores that do not
+  EXPECT_TRUE(cores_apart(5us));    // ranks that take turns on one core
+  // The segments go single-copy (the shared-memory transport's default threshold) and are not
+  // the near ring's.
+  EXPECT_EQ(kApartSegmentBytes, std::int64_t{2} << 20);
+  EXPECT_NE(kApartSegmentBytes, RingOptions{}.segment_bytes);
 }
 
 TEST(ChoiceTest, MpiNonblockingAllReduceSwitchesAt64KiBWhateverTheWorld) {

@@ -14,10 +14,12 @@
 #include <thread>
 #include <vector>
 
+#include "../one_cpu.h"
 #include "backends/gloo_like/tcp_transport.h"
 #include "c10d/errors.h"
 #include "c10d/init.h"
 #include "c10d/store.h"
+#include "core/logging.h"
 #include "transport/transport.h"
 
 namespace c10d::inline v1 {
@@ -84,6 +86,32 @@ TEST(ProcessGroupTCPTest, AllReduceBothAlgorithmsAndBackToBackOps) {
       EXPECT_EQ(d[ts[i].numel() - 1], 6.0f);
     }
   });
+}
+
+TEST(ProcessGroupTCPTest, TwoRanksOnOneCpuTakeSingleCopyRingSegmentsForALargeAllReduce) {
+  // Ranks that take turns on one CPU wait microseconds for each shared-slot round, as ranks on
+  // cores that share no cache wait for the line to cross: the large all_reduce's ring then moves
+  // single-copy segments (algorithms/choice.h: cores_apart), and says so in a debug line.
+  const test::OnOneCpu one_cpu;  // the rank threads inherit it
+  const core::LogLevel level = core::log_level();
+  core::set_log_level(core::LogLevel::kDebug);
+  testing::internal::CaptureStderr();
+  constexpr std::int64_t kCount = (12 << 20) / 4;  // 12 MiB of float32: the ring, and 3 segments
+  run_group(2, [&](int r, std::shared_ptr<ProcessGroup>& pg) {
+    Tensor t = filled(kCount, static_cast<float>(r + 1));
+    t.data<float>()[kCount / 2] = static_cast<float>(10 * r);
+    pg->all_reduce({t})->wait(20s);
+    EXPECT_EQ(t.data<float>()[0], 3.0f);
+    EXPECT_EQ(t.data<float>()[kCount / 2], 10.0f);
+    EXPECT_EQ(t.data<float>()[kCount - 1], 3.0f);
+  });
+  const std::string log = testing::internal::GetCapturedStderr();
+  core::set_log_level(level);
+  EXPECT_NE(log.find("all_reduce #0 of 12582912 bytes: a shared-slot round takes"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("single-copy segments"), std::string::npos) << log;
+  EXPECT_EQ(log.find("ring segments through shared memory"), std::string::npos) << log;
 }
 
 TEST(ProcessGroupTCPTest, ForcedAlgorithmsGiveTheSameAnswerAndBadNamesAreRejected) {

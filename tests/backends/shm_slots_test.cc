@@ -14,7 +14,10 @@
 #include <vector>
 
 #include "../algorithms/ranks.h"
+#include "../one_cpu.h"
+#include "algorithms/choice.h"
 #include "algorithms/slot_all_reduce.h"
+#include "algorithms/slot_probe.h"
 #include "backends/gloo_like/shm_transport.h"
 #include "c10d/errors.h"
 #include "c10d/store.h"
@@ -205,6 +208,61 @@ TEST(ShmSlotsTest, SlotAllReduceGivesEveryRankTheSameExactAnswer) {
       }
     });
   }
+}
+
+// A rank's slots that sleep `delay` before each round: a rank slow to every round.
+class SlowSlots final : public transport::SharedSlots {
+ public:
+  SlowSlots(transport::SharedSlots& inner, std::chrono::microseconds delay)
+      : inner_(inner), delay_(delay) {}
+  std::size_t max_bytes() const override { return inner_.max_bytes(); }
+  void gather(transport::Tag tag, std::uint64_t check, std::span<const std::byte> mine,
+              Clock::time_point deadline) override {
+    std::this_thread::sleep_for(delay_);
+    inner_.gather(tag, check, mine, deadline);
+  }
+  std::span<const std::byte> part(int r) const override { return inner_.part(r); }
+
+ private:
+  transport::SharedSlots& inner_;
+  const std::chrono::microseconds delay_;
+};
+
+TEST(ShmSlotsTest, EveryRankMeasuresTheSameSlotRoundTimeTheSlowestRanks) {
+  for (int n : {2, 3}) {
+    std::vector<std::chrono::nanoseconds> fast(static_cast<std::size_t>(n));
+    std::vector<std::chrono::nanoseconds> slow(static_cast<std::size_t>(n));
+    run_ranks(n, [&](int r, ShmTransport& t) {
+      transport::SharedSlots& slots = *t.shared_slots();
+      const auto ctx = algorithms::testing::context(t, 1);
+      fast[static_cast<std::size_t>(r)] = algorithms::slot_round_time(ctx, slots, 1);
+      // The last rank sleeps 2 ms before each of its rounds: every rank waits for it.
+      SlowSlots slowed(slots, 2ms);
+      transport::SharedSlots& s = r == n - 1 ? slowed : slots;
+      slow[static_cast<std::size_t>(r)] =
+          algorithms::slot_round_time(algorithms::testing::context(t, 2), s, 2);
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(fast[static_cast<std::size_t>(r)], fast[0]) << n << " ranks, rank " << r;
+      EXPECT_EQ(slow[static_cast<std::size_t>(r)], slow[0]) << n << " ranks, rank " << r;
+    }
+    EXPECT_GT(fast[0].count(), 0);
+    EXPECT_GE(slow[0], 2ms) << n << " ranks";
+    EXPECT_LT(fast[0], slow[0]) << n << " ranks";
+  }
+}
+
+TEST(ShmSlotsTest, RanksThatTakeTurnsOnOneCpuMeasureAsApart) {
+  // Each round waits for the other rank's turn on the CPU (a switch, microseconds), as ranks on
+  // cores that share no cache wait for the line to cross.
+  const test::OnOneCpu one_cpu;  // the rank threads inherit it
+  std::vector<std::chrono::nanoseconds> round(2);
+  run_ranks(2, [&](int r, ShmTransport& t) {
+    round[static_cast<std::size_t>(r)] =
+        algorithms::slot_round_time(algorithms::testing::context(t, 1), *t.shared_slots(), 1);
+  });
+  EXPECT_EQ(round[0], round[1]);
+  EXPECT_TRUE(algorithms::cores_apart(round[0])) << round[0].count() << " ns";
 }
 
 }  // namespace

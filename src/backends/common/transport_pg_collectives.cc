@@ -18,6 +18,7 @@
 #include "algorithms/reduce_scatter.h"
 #include "algorithms/scratch.h"
 #include "algorithms/slot_all_reduce.h"
+#include "algorithms/slot_probe.h"
 #include "algorithms/tree.h"
 #include "backends/common/transport_process_group_impl.h"
 #include "core/copy.h"
@@ -275,10 +276,24 @@ void TransportProcessGroup::all_reduce_one(const Context& ctx, const Tensor& t,
       algorithms::slot_all_reduce(ctx, *slots_, ctx.call, t.dtype(), r, t.raw_data(), t.numel());
     });
   } else if (algo == Algorithm::kRing) {
-    algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(), ring_);
+    algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(), ring_for(ctx, bytes));
   } else {
     algorithms::halving_doubling_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel());
   }
+}
+
+const algorithms::RingOptions& TransportProcessGroup::ring_for(const Context& ctx,
+                                                               std::int64_t bytes) {
+  if (slots_ == nullptr || size() != 2 || bytes < algorithms::kTwoRankRingMinBytes) return ring_;
+  // Measured at every such op (a few microseconds against milliseconds): the host moves the
+  // ranks' vCPUs every few seconds.
+  std::chrono::nanoseconds round{};
+  in_slots(ctx, rank(), [&] { round = algorithms::slot_round_time(ctx, *slots_, ctx.call); });
+  const bool apart = algorithms::cores_apart(round);
+  C10D_LOG_DEBUG("rank {}: all_reduce #{} of {} bytes: a shared-slot round takes {} ns: {}", rank(),
+                 ctx.tag & transport::kSequenceMask, bytes, round.count(),
+                 apart ? "single-copy segments" : "ring segments through shared memory");
+  return apart ? apart_ring_ : ring_;
 }
 
 void TransportProcessGroup::broadcast_one(const Context& ctx, std::span<std::byte> data,

@@ -111,6 +111,8 @@ TransportProcessGroup::TransportProcessGroup(std::shared_ptr<transport::Transpor
   if (auto* slots = transport_->shared_slots(); slots != nullptr && !hooks_ && slots->claim()) {
     slots_ = slots;
   }
+  apart_ring_ = ring_;
+  apart_ring_.segment_bytes = algorithms::kApartSegmentBytes;
   runner_.start_worker();
 }
 

@@ -242,6 +242,9 @@ class TransportProcessGroup final : public ProcessGroup,
   // The host shares of a hierarchical all_reduce of `bytes` (algorithms/host_shares.h):
   // equal, C10D_HOST_RATES's, or (`probe`) measured every kShareProbeEvery large ones.
   const std::vector<std::int64_t>& host_shares(const Context& ctx, std::int64_t bytes);
+  // The ring's options for an all_reduce of `bytes`: ring_, or for 2 ranks that share memory
+  // and whose cores are apart (algorithms/slot_probe.h), single-copy segments.
+  const algorithms::RingOptions& ring_for(const Context& ctx, std::int64_t bytes);
   void broadcast_one(const Context& ctx, std::span<std::byte> data, int root) const;
   void gather_all(const Context& ctx, std::span<const std::byte> in,
                   std::span<std::byte> out) const;
@@ -275,6 +278,9 @@ class TransportProcessGroup final : public ProcessGroup,
   // The transport's shared slots, when every rank shares this host's memory and this group owns
   // them (SharedSlots::claim): small all_reduces take algorithms/slot_all_reduce.h.
   transport::SharedSlots* slots_ = nullptr;
+  // ring_ with segments that go single-copy (shm_transport.h: kDefaultSingleCopyMinBytes), for
+  // ring_for.
+  algorithms::RingOptions apart_ring_;
 
   // The queue, the worker, the failure latch; its mutex guards this group's state below too.
   OpRunner runner_;
