@@ -3,6 +3,7 @@
 // naming the lost rank; abort releases waiters; DETAIL fingerprints catch mismatched calls;
 // timeouts; set-up failures; subgroups share the connections; point-to-point does not block
 // collectives; the algorithm override is checked.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -88,28 +89,45 @@ TEST(ProcessGroupTCPTest, AllReduceBothAlgorithmsAndBackToBackOps) {
   });
 }
 
-TEST(ProcessGroupTCPTest, TwoRanksOnOneCpuTakeSingleCopyRingSegmentsForALargeAllReduce) {
+TEST(ProcessGroupTCPTest, TwoRanksOnOneCpuTakeSingleCopyRingSegmentsForLargeRings) {
   // Ranks that take turns on one CPU wait microseconds for each shared-slot round, as ranks on
-  // cores that share no cache wait for the line to cross: the large all_reduce's ring then moves
-  // single-copy segments (algorithms/choice.h: cores_apart), and says so in a debug line.
+  // cores that share no cache wait for the line to cross: a large all_reduce's, all_gather's and
+  // reduce_scatter's ring then moves single-copy segments (algorithms/choice.h: cores_apart),
+  // and says so in a debug line.
   const test::OnOneCpu one_cpu;  // the rank threads inherit it
   const core::LogLevel level = core::log_level();
   core::set_log_level(core::LogLevel::kDebug);
   testing::internal::CaptureStderr();
   constexpr std::int64_t kCount = (12 << 20) / 4;  // 12 MiB of float32: the ring, and 3 segments
+  constexpr std::int64_t kHalf = kCount / 2;
   run_group(2, [&](int r, std::shared_ptr<ProcessGroup>& pg) {
     Tensor t = filled(kCount, static_cast<float>(r + 1));
-    t.data<float>()[kCount / 2] = static_cast<float>(10 * r);
+    t.data<float>()[kHalf] = static_cast<float>(10 * r);
     pg->all_reduce({t})->wait(20s);
     EXPECT_EQ(t.data<float>()[0], 3.0f);
-    EXPECT_EQ(t.data<float>()[kCount / 2], 10.0f);
+    EXPECT_EQ(t.data<float>()[kHalf], 10.0f);
     EXPECT_EQ(t.data<float>()[kCount - 1], 3.0f);
+
+    Tensor gathered = filled(kCount, 0.0f);
+    pg->all_gather_into_tensor(gathered, filled(kHalf, static_cast<float>(r + 5)))->wait(20s);
+    EXPECT_EQ(gathered.data<float>()[0], 5.0f);
+    EXPECT_EQ(gathered.data<float>()[kHalf - 1], 5.0f);
+    EXPECT_EQ(gathered.data<float>()[kHalf], 6.0f);
+    EXPECT_EQ(gathered.data<float>()[kCount - 1], 6.0f);
+
+    Tensor mine = filled(kHalf, 0.0f);
+    pg->reduce_scatter_tensor(mine, filled(kCount, static_cast<float>(r + 1)))->wait(20s);
+    EXPECT_EQ(mine.data<float>()[0], 3.0f);
+    EXPECT_EQ(mine.data<float>()[kHalf - 1], 3.0f);
   });
   const std::string log = testing::internal::GetCapturedStderr();
   core::set_log_level(level);
-  EXPECT_NE(log.find("all_reduce #0 of 12582912 bytes: a shared-slot round takes"),
-            std::string::npos)
-      << log;
+  for (const char* op : {"all_reduce #0", "all_gather #1", "reduce_scatter #2"}) {
+    EXPECT_NE(log.find(fmt::format("{} of 12582912 bytes: a shared-slot round takes", op)),
+              std::string::npos)
+        << op << "\n"
+        << log;
+  }
   EXPECT_NE(log.find("single-copy segments"), std::string::npos) << log;
   EXPECT_EQ(log.find("ring segments through shared memory"), std::string::npos) << log;
 }

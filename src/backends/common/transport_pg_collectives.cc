@@ -276,21 +276,23 @@ void TransportProcessGroup::all_reduce_one(const Context& ctx, const Tensor& t,
       algorithms::slot_all_reduce(ctx, *slots_, ctx.call, t.dtype(), r, t.raw_data(), t.numel());
     });
   } else if (algo == Algorithm::kRing) {
-    algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(), ring_for(ctx, bytes));
+    algorithms::ring_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel(),
+                                ring_for(ctx, "all_reduce", bytes));
   } else {
     algorithms::halving_doubling_all_reduce(ctx, t.dtype(), r, t.raw_data(), t.numel());
   }
 }
 
 const algorithms::RingOptions& TransportProcessGroup::ring_for(const Context& ctx,
-                                                               std::int64_t bytes) {
+                                                               std::string_view op,
+                                                               std::int64_t bytes) const {
   if (slots_ == nullptr || size() != 2 || bytes < algorithms::kTwoRankRingMinBytes) return ring_;
   // Measured at every such op (a few microseconds against milliseconds): the host moves the
   // ranks' vCPUs every few seconds.
   std::chrono::nanoseconds round{};
   in_slots(ctx, rank(), [&] { round = algorithms::slot_round_time(ctx, *slots_, ctx.call); });
   const bool apart = algorithms::cores_apart(round);
-  C10D_LOG_DEBUG("rank {}: all_reduce #{} of {} bytes: a shared-slot round takes {} ns: {}", rank(),
+  C10D_LOG_DEBUG("rank {}: {} #{} of {} bytes: a shared-slot round takes {} ns: {}", rank(), op,
                  ctx.tag & transport::kSequenceMask, bytes, round.count(),
                  apart ? "single-copy segments" : "ring segments through shared memory");
   return apart ? apart_ring_ : ring_;
@@ -320,7 +322,8 @@ void TransportProcessGroup::gather_all(const Context& ctx, std::span<const std::
   if (algo == Algorithm::kHierarchical) {
     algorithms::hier_all_gather(ctx, layout_, in, out);
   } else {
-    algorithms::all_gather(ctx, in, out, ring_);
+    algorithms::all_gather(ctx, in, out,
+                           ring_for(ctx, "all_gather", static_cast<std::int64_t>(out.size())));
   }
 }
 
@@ -335,7 +338,8 @@ void TransportProcessGroup::scatter_reduced(const Context& ctx, DType dtype, con
   if (algo == Algorithm::kHierarchical) {
     algorithms::hier_reduce_scatter(ctx, layout_, dtype, r, blocks, out, count);
   } else {
-    algorithms::reduce_scatter_blocks(ctx, dtype, r, blocks, out, count, ring_);
+    algorithms::reduce_scatter_blocks(ctx, dtype, r, blocks, out, count,
+                                      ring_for(ctx, "reduce_scatter", bytes));
   }
 }
 

@@ -242,9 +242,10 @@ class TransportProcessGroup final : public ProcessGroup,
   // The host shares of a hierarchical all_reduce of `bytes` (algorithms/host_shares.h):
   // equal, C10D_HOST_RATES's, or (`probe`) measured every kShareProbeEvery large ones.
   const std::vector<std::int64_t>& host_shares(const Context& ctx, std::int64_t bytes);
-  // The ring's options for an all_reduce of `bytes`: ring_, or for 2 ranks that share memory
+  // The ring's options for collective `op` of `bytes`: ring_, or for 2 ranks that share memory
   // and whose cores are apart (algorithms/slot_probe.h), single-copy segments.
-  const algorithms::RingOptions& ring_for(const Context& ctx, std::int64_t bytes);
+  const algorithms::RingOptions& ring_for(const Context& ctx, std::string_view op,
+                                          std::int64_t bytes) const;
   void broadcast_one(const Context& ctx, std::span<std::byte> data, int root) const;
   void gather_all(const Context& ctx, std::span<const std::byte> in,
                   std::span<std::byte> out) const;
