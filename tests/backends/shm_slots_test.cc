@@ -3,7 +3,9 @@
 // rounds far past the two slots' reuse; ranks that publish different ops fail naming each
 // other; a rank that never comes is named at the deadline, one that closed its transport at once;
 // an abort releases a waiter; the slots
-// exist only where every rank shares the host, and belong to one user.
+// exist only where every rank shares the host, and belong to one user; the round time
+// (algorithms/slot_probe.h) is every rank's alike, the slowest rank's, and ranks on one CPU
+// measure as apart.
 #include <gtest/gtest.h>
 
 #include <chrono>
